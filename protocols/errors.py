@@ -1,0 +1,89 @@
+"""The one exception tree of callboard.
+
+    CallboardError
+    ├── ProtocolError              a message that breaks the wire protocol
+    │   ├── DecodeError            bytes that are not a valid message (keeps the raw bytes)
+    │   ├── UnknownMessageType     a message_type string that is not in MessageType
+    │   └── OversizedMessage       an entry over the size limit
+    ├── CuelistError               a cuelist that cannot be used (carries every Issue)
+    ├── HandoffRejected            a handoff that misses keys its receiver requires
+    ├── TransportError             Redis cannot be reached (translated in transport.py only)
+    │   └── StateLost              Redis came back empty: groups or state are gone
+    └── EngineError                an operator request the run engine refuses
+        ├── NotFound               unknown run, cue, cuelist or escalation  (HTTP 404)
+        ├── Conflict               request not allowed in the current state  (HTTP 409)
+        └── StaleLeader            a state write under a fencing token that lost its lease
+
+The REST API maps this tree to HTTP status codes in one place (hub/api/errors.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CallboardError(Exception):
+    """Base of every error callboard raises on purpose."""
+
+
+class ProtocolError(CallboardError):
+    """A message that breaks the wire protocol; `reason` is short and machine-friendly."""
+
+    def __init__(self, reason: str, raw: bytes | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
+
+
+class DecodeError(ProtocolError):
+    """Bytes that do not decode to a valid envelope and payload."""
+
+
+class UnknownMessageType(ProtocolError):
+    """A message_type that callboard does not define."""
+
+
+class OversizedMessage(ProtocolError):
+    """An entry larger than the configured limit."""
+
+
+class CuelistError(CallboardError):
+    """A cuelist that cannot be used; `issues` lists every problem found, not just the first."""
+
+    def __init__(self, issues: list[Any]) -> None:
+        self.issues = issues
+        first = issues[0] if issues else "invalid cuelist"
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+class HandoffRejected(CallboardError):
+    """A handoff refused by the contracts; `missing` names the keys the receiver needs."""
+
+    def __init__(self, message: str, missing: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing or []
+
+
+class TransportError(CallboardError):
+    """Redis could not be reached or answered with an error we cannot handle."""
+
+
+class StateLost(TransportError):
+    """Redis came back without our streams or groups (restarted with no persistence)."""
+
+
+class EngineError(CallboardError):
+    """An operator request that the run engine refuses."""
+
+
+class NotFound(EngineError):
+    """Unknown run, cue, cuelist, agent or escalation."""
+
+
+class Conflict(EngineError):
+    """The request does not fit the current state (e.g. GO for a cue that is not armed)."""
+
+
+class StaleLeader(EngineError):
+    """A state write under a fencing token that no longer holds the leader lease."""

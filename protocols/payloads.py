@@ -1,0 +1,261 @@
+"""One payload model per message type (seed 002 formats), and the map from type to model."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocols.contracts import Contract
+from protocols.messages import MessageType
+from protocols.states import ConflictType, FiredBy, Phase, Severity
+
+JSON = dict[str, Any]
+
+
+class Payload(BaseModel):
+    """Base of every payload: an immutable value that refuses unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- status.* ---------------------------------------------------------------------------
+
+
+class StatusOnline(Payload):
+    replica: str
+    kind: str = "custom"
+    contract: Contract = Field(default_factory=Contract)
+    concurrency: int = Field(default=1, ge=1)
+
+
+class StatusOffline(Payload):
+    replica: str
+    reason: str = "stopped"
+
+
+class StatusStarted(Payload):
+    attempt: int = Field(default=1, ge=1)
+    replica: str = ""
+
+
+class StatusCompleted(Payload):
+    attempt: int = Field(default=1, ge=1)
+    result: JSON = Field(default_factory=dict)
+    replica: str = ""
+
+
+class StatusFailed(Payload):
+    attempt: int = Field(default=1, ge=1)
+    error: str
+    replica: str = ""
+
+
+class StatusBlocked(Payload):
+    attempt: int = Field(default=1, ge=1)
+    reason: str
+    replica: str = ""
+
+
+class StatusReport(Payload):
+    replica: str
+    state: str
+    in_flight: int = 0
+    detail: JSON = Field(default_factory=dict)
+
+
+class StatusRequest(Payload):
+    reason: str = ""
+
+
+# -- task.* -----------------------------------------------------------------------------
+
+
+class TaskAssign(Payload):
+    """A `coordination: direct` cue: do it now, no barrier."""
+
+    cue_id: str
+    attempt: int = Field(default=1, ge=1)
+    action: JSON = Field(default_factory=dict)
+    context: JSON = Field(default_factory=dict)
+
+
+class Artifact(Payload):
+    path: str
+    hash: str
+
+
+class HandoffContext(BaseModel):
+    """What the sender hands over. Besides the four standard fields, every other key is a
+    context item the handoff provides (seed 002 checks `required in handoff_context`)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    work_completed: list[str] = Field(default_factory=list)
+    artifacts_produced: list[Artifact] = Field(default_factory=list)
+    next_steps: list[str] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list)
+
+    def provided_keys(self) -> set[str]:
+        """Every key this handoff declares, standard ones included when non-empty."""
+        keys = set(self.model_extra or {})
+        for name in ("work_completed", "artifacts_produced", "next_steps", "constraints"):
+            if getattr(self, name):
+                keys.add(name)
+        return keys
+
+
+class TaskHandoff(Payload):
+    from_agent: str
+    to_agent: str
+    task_id: str
+    attempt: int = Field(default=1, ge=1)
+    handoff_context: HandoffContext = Field(default_factory=HandoffContext)
+
+
+class TaskContext(Payload):
+    """A write to the run's shared context; the source is the authenticated sender."""
+
+    key: str = Field(min_length=1, max_length=256)
+    value: Any = None
+    tags: list[str] = Field(default_factory=list)
+    metadata: JSON = Field(default_factory=dict)
+
+
+# -- escalation.* -----------------------------------------------------------------------
+
+
+class Escalation(Payload):
+    severity: Severity = Severity.MEDIUM
+    cause: str = ""  # the dedup key within a run and cue
+    detail: str = ""
+
+
+class EscalationError(Escalation):
+    pass
+
+
+class EscalationTimeout(Escalation):
+    phase: Phase
+    waiting_for: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(ge=0, allow_inf_nan=False)
+    attempt: int = 1
+
+
+class EscalationConflict(Escalation):
+    agents_involved: list[str]
+    conflict_type: ConflictType = ConflictType.RESOURCE
+    resource_in_question: str
+    proposed_resolution: str
+    suggested_winner: str | None = None
+    cues_involved: list[str] = Field(default_factory=list)
+
+
+class EscalationHandoffRejected(Escalation):
+    from_agent: str
+    to_agent: str
+    task_id: str
+    missing: list[str] = Field(default_factory=list)
+
+
+class EscalationProtocolViolation(Escalation):
+    reason: str
+    stream: str = ""
+    entry_id: str = ""
+    sender: str = ""
+
+
+# -- coord.* and acks -------------------------------------------------------------------
+
+
+class CoordWarning(Payload):
+    cue_id: str
+    cue_group: str = ""
+    target_agents: list[str]
+    estimated_go_time: datetime | None = None
+    preparation_required: list[str] = Field(default_factory=list)
+    attempt: int = Field(default=1, ge=1)
+    action: JSON = Field(default_factory=dict)
+
+
+class CoordStandby(Payload):
+    cue_id: str
+    target_agents: list[str]
+    ready_check: list[str] = Field(default_factory=list)
+    attempt: int = Field(default=1, ge=1)
+
+
+class CoordGo(Payload):
+    cue_id: str
+    target_agents: list[str]
+    attempt: int = Field(default=1, ge=1)
+    action: JSON = Field(default_factory=dict)
+    context: JSON = Field(default_factory=dict)  # handoff context given to this cue
+    fired_by: FiredBy = FiredBy.DEPENDENCIES
+
+
+class CoordStanddown(Payload):
+    cue_id: str
+    attempt: int = Field(default=1, ge=1)
+    reason: str = ""
+
+
+class AckWarning(Payload):
+    attempt: int = Field(default=1, ge=1)
+
+
+class AckStandby(Payload):
+    attempt: int = Field(default=1, ge=1)
+    ready: bool = True
+    reason: str = ""  # why not ready
+
+
+# -- broadcast.* ------------------------------------------------------------------------
+
+
+class BroadcastNotice(Payload):
+    text: str
+    severity: Severity = Severity.LOW
+
+
+class BroadcastPause(Payload):
+    reason: str = ""
+
+
+class BroadcastResume(Payload):
+    reason: str = ""
+
+
+class BroadcastShutdown(Payload):
+    reason: str = ""
+
+
+PAYLOAD_MODELS: dict[MessageType, type[Payload]] = {
+    MessageType.STATUS_ONLINE: StatusOnline,
+    MessageType.STATUS_OFFLINE: StatusOffline,
+    MessageType.STATUS_STARTED: StatusStarted,
+    MessageType.STATUS_COMPLETED: StatusCompleted,
+    MessageType.STATUS_FAILED: StatusFailed,
+    MessageType.STATUS_BLOCKED: StatusBlocked,
+    MessageType.STATUS_REPORT: StatusReport,
+    MessageType.STATUS_REQUEST: StatusRequest,
+    MessageType.TASK_ASSIGN: TaskAssign,
+    MessageType.TASK_HANDOFF: TaskHandoff,
+    MessageType.TASK_CONTEXT: TaskContext,
+    MessageType.ESCALATION_ERROR: EscalationError,
+    MessageType.ESCALATION_TIMEOUT: EscalationTimeout,
+    MessageType.ESCALATION_CONFLICT: EscalationConflict,
+    MessageType.ESCALATION_HANDOFF_REJECTED: EscalationHandoffRejected,
+    MessageType.ESCALATION_PROTOCOL_VIOLATION: EscalationProtocolViolation,
+    MessageType.COORD_WARNING: CoordWarning,
+    MessageType.COORD_STANDBY: CoordStandby,
+    MessageType.COORD_GO: CoordGo,
+    MessageType.COORD_STANDDOWN: CoordStanddown,
+    MessageType.ACK_WARNING: AckWarning,
+    MessageType.ACK_STANDBY: AckStandby,
+    MessageType.BROADCAST_NOTICE: BroadcastNotice,
+    MessageType.BROADCAST_PAUSE: BroadcastPause,
+    MessageType.BROADCAST_RESUME: BroadcastResume,
+    MessageType.BROADCAST_SHUTDOWN: BroadcastShutdown,
+}

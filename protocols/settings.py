@@ -1,0 +1,35 @@
+"""The one settings object per process, from the environment (prefix CALLBOARD_, plus REDIS_URL)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
+from protocols.keys import DEFAULT_PREFIX, Keys
+
+
+class Settings(BaseSettings):
+    """Read once at process start and passed in; nothing deeper reads os.environ."""
+
+    model_config = SettingsConfigDict(env_prefix="CALLBOARD_", extra="ignore")
+
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("REDIS_URL", "CALLBOARD_REDIS_URL"),
+    )
+    prefix: str = DEFAULT_PREFIX
+    api_key: str | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # at-least-once delivery
+    block_ms: int = 1_000
+    read_count: int = 100
+    min_idle_ms: int = 30_000  # an entry idle this long in a dead replica is reclaimed
+    claim_interval_ms: int = 1_000
+    max_deliveries: int = 5  # then the entry is dead-lettered as poison
+    stream_maxlen: int = 100_000  # trimming target; never below the oldest pending entry
+    audit_maxlen: int = 10_000
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.prefix)

@@ -1,0 +1,119 @@
+"""Envelope encode/decode: every type round-trips; bad bytes fail with raw bytes and reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols import payloads as p
+from protocols.codec import ENVELOPES, decode, encode, make
+from protocols.errors import DecodeError, OversizedMessage, UnknownMessageType
+from protocols.messages import MessageType
+
+text = st.text(min_size=1, max_size=12)
+json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
+json_value = st.recursive(
+    json_scalar,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+json_obj = st.dictionaries(st.text(max_size=8), json_value, max_size=4)
+
+
+def _json_fields(model: type[p.Payload]) -> dict[str, st.SearchStrategy[Any]]:
+    """Strategies for the free-form JSON fields hypothesis cannot infer."""
+    out: dict[str, st.SearchStrategy[Any]] = {}
+    for name, field in model.model_fields.items():
+        if field.annotation == dict[str, Any]:
+            out[name] = json_obj
+        elif field.annotation is Any:
+            out[name] = json_value
+        elif field.annotation is float:  # models refuse inf/nan: JSON has no such numbers
+            out[name] = st.floats(0, 1e6)
+    return out
+
+
+def payload_strategy(mt: MessageType) -> st.SearchStrategy[p.Payload]:
+    model = p.PAYLOAD_MODELS[mt]
+    if model is p.TaskHandoff:
+        ctx = st.builds(
+            p.HandoffContext,
+            work_completed=st.lists(text, max_size=3),
+            artifacts_produced=st.lists(st.builds(p.Artifact, path=text, hash=text), max_size=2),
+        )
+        return st.builds(model, from_agent=text, to_agent=text, task_id=text, handoff_context=ctx)
+    if model is p.TaskContext:
+        return st.builds(model, key=text, **_json_fields(model))
+    return st.builds(model, **_json_fields(model))
+
+
+@pytest.mark.parametrize("mt", list(MessageType), ids=str)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_every_type_survives_encode_decode(mt: MessageType, data: st.DataObject) -> None:
+    payload = data.draw(payload_strategy(mt))
+    message = make(mt, payload, run_id=data.draw(st.none() | text), target_agents=("a", "b"))
+    back = decode(encode(message))
+    assert back == message
+    assert type(back) is ENVELOPES[mt]
+    assert back.payload == payload
+
+
+def test_make_refuses_wrong_payload_model() -> None:
+    with pytest.raises(TypeError, match="coord.go takes CoordGo"):
+        make(MessageType.COORD_GO, p.AckWarning())
+
+
+def test_reply_correlates() -> None:
+    warning = make(
+        MessageType.COORD_WARNING,
+        p.CoordWarning(cue_id="C1", target_agents=["a"]),
+        run_id="r1",
+        cue_id="C1",
+    )
+    ack = warning.reply(MessageType.ACK_WARNING, p.AckWarning(attempt=1))
+    assert (ack.in_reply_to, ack.run_id, ack.cue_id) == (warning.message_id, "r1", "C1")
+
+
+@pytest.mark.parametrize(
+    ("raw", "error", "reason"),
+    [
+        (b"\xff\xfenot json", DecodeError, "not JSON"),
+        (b"[1, 2]", DecodeError, "bad field envelope"),
+        (b"{}", DecodeError, "missing message_type"),
+        (b'{"message_type": "status.bogus", "payload": {}}', UnknownMessageType, "status.bogus"),
+        (b'{"message_type": "coord.go", "payload": {}}', DecodeError, "payload.cue_id"),
+    ],
+)
+def test_bad_bytes_keep_raw_and_reason(raw: bytes, error: type[Exception], reason: str) -> None:
+    with pytest.raises(error) as caught:
+        decode(raw)
+    assert caught.value.raw == raw  # type: ignore[attr-defined]
+    assert reason in caught.value.reason  # type: ignore[attr-defined]
+
+
+def test_unknown_envelope_field_refused() -> None:
+    good = json.loads(encode(make(MessageType.ACK_WARNING, p.AckWarning())))
+    good["sneaky"] = 1
+    with pytest.raises(DecodeError, match="sneaky"):
+        decode(json.dumps(good).encode())
+
+
+def test_oversized_refused_before_parsing() -> None:
+    raw = b'{"x": "' + b"a" * 300_000 + b'"}'
+    with pytest.raises(OversizedMessage) as caught:
+        decode(raw)
+    assert caught.value.raw == raw
+    big_ok = encode(make(MessageType.BROADCAST_NOTICE, p.BroadcastNotice(text="a" * 1000)))
+    assert decode(big_ok, max_bytes=len(big_ok)).payload.text == "a" * 1000  # type: ignore[attr-defined]
+
+
+def test_handoff_context_provided_keys() -> None:
+    ctx = p.HandoffContext(implemented_code="x", work_completed=["done"])  # type: ignore[call-arg]
+    assert ctx.provided_keys() == {"implemented_code", "work_completed"}

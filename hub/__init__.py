@@ -1,0 +1,1 @@
+"""The callboard hub: routing, the run engine and the REST API."""

@@ -1,0 +1,97 @@
+"""Operator commands: any hub's API asks the leading hub's engine, and waits for its answer.
+
+A command is an entry on the commands stream (read by the leader in a consumer group);
+the answer comes back on a short-lived list the asking hub blocks on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hub.store import StateKeys
+from protocols.errors import CallboardError, Conflict, EngineError, NotFound, TransportError
+from protocols.ids import new_id
+from protocols.transport import Redis
+
+log = logging.getLogger(__name__)
+
+GROUP = "engine"
+REPLY_TTL_S = 60
+_ERRORS: dict[str, type[EngineError]] = {"not_found": NotFound, "conflict": Conflict}
+
+
+class LeaderUnavailable(TransportError):
+    """No hub leads the engine right now (or it did not answer in time)."""
+
+
+class CommandClient:
+    def __init__(self, client: Redis, sk: StateKeys) -> None:
+        self.client = client
+        self.sk = sk
+
+    async def call(self, op: str, timeout_s: float = 10.0, **args: Any) -> Any:
+        command_id = new_id()
+        await self.client.xadd(self.sk.commands, {"id": command_id, "op": op, "args": json.dumps(args)})
+        reply = await self.client.blpop([self.sk.reply(command_id)], timeout=timeout_s)
+        if reply is None:
+            raise LeaderUnavailable(f"no leading hub answered {op!r} within {timeout_s:g}s")
+        answer = json.loads(reply[1])
+        if answer["ok"]:
+            return answer["result"]
+        raise _ERRORS.get(answer["error"], EngineError)(answer["detail"])
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class CommandServer:
+    def __init__(self, client: Redis, sk: StateKeys, consumer: str, handlers: dict[str, Handler]) -> None:
+        self.client = client
+        self.sk = sk
+        self.consumer = consumer
+        self.handlers = handlers
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self.client.xgroup_create(self.sk.commands, GROUP, id="$", mkstream=True)
+        except Exception as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        while not stop.is_set():
+            # own pending first (a restarted leader finishes what it had read), then new ones
+            for start in ("0", ">"):
+                rows = await self.client.xreadgroup(
+                    GROUP, self.consumer, {self.sk.commands: start}, count=50,
+                    block=None if start == "0" else 500,
+                )  # fmt: skip
+                for _, entries in rows or []:
+                    for entry_id, fields in entries:
+                        await self._serve(entry_id, fields)
+
+    async def _serve(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        command_id = fields.get(b"id", b"").decode()
+        op = fields.get(b"op", b"").decode()
+        try:
+            args = json.loads(fields.get(b"args", b"{}"))
+            handler = self.handlers.get(op)
+            if handler is None:
+                raise NotFound(f"unknown command {op!r}")
+            answer = {"ok": True, "result": await handler(args)}
+        except NotFound as exc:
+            answer = {"ok": False, "error": "not_found", "detail": str(exc)}
+        except Conflict as exc:
+            answer = {"ok": False, "error": "conflict", "detail": str(exc)}
+        except CallboardError as exc:
+            if type(exc).__name__ == "StaleLeader":
+                raise
+            answer = {"ok": False, "error": "engine", "detail": str(exc)}
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.rpush(self.sk.reply(command_id), json.dumps(answer, default=str))
+            pipe.expire(self.sk.reply(command_id), REPLY_TTL_S)
+            pipe.xack(self.sk.commands, GROUP, entry_id)
+            pipe.xdel(self.sk.commands, entry_id)
+            await pipe.execute()

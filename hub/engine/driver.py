@@ -1,0 +1,150 @@
+"""The engine's I/O on the leading hub: load state, apply inputs, commit, run deadlines.
+
+Each step mutates the engine under one lock, takes its outbox and commits it in one fenced
+write before anything is acknowledged, so a hub killed at any point resumes from Redis
+with no GO sent twice and no message lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from hub.cuelists import CuelistStore
+from hub.engine import inputs
+from hub.engine.core import Engine
+from hub.engine.dry import dry_run
+from hub.engine.escalations import OPEN
+from hub.engine.outbox import Outbox, Timer
+from hub.engine.plan import Plan
+from hub.engine.resources import ResourceBook
+from hub.engine.state import RunState
+from hub.store import StateStore
+from protocols.codec import Envelope
+from protocols.contracts import Contract
+from protocols.errors import NotFound
+from protocols.keys import Keys
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+class Driver:
+    def __init__(
+        self,
+        store: StateStore,
+        cuelists: CuelistStore,
+        keys: Keys,
+        lease_value: Callable[[], str | None],
+        contract_of: Callable[[str], Contract | None] = lambda agent: None,
+        on_commit: Callable[[Outbox], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.cuelists = cuelists
+        self.keys = keys
+        self.lease_value = lease_value
+        self.engine = Engine(keys, contract_of=contract_of)
+        self.on_commit = on_commit
+        self._lock = asyncio.Lock()
+        self._timers: list[Timer] = []
+        self._wake = asyncio.Event()
+        self._plans: dict[tuple[str, str], Plan] = {}
+
+    # -- state ----------------------------------------------------------------------------
+    async def load(self) -> int:
+        """Resume every active run from Redis (after a restart or a leader change)."""
+        async with self._lock:
+            self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
+            book = await self.store.resources()
+            if book:
+                self.engine.book = ResourceBook.load(book)
+            self.engine.paused = await self.store.paused()
+            runs = await self.store.runs(await self.store.active_run_ids())
+            for run in runs:
+                self.engine.adopt(run, await self.plan(run.cuelist, run.version))
+            for esc in await self.store.escalations(limit=1000):
+                if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
+                    self.engine.escalations.by_id[esc.id] = esc
+                    self.engine.escalations.by_slot.setdefault(esc.slot, esc.id)
+            await self._commit(self.engine.take())
+            return len(runs)
+
+    async def plan(self, name: str, version: str) -> Plan:
+        key = (name, version)
+        if key not in self._plans:
+            cuelist = await self.cuelists.get(name, version)
+            self._plans[key] = Plan.build(cuelist, version)
+        return self._plans[key]
+
+    async def step(self, fn: Callable[[Engine], R]) -> R:
+        """Run `fn` on the engine and commit what it produced, as one step."""
+        async with self._lock:
+            try:
+                result = fn(self.engine)
+            finally:
+                out = self.engine.take()
+                await self._commit(out)
+            return result
+
+    async def _commit(self, out: Outbox) -> None:
+        lease = self.lease_value()
+        if lease is None:
+            from protocols.errors import StaleLeader
+
+            raise StaleLeader("not the leader")
+        await self.store.commit(out, self.engine, lease)
+        for timer in out.timers:
+            heapq.heappush(self._timers, timer)
+        if out.timers:
+            self._wake.set()
+        for run_id in out.finished:
+            self.engine.runs.pop(run_id, None)
+            self.engine.plans.pop(run_id, None)
+            self.engine.escalations.forget_run(run_id)
+        if self.on_commit is not None:
+            self.on_commit(out)
+
+    # -- inputs ---------------------------------------------------------------------------
+    async def handle(self, messages: list[Envelope]) -> None:
+        def apply(engine: Engine) -> None:
+            for msg in messages:
+                if msg.message_type in inputs.ENGINE_TYPES:
+                    inputs.handle(engine, msg)
+                else:
+                    inputs.specialist_escalation(engine, msg)
+
+        await self.step(apply)
+
+    async def start_run(
+        self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool
+    ) -> RunState:
+        version = version or await self.cuelists.latest(name)
+        if version is None:
+            raise NotFound(f"no cuelist named {name}")
+        plan = await self.plan(name, version)
+        if dry:
+            run, out = dry_run(plan, run_id, params, self.keys)
+            async with self._lock:
+                self.engine.runs[run_id] = run
+                await self._commit(out)
+            return run
+        return await self.step(lambda e: e.start_run(plan, run_id, params, dry=False))
+
+    async def run_timers(self, stop: asyncio.Event) -> None:
+        """Fire deadlines when due; rebuilt from run state after a restart."""
+        while not stop.is_set():
+            now = self.engine.clock()
+            due: list[Timer] = []
+            while self._timers and self._timers[0].at <= now:
+                due.append(heapq.heappop(self._timers))
+            if due:
+                await self.step(lambda e: [inputs.on_timer(e, t) for t in due])
+                continue
+            wait_s = min(self._timers[0].at - now, 1.0) if self._timers else 1.0
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))

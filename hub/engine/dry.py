@@ -1,0 +1,101 @@
+"""Dry runs: the whole cuelist walked with stand-in agents that acknowledge and complete at once.
+
+Nothing is sent to real specialists. Conditions nobody raises and manual cues are assumed
+given by an operator, and each such assumption is recorded as a wait.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.engine import inputs
+from hub.engine.core import Engine
+from hub.engine.outbox import Outbox
+from hub.engine.plan import Plan
+from hub.engine.state import RunState
+from protocols import payloads as p
+from protocols.codec import Envelope, make
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from protocols.states import CueState
+
+_STAND_IN_REPLIES = {T.COORD_WARNING, T.COORD_STANDBY, T.COORD_GO, T.TASK_ASSIGN}
+MAX_STEPS = 1_000_000
+
+
+def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tuple[RunState, Outbox]:
+    """Walk `plan` to its end in memory; returns the run (status `dry`) and what to persist."""
+    engine = Engine(keys)
+    run = engine.start_run(plan, run_id, params, dry=True)
+    collected = Outbox()
+    for _ in range(MAX_STEPS):
+        out = engine.take()
+        _merge(collected, out)
+        inbox = keys.inbox("")
+        replies = [
+            r
+            for stream, m in out.messages
+            if stream.startswith(inbox)
+            for r in _stand_in(plan, m, stream.removeprefix(inbox))
+        ]
+        if replies:
+            for reply in replies:
+                inputs.handle(engine, reply)
+            continue
+        if run.status.done or not _assume_operator(engine, plan, run):
+            break
+    collected.messages.clear()  # a dry run sends nothing
+    collected.timers.clear()
+    _merge(collected, engine.take())
+    collected.messages.clear()
+    collected.timers.clear()
+    return run, collected
+
+
+def _stand_in(plan: Plan, msg: Envelope, agent: str) -> list[Envelope]:
+    if msg.message_type not in _STAND_IN_REPLIES or msg.cue_id is None:
+        return []
+    attempt = msg.payload.attempt  # type: ignore[attr-defined]
+    base = {"from_agent": agent, "run_id": msg.run_id, "cue_id": msg.cue_id}
+    if msg.message_type is T.COORD_WARNING:
+        return [make(T.ACK_WARNING, p.AckWarning(attempt=attempt), **base)]
+    if msg.message_type is T.COORD_STANDBY:
+        return [make(T.ACK_STANDBY, p.AckStandby(attempt=attempt), **base)]
+    cue = plan.cues[msg.cue_id]
+    out = []
+    if cue.handoff and agent == cue.target_agents[0]:
+        receiver = plan.contract(cue.handoff.to)
+        provided = {k: "(dry run)" for k in (receiver.requires if receiver else ())}
+        body = p.TaskHandoff(
+            from_agent=agent, to_agent=cue.handoff.to, task_id=msg.cue_id, attempt=attempt,
+            handoff_context=p.HandoffContext(**provided),
+        )  # fmt: skip
+        out.append(make(T.TASK_HANDOFF, body, **base))
+    out.append(make(T.STATUS_COMPLETED, p.StatusCompleted(attempt=attempt), **base))
+    return out
+
+
+def _assume_operator(engine: Engine, plan: Plan, run: RunState) -> bool:
+    """Raise one missing condition or GO one armed cue, as an operator would; False if none."""
+    for cue_id in plan.order:
+        cr = run.cues[cue_id]
+        if cr.state is CueState.ARMED:
+            run.record.waits.append(f"{cue_id}: armed, needs an operator GO (assumed given)")
+            engine.operator_go(run.run_id, cue_id)
+            return True
+        if cr.state is CueState.WAITING:
+            missing = [c for c in plan.cues[cue_id].conditions if c not in run.conditions]
+            if missing:
+                run.record.waits.append(f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)")
+                engine.raise_condition(run.run_id, missing[0])
+                return True
+    return False
+
+
+def _merge(into: Outbox, out: Outbox) -> None:
+    into.events.extend(out.events)
+    into.escalations.update(out.escalations)
+    into.context.extend(out.context)
+    into.dirty |= out.dirty
+    into.finished |= out.finished
+    into.messages.extend(out.messages)

@@ -1,0 +1,66 @@
+"""Escalations: severity routing and seed 000's dedup (the first claims the slot, the rest count)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from protocols.ids import new_id
+from protocols.messages import MessageType
+from protocols.states import Severity
+
+OPEN = "open"
+RECORDED = "recorded"  # low severity: kept, not queued
+RESOLVED = "resolved"
+
+
+class Escalation(BaseModel):
+    id: str = Field(default_factory=new_id)
+    type: MessageType
+    severity: Severity
+    run_id: str | None = None
+    cue_id: str | None = None
+    cause: str
+    detail: str = ""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    raised_by: str = "hub"
+    status: str = OPEN
+    count: int = 1
+    created_at: float
+    updated_at: float
+    resolution: dict[str, Any] | None = None
+
+    @property
+    def slot(self) -> tuple[str | None, str | None, str]:
+        return (self.run_id, self.cue_id, self.cause)
+
+
+class EscalationBook:
+    """Open escalations by id and by dedup slot (run, cue, cause)."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, Escalation] = {}
+        self.by_slot: dict[tuple[str | None, str | None, str], str] = {}
+
+    def raise_(self, esc: Escalation) -> tuple[Escalation, bool]:
+        """Record `esc`; returns (the slot's escalation, whether it is new)."""
+        existing_id = self.by_slot.get(esc.slot)
+        if existing_id is not None and existing_id in self.by_id:
+            first = self.by_id[existing_id]
+            first.count += 1
+            first.updated_at = esc.updated_at
+            return first, False
+        if esc.severity is Severity.LOW:
+            esc.status = RECORDED
+        self.by_id[esc.id] = esc
+        self.by_slot[esc.slot] = esc.id
+        return esc, True
+
+    def get(self, esc_id: str) -> Escalation | None:
+        return self.by_id.get(esc_id)
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop a finished run's slots from memory (the store keeps the records)."""
+        for slot in [s for s in self.by_slot if s[0] == run_id]:
+            self.by_id.pop(self.by_slot.pop(slot), None)

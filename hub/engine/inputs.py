@@ -1,0 +1,254 @@
+"""What specialists tell the engine (acks, status, handoffs, context) and deadlines firing.
+
+Every message is checked against the cue's state (seed 002, "Validation"): an ack out of
+order, an ack or a completion from an agent that is not a target, or a message for an
+unknown run is recorded, counted and escalated once; it never crashes the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.engine.core import Engine, _all
+from hub.engine.outbox import ARBITRATION, Timer
+from hub.engine.state import CueRun, RunState
+from protocols import payloads as p
+from protocols.codec import Envelope
+from protocols.contracts import Contract
+from protocols.messages import MessageType as T
+from protocols.states import CueState, Phase, Severity, TargetState
+
+# Which cue state an input belongs to, and the target state it moves the sender to.
+_EXPECTS: dict[T, tuple[CueState, TargetState]] = {
+    T.ACK_WARNING: (CueState.WARNING, TargetState.PREPARED),
+    T.ACK_STANDBY: (CueState.STANDBY, TargetState.READY),
+    T.STATUS_STARTED: (CueState.GO, TargetState.STARTED),
+    T.STATUS_COMPLETED: (CueState.GO, TargetState.COMPLETED),
+    T.STATUS_FAILED: (CueState.GO, TargetState.FAILED),
+    T.STATUS_BLOCKED: (CueState.GO, TargetState.STARTED),
+}
+_AFTER = {
+    CueState.WARNING: (CueState.STANDBY, CueState.GO, CueState.COMPLETED, CueState.FAILED),
+    CueState.STANDBY: (CueState.GO, CueState.COMPLETED, CueState.FAILED),
+    CueState.GO: (CueState.COMPLETED, CueState.FAILED),
+}
+ENGINE_TYPES = frozenset({*_EXPECTS, T.TASK_HANDOFF, T.TASK_CONTEXT})
+
+
+def handle(engine: Engine, msg: Envelope) -> None:
+    """Apply one authenticated specialist message to its run."""
+    run = engine.runs.get(msg.run_id or "")
+    if run is None:
+        violation(engine, None, None, f"unknown_run:{msg.run_id}", msg,
+                  f"{msg.message_type.value} for unknown run {msg.run_id}")  # fmt: skip
+        return
+    run.record.messages_in += 1
+    engine._dirty(run)
+    if msg.message_type is T.TASK_CONTEXT:
+        _context(engine, run, msg)
+        return
+    cue_id = msg.cue_id
+    if msg.message_type is T.TASK_HANDOFF:
+        cue_id = cue_id or msg.payload.task_id  # type: ignore[attr-defined]
+    cr = run.cues.get(cue_id or "")
+    if cr is None:
+        violation(engine, run, None, f"unknown_cue:{cue_id}", msg, f"no cue {cue_id} in run")
+        return
+    if msg.from_agent not in engine.plans[run.run_id].cues[cue_id].target_agents:  # type: ignore[index]
+        violation(engine, run, cue_id, f"not_a_target:{msg.from_agent}", msg,
+                  f"{msg.from_agent} is not a target of {cue_id}")  # fmt: skip
+        return
+    if msg.message_type is T.TASK_HANDOFF:
+        _handoff(engine, run, cue_id, cr, msg)  # type: ignore[arg-type]
+        return
+    _phase_input(engine, run, cue_id, cr, msg)  # type: ignore[arg-type]
+
+
+def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:
+    expected_cue, new_target = _EXPECTS[msg.message_type]
+    attempt = getattr(msg.payload, "attempt", cr.attempt)
+    agent = msg.from_agent
+    if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done:
+        return  # late or duplicate: it changes nothing (idempotent handling)
+    if cr.state is not expected_cue:
+        violation(engine, run, cue_id, f"out_of_order:{msg.message_type.value}", msg,
+                  f"{msg.message_type.value} from {agent} while {cue_id} is {cr.state.value}")  # fmt: skip
+        return
+    mt = msg.message_type
+    if mt is T.STATUS_FAILED:
+        cr.targets[agent] = TargetState.FAILED
+        engine.fail_attempt(run, cue_id, f"{agent}: {msg.payload.error}")  # type: ignore[attr-defined]
+        return
+    if mt is T.STATUS_BLOCKED:
+        cr.reason = f"{agent} blocked: {msg.payload.reason}"  # type: ignore[attr-defined]
+        engine._dirty(run)
+        return
+    if mt is T.ACK_STANDBY and not msg.payload.ready:  # type: ignore[attr-defined]
+        cr.not_ready[agent] = msg.payload.reason or "not ready"  # type: ignore[attr-defined]
+        cr.reason = f"{agent} not ready: {cr.not_ready[agent]}"
+        engine._dirty(run)
+        return
+    if mt is T.STATUS_COMPLETED:
+        cr.result[agent] = msg.payload.result  # type: ignore[attr-defined]
+    elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
+        return  # started arrived after completed (reordered redelivery)
+    cr.not_ready.pop(agent, None)
+    cr.targets[agent] = new_target
+    engine._dirty(run)
+    _advance(engine, run, cue_id, cr)
+
+
+def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
+    waiting = sorted(a for a, s in cr.targets.items() if s is not _goal(cr.state))
+    if cr.state is CueState.WARNING:
+        if waiting:
+            cr.reason = f"waiting for ack.warning from {', '.join(waiting)}"
+        elif cr.early:
+            engine._clear_deadline(cr)
+            cr.reason = "prepared: waiting for its predecessor to complete"
+        else:
+            engine._to_standby(run, cue_id)
+    elif cr.state is CueState.STANDBY:
+        if waiting:
+            cr.reason = f"waiting for ack.standby from {', '.join(waiting)}"
+        else:
+            engine._go(run, cue_id)
+    elif cr.state is CueState.GO:
+        if waiting:
+            cr.reason = f"waiting for status.completed from {', '.join(waiting)}"
+        elif engine.plans[run.run_id].cues[cue_id].handoff and not cr.handoff_ok:
+            to = engine.plans[run.run_id].cues[cue_id].handoff.to
+            cr.reason = f"waiting for a valid handoff to {to}"
+        else:
+            engine.complete(run, cue_id)
+
+
+def _goal(state: CueState) -> TargetState:
+    return {
+        CueState.WARNING: TargetState.PREPARED,
+        CueState.STANDBY: TargetState.READY,
+    }.get(state, TargetState.COMPLETED)
+
+
+def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:
+    """task.handoff: checked against the contracts; forwarded, or refused and the cue fails."""
+    body: p.TaskHandoff = msg.payload  # type: ignore[assignment]
+    plan = engine.plans[run.run_id]
+    cue = plan.cues[cue_id]
+    if cr.state.done or cr.handoff_ok:
+        return
+    declared_to = cue.handoff.to if cue.handoff else None
+    missing = missing_for_handoff(
+        body.from_agent, _contract(engine, plan, body.from_agent),
+        body.to_agent, _contract(engine, plan, body.to_agent),
+        body.handoff_context.provided_keys(),
+    )  # fmt: skip
+    problem = None
+    if body.from_agent != msg.from_agent:
+        problem = f"handoff names sender {body.from_agent}, but {msg.from_agent} sent it"
+    elif declared_to and body.to_agent != declared_to:
+        problem = f"{cue_id} must hand off to {declared_to}, not {body.to_agent}"
+    elif missing:
+        problem = f"handoff to {body.to_agent} misses {', '.join(missing)}"
+    if problem:
+        payload = p.EscalationHandoffRejected(
+            severity=Severity.HIGH, cause="handoff_rejected", detail=problem,
+            from_agent=msg.from_agent, to_agent=body.to_agent, task_id=body.task_id,
+            missing=missing,
+        )  # fmt: skip
+        engine.escalate(run, cue_id, T.ESCALATION_HANDOFF_REJECTED, payload)
+        if cr.state in (CueState.GO, CueState.STANDBY, CueState.WARNING):
+            cr.retries_used = engine.plans[run.run_id].cues[cue_id].retries  # no retry
+            engine.fail_attempt(run, cue_id, f"handoff rejected: {problem}")
+        return
+    cr.handoff_ok = True
+    run.handoffs[body.to_agent] = body.handoff_context.model_dump(mode="json")
+    forwarded = msg.model_copy(update={"target_agents": (body.to_agent,)})
+    engine.out.messages.append((engine.keys.inbox(body.to_agent), forwarded))
+    engine._event(run, "handoff", cue=cue_id, to=body.to_agent)
+    if cr.state is CueState.GO:
+        _advance(engine, run, cue_id, cr)
+
+
+def missing_for_handoff(
+    sender: str, sender_c: Contract | None, receiver: str, receiver_c: Contract | None,
+    declared: set[str],
+) -> list[str]:  # fmt: skip
+    """Keys the receiver requires that neither the sender provides nor the handoff declares."""
+    from protocols.contracts import check_handoff
+
+    return list(check_handoff(sender, sender_c, receiver, receiver_c, declared))
+
+
+def _contract(engine: Engine, plan: Any, agent: str) -> Contract | None:
+    found: Contract | None = plan.contract(agent) or engine.contract_of(agent)
+    return found
+
+
+def _context(engine: Engine, run: RunState, msg: Envelope) -> None:
+    body: p.TaskContext = msg.payload  # type: ignore[assignment]
+    entry = {
+        "value": body.value, "source": msg.from_agent, "timestamp": msg.sent_at.timestamp(),
+        "tags": body.tags, "metadata": body.metadata, "cue_id": msg.cue_id,
+    }  # fmt: skip
+    engine.out.context.append((run.run_id, body.key, entry))
+    engine._event(run, "context", key=body.key, source=msg.from_agent)
+
+
+def violation(
+    engine: Engine, run: RunState | None, cue_id: str | None, cause: str, msg: Envelope, detail: str
+) -> None:
+    """Record, count and escalate (once per run, cue and cause) a protocol violation."""
+    if run is not None:
+        run.record.protocol_violations += 1
+        run.record.errors.append(detail)
+        engine._dirty(run)
+    payload = p.EscalationProtocolViolation(
+        severity=Severity.MEDIUM, cause=cause, detail=detail, reason=cause,
+        entry_id=msg.message_id, sender=msg.from_agent,
+    )  # fmt: skip
+    engine.escalate(run, cue_id, T.ESCALATION_PROTOCOL_VIOLATION, payload)
+
+
+def on_timer(engine: Engine, timer: Timer) -> None:
+    """A deadline fired: if it is still the current one, escalate and retry or fail."""
+    run = engine.runs.get(timer.run_id)
+    if run is None or run.status.done:
+        return
+    cr = run.cues.get(timer.cue_id)
+    if cr is None or cr.attempt != timer.attempt:
+        return
+    if timer.kind == ARBITRATION:
+        engine.arbitration_timeout(run, timer.cue_id)
+        return
+    if cr.deadline is None or cr.deadline_phase is None or cr.deadline_phase.value != timer.kind:
+        return
+    if cr.deadline > timer.at + 1e-6:
+        return  # superseded by a later deadline
+    phase = cr.deadline_phase
+    cue = engine.plans[run.run_id].cues[timer.cue_id]
+    goal = {Phase.WARNING: TargetState.PREPARED, Phase.STANDBY: TargetState.READY}.get(
+        phase, TargetState.COMPLETED
+    )
+    waiting = sorted(a for a, s in cr.targets.items() if s is not goal)
+    seconds = {Phase.WARNING: cue.ack_timeout_s, Phase.STANDBY: cue.standby_timeout_s}.get(
+        phase, cue.go_timeout_s
+    )
+    what = {Phase.WARNING: "ack.warning", Phase.STANDBY: "ack.standby"}.get(phase, "completion")
+    detail = f"no {what} from {', '.join(waiting) or 'anyone'} within {seconds:g}s"
+    payload = p.EscalationTimeout(
+        severity=Severity.MEDIUM, cause=f"timeout:{phase.value}", detail=detail, phase=phase,
+        waiting_for=waiting, timeout_s=float(seconds), attempt=cr.attempt,
+    )  # fmt: skip
+    engine.escalate(run, timer.cue_id, T.ESCALATION_TIMEOUT, payload)
+    engine._stand_down(run, timer.cue_id, detail)
+    engine.fail_attempt(run, timer.cue_id, f"timeout: {detail}")
+
+
+def specialist_escalation(engine: Engine, msg: Envelope) -> None:
+    """An escalation a specialist raised: routed by its severity like the hub's own."""
+    run = engine.runs.get(msg.run_id or "")
+    engine.escalate(run, msg.cue_id, msg.message_type, msg.payload)
+
+
+__all__ = ["ENGINE_TYPES", "_all", "handle", "on_timer", "specialist_escalation", "violation"]

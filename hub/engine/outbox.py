@@ -1,0 +1,39 @@
+"""What one engine step produced: messages, events, escalations, context writes, timers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.engine.escalations import Escalation
+from protocols.codec import Envelope
+
+ARBITRATION = "arbitration"  # timer kind besides the three phases
+
+
+@dataclass(frozen=True, order=True)
+class Timer:
+    at: float
+    run_id: str
+    cue_id: str
+    attempt: int
+    kind: str  # a Phase value, or ARBITRATION
+
+
+@dataclass
+class Outbox:
+    messages: list[tuple[str, Envelope]] = field(default_factory=list)  # (stream, message)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (run_id, event)
+    escalations: dict[str, Escalation] = field(default_factory=dict)
+    context: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    dirty: set[str] = field(default_factory=set)  # run ids whose document changed
+    finished: set[str] = field(default_factory=set)
+    timers: list[Timer] = field(default_factory=list)
+    resources_changed: bool = False
+    paused_changed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.messages or self.events or self.escalations or self.context or self.dirty
+            or self.timers or self.resources_changed or self.paused_changed
+        )  # fmt: skip

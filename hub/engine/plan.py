@@ -1,0 +1,61 @@
+"""A pinned cuelist version indexed for the engine: predecessors, successors, triggers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocols.contracts import Contract
+
+
+@dataclass
+class Plan:
+    """Everything the engine asks of a cuelist, computed once per version."""
+
+    cuelist: Any  # protocols.cuelist.Cuelist (validated, defaults merged)
+    version: str
+    cues: dict[str, Any] = field(default_factory=dict)
+    preds: dict[str, list[str]] = field(default_factory=dict)
+    succs: dict[str, list[str]] = field(default_factory=dict)
+    followed_by: dict[str, str] = field(default_factory=dict)  # cue -> its auto_follow
+    entries: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # declaration order
+
+    @classmethod
+    def build(cls, cuelist: Any, version: str) -> Plan:
+        plan = cls(cuelist=cuelist, version=version)
+        for cue in cuelist.cues:
+            plan.cues[cue.id] = cue
+            plan.order.append(cue.id)
+            plan.preds.setdefault(cue.id, [])
+            plan.succs.setdefault(cue.id, [])
+        for cue in cuelist.cues:
+            for dep in cue.depends_on:
+                _edge(plan, dep, cue.id)
+            if cue.auto_follow:
+                plan.followed_by[cue.id] = cue.auto_follow
+                _edge(plan, cue.id, cue.auto_follow)
+        plan.entries = list(cuelist.start) if cuelist.start else plan.order[:1]
+        return plan
+
+    @property
+    def name(self) -> str:
+        return str(self.cuelist.cuelist)
+
+    @property
+    def strategy(self) -> Any:
+        return self.cuelist.conflict_strategy
+
+    def contract(self, agent: str) -> Contract | None:
+        found: Contract | None = (self.cuelist.specialists or {}).get(agent)
+        return found
+
+    def auto_followed_by(self, cue_id: str) -> list[str]:
+        """Predecessors that name `cue_id` in their auto_follow."""
+        return [p for p in self.preds[cue_id] if self.followed_by.get(p) == cue_id]
+
+
+def _edge(plan: Plan, a: str, b: str) -> None:
+    if a not in plan.preds[b]:  # depends_on and auto_follow may name the same edge
+        plan.preds[b].append(a)
+        plan.succs[a].append(b)

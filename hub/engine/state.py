@@ -1,0 +1,71 @@
+"""The persisted state of a run and its cues: plain models, serialised as one JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from protocols.states import CueState, FiredBy, Phase, RunStatus, TargetState
+
+
+class CueRun(BaseModel):
+    """One cue within one run."""
+
+    state: CueState = CueState.PENDING
+    reason: str | None = None
+    attempt: int = 0  # bumped on every call (WARNING); retries_used counts failures only
+    retries_used: int = 0
+    fired_by: FiredBy | None = None
+    go_by: FiredBy | None = None  # who fired the GO of the current attempt
+    early: bool = False  # warned while a predecessor was still running
+    warned_at: float | None = None
+    standby_at: float | None = None
+    go_at: float | None = None
+    completed_at: float | None = None
+    deadline: float | None = None  # epoch seconds; rebuilt into timers after a restart
+    deadline_phase: Phase | None = None
+    targets: dict[str, TargetState] = Field(default_factory=dict)
+    not_ready: dict[str, str] = Field(default_factory=dict)  # agent -> why not ready
+    holds: list[str] = Field(default_factory=list)  # resources this cue holds
+    handoff_ok: bool = False
+    go_context: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    gos: list[dict[str, Any]] = Field(default_factory=list)  # one recorded event per attempt
+
+
+class RunRecord(BaseModel):
+    """Seed 004's run record, kept as the run goes."""
+
+    messages_in: int = 0
+    messages_out: int = 0
+    escalations: list[str] = Field(default_factory=list)  # escalation ids
+    errors: list[str] = Field(default_factory=list)
+    protocol_violations: int = 0
+    fired: list[str] = Field(default_factory=list)  # cue ids in the order they fired
+    waits: list[str] = Field(default_factory=list)
+    conflicts: list[str] = Field(default_factory=list)
+
+
+class RunState(BaseModel):
+    run_id: str
+    cuelist: str
+    version: str
+    status: RunStatus = RunStatus.RUNNING
+    dry: bool = False
+    params: dict[str, Any] = Field(default_factory=dict)
+    created_at: float
+    started_at: float | None = None
+    completed_at: float | None = None
+    hold_reason: str | None = None
+    conditions: list[str] = Field(default_factory=list)
+    cues: dict[str, CueRun] = Field(default_factory=dict)
+    handoffs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # receiver -> context
+    record: RunRecord = Field(default_factory=RunRecord)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for cue in self.cues.values():
+            out[cue.state.value] = out.get(cue.state.value, 0) + 1
+        return out

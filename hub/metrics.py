@@ -1,0 +1,40 @@
+"""Prometheus metrics of one hub process (served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """One registry per hub, so tests can run several hubs in one process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.routed = Counter(
+            "callboard_messages_routed", "Messages routed by the hub", ["type"], registry=r
+        )
+        self.dead_letters = Counter(
+            "callboard_dead_letters", "Entries moved to the dead-letter stream", ["reason"], registry=r
+        )
+        self.violations = Counter(
+            "callboard_protocol_violations", "Protocol violations seen", ["cause"], registry=r
+        )
+        self.escalations = Counter(
+            "callboard_escalations", "Escalations raised (deduplicated)", ["type", "severity"], registry=r
+        )
+        self.phase = Histogram(
+            "callboard_cue_phase_seconds", "Time a cue spent in each phase", ["phase"], registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )  # fmt: skip
+        self.runs = Counter("callboard_runs", "Runs finished", ["status"], registry=r)
+        self.leader = Gauge("callboard_leader", "1 while this hub leads the engine", registry=r)
+        self.active_runs = Gauge("callboard_active_runs", "Runs in memory on the leader", registry=r)
+
+
+def _cause_label(cause: str) -> str:
+    """Bound label cardinality: `unknown_run:abc` -> `unknown_run`."""
+    return cause.split(":", 1)[0][:40]
+
+
+__all__ = ["Metrics", "_cause_label"]

@@ -1,0 +1,92 @@
+"""The agent registry: contracts and replicas from `status.online`, liveness from Redis itself.
+
+No heartbeats: a replica is alive while its consumer in the agent's group keeps reading
+(XINFO CONSUMERS idle time), and gone after `status.offline` or a long silence.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from hub.store import StateKeys
+from protocols import payloads as p
+from protocols.codec import Envelope
+from protocols.contracts import Contract
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from protocols.transport import Transport
+
+LIVENESS_MS = 15_000  # a replica blocked in XREADGROUP touches its consumer every block_ms
+
+
+class Registry:
+    def __init__(self, transport: Transport, keys: Keys) -> None:
+        self.transport = transport
+        self.keys = keys
+        self.sk = StateKeys(keys)
+        self.agents: dict[str, dict[str, Any]] = {}
+
+    async def load(self) -> None:
+        raw = await self.transport.client.hgetall(self.sk.agents)
+        self.agents = {k.decode(): json.loads(v) for k, v in raw.items()}
+
+    def contract_of(self, agent: str) -> Contract | None:
+        entry = self.agents.get(agent)
+        return Contract.model_validate(entry["contract"]) if entry else None
+
+    def apply(self, msg: Envelope) -> bool:
+        """Update the registry from a status message; True when something changed."""
+        now = time.time()
+        agent = msg.from_agent
+        entry = self.agents.setdefault(
+            agent, {"agent": agent, "kind": "", "contract": {}, "replicas": {}, "first_seen": now}
+        )
+        if msg.message_type is T.STATUS_ONLINE:
+            body: p.StatusOnline = msg.payload  # type: ignore[assignment]
+            entry["kind"] = body.kind
+            entry["contract"] = body.contract.model_dump(mode="json")
+            entry["replicas"][body.replica] = {
+                "online": True, "since": now, "concurrency": body.concurrency, "last_seen": now,
+            }  # fmt: skip
+            return True
+        if msg.message_type is T.STATUS_OFFLINE:
+            replica = msg.payload.replica  # type: ignore[attr-defined]
+            entry["replicas"].setdefault(replica, {})
+            entry["replicas"][replica].update(online=False, last_seen=now, reason=msg.payload.reason)  # type: ignore[attr-defined]
+            return True
+        replica = getattr(msg.payload, "replica", "")
+        if replica in entry["replicas"]:
+            entry["replicas"][replica]["last_seen"] = now
+        return False
+
+    async def save(self, agents: set[str]) -> None:
+        if agents:
+            mapping = {a: json.dumps(self.agents[a]) for a in agents if a in self.agents}
+            await self.transport.client.hset(self.sk.agents, mapping=mapping)
+
+    async def describe(self) -> list[dict[str, Any]]:
+        """Every agent with its replicas' liveness, read from the consumer group."""
+        await self.load()
+        out = []
+        for agent, entry in sorted(self.agents.items()):
+            try:
+                consumers = await self.transport.consumers(self.keys.inbox(agent), agent)
+            except Exception:
+                consumers = {}
+            replicas = []
+            for name, info in sorted(entry.get("replicas", {}).items()):
+                idle = consumers.get(name, {}).get("idle_ms")  # reset by every (blocking) read
+                alive = bool(info.get("online")) and idle is not None and idle < LIVENESS_MS
+                replicas.append({
+                    "replica": name, "online": alive, "idle_ms": idle,
+                    "pending": consumers.get(name, {}).get("pending", 0),
+                    "last_seen": info.get("last_seen"),
+                })  # fmt: skip
+            out.append({
+                "agent": agent, "kind": entry.get("kind", ""), "contract": entry.get("contract", {}),
+                "replicas": replicas, "online": any(r["online"] for r in replicas),
+                "last_seen": max((r["last_seen"] or 0 for r in replicas), default=None),
+            })  # fmt: skip
+        return out

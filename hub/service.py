@@ -1,0 +1,173 @@
+"""One hub process: follow until it can lead, then route, run the engine, timers and commands."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+from pydantic_settings import SettingsConfigDict
+
+from hub.commands import CommandClient, CommandServer
+from hub.cuelists import CuelistStore
+from hub.engine.driver import Driver
+from hub.engine.outbox import Outbox
+from hub.leader import Leadership
+from hub.metrics import Metrics
+from hub.registry import Registry
+from hub.router import Router
+from hub.store import StateKeys, StateStore
+from protocols.codec import make
+from protocols.errors import StaleLeader
+from protocols.ids import new_id
+from protocols.messages import MessageType
+from protocols.payloads import PAYLOAD_MODELS
+from protocols.settings import Settings
+from protocols.transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+class HubSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="CALLBOARD_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    hub_id: str = ""
+    lease_ms: int = 5_000
+    command_timeout_s: float = 10.0
+
+
+class Hub:
+    def __init__(self, settings: HubSettings) -> None:
+        self.settings = settings
+        self.keys = settings.keys
+        self.hub_id = settings.hub_id or f"hub-{socket.gethostname()}-{os.getpid()}"
+        self.transport = Transport.from_url(
+            settings.redis_url, self.keys,
+            max_message_bytes=settings.max_message_bytes, max_deliveries=settings.max_deliveries,
+        )  # fmt: skip
+        client = self.transport.client
+        self.sk = StateKeys(self.keys)
+        self.store = StateStore(client, self.keys)
+        self.cuelists = CuelistStore(client, self.keys)
+        self.registry = Registry(self.transport, self.keys)
+        self.metrics = Metrics()
+        self.leadership = Leadership(client, self.sk.leader, self.sk.fence, self.hub_id, settings.lease_ms)
+        self.driver = Driver(
+            self.store, self.cuelists, self.keys, lambda: self.leadership.value,
+            contract_of=self.registry.contract_of, on_commit=self._observe,
+        )  # fmt: skip
+        self.router = Router(self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id)
+        self.commands = CommandClient(client, self.sk)
+        self.leading = asyncio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.registry.load()
+        try:
+            while not stop.is_set():
+                if not await self.leadership.wait_to_lead(stop):
+                    break
+                await self._lead(stop)
+        finally:
+            await self.leadership.release()
+            self.leading.clear()
+            self.metrics.leader.set(0)
+
+    async def _lead(self, stop: asyncio.Event) -> None:
+        resumed = await self.driver.load()
+        log.info("hub %s leads; resumed %d runs", self.hub_id, resumed)
+        self.leading.set()
+        self.metrics.leader.set(1)
+        server = CommandServer(self.transport.client, self.sk, self.hub_id, self._handlers())
+        tasks = [
+            asyncio.create_task(self.leadership.keep(stop), name="lease"),
+            asyncio.create_task(self.router.run(stop), name="router"),
+            asyncio.create_task(self.driver.run_timers(stop), name="timers"),
+            asyncio.create_task(server.run(stop), name="commands"),
+        ]
+        lost = asyncio.create_task(self.leadership.lost.wait(), name="lost")
+        stopping = asyncio.create_task(stop.wait(), name="stop")
+        try:
+            done, _ = await asyncio.wait([*tasks, lost, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task not in (lost, stopping) and not task.cancelled() and task.exception():
+                    exc = task.exception()
+                    if isinstance(exc, StaleLeader):
+                        log.warning("hub %s: %s; following again", self.hub_id, exc)
+                    else:
+                        log.error("hub task %s crashed", task.get_name(), exc_info=exc)
+        finally:
+            for task in [*tasks, lost, stopping]:
+                task.cancel()
+            for task in [*tasks, lost, stopping]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self.leading.clear()
+            self.metrics.leader.set(0)
+            self.leadership.value = None
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    def _observe(self, out: Outbox) -> None:
+        for esc in out.escalations.values():
+            if esc.count == 1:
+                self.metrics.escalations.labels(esc.type.value, esc.severity.value).inc()
+        for run_id, event in out.events:
+            if event.get("type") == "run" and event.get("status") not in ("running", "holding"):
+                self.metrics.runs.labels(event["status"]).inc()
+            del run_id
+        self.metrics.active_runs.set(len(self.driver.engine.runs))
+
+    # -- commands the leader serves -------------------------------------------------------
+    def _handlers(self) -> dict[str, Any]:
+        d = self.driver
+
+        async def start_run(a: dict[str, Any]) -> Any:
+            run = await d.start_run(a["cuelist"], a.get("version"), a["run_id"], a.get("params") or {}, bool(a.get("dry")))
+            return {"run_id": run.run_id, "status": run.status.value, "version": run.version}
+
+        async def go(a: dict[str, Any]) -> Any:
+            cr = await d.step(lambda e: e.operator_go(a["run_id"], a["cue_id"]))
+            return {"state": cr.state.value, "attempt": cr.attempt}
+
+        async def condition(a: dict[str, Any]) -> Any:
+            run = await d.step(lambda e: e.raise_condition(a["run_id"], a["name"]))
+            return {"conditions": run.conditions}
+
+        async def cancel(a: dict[str, Any]) -> Any:
+            run = await d.step(lambda e: e.cancel(a["run_id"], a.get("reason") or "cancelled by operator"))
+            return {"status": run.status.value}
+
+        async def resolve(a: dict[str, Any]) -> Any:
+            esc = await d.step(lambda e: e.resolve(a["id"], a.get("winner"), a.get("note") or ""))
+            return esc.model_dump(mode="json")
+
+        async def broadcast(a: dict[str, Any]) -> Any:
+            mt = MessageType(a["message_type"])
+            payload = PAYLOAD_MODELS[mt].model_validate(a.get("payload") or {})
+
+            def send(e: Any) -> None:
+                if mt is MessageType.BROADCAST_RESUME:
+                    e.resume(getattr(payload, "reason", "") or "operator")
+                elif mt is MessageType.BROADCAST_PAUSE:
+                    e.pause(getattr(payload, "reason", "") or "operator")
+                else:
+                    e.out.messages.append((self.keys.broadcast, make(mt, payload)))
+
+            await d.step(send)
+            return {"sent": mt.value}
+
+        return {
+            "start_run": start_run, "go": go, "condition": condition, "cancel": cancel,
+            "resolve": resolve, "broadcast": broadcast,
+        }  # fmt: skip
+
+
+def new_run_id() -> str:
+    return new_id()

@@ -1,0 +1,203 @@
+"""Hub state in Redis: key layout, the fenced commit, and reads for the API.
+
+Every state write of the engine goes through one Lua script that first checks the leader
+lease still holds this hub's fencing token, then applies all operations of the step (run
+documents, outgoing XADDs, events, escalations, context) atomically. A stale leader's
+write is refused whole, so nothing it decided after losing the lease takes effect.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hub.engine.escalations import Escalation
+from hub.engine.outbox import Outbox
+from hub.engine.state import RunState
+from protocols.codec import encode
+from protocols.errors import StaleLeader
+from protocols.keys import STREAM_FIELD, Keys
+from protocols.transport import Redis
+
+EVENTS_MAXLEN = 5_000
+
+_COMMIT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('STALE leader lease lost')
+end
+local ops = cjson.decode(ARGV[2])
+for i = 1, #ops do redis.call(unpack(ops[i])) end
+return #ops
+"""
+
+
+@dataclass(frozen=True)
+class StateKeys:
+    """Every hub state key, built from the one prefix (protocols.keys.Keys.state)."""
+
+    keys: Keys
+
+    @property
+    def leader(self) -> str:
+        return self.keys.state("hub", "leader")
+
+    @property
+    def fence(self) -> str:
+        return self.keys.state("hub", "fence")
+
+    @property
+    def commands(self) -> str:
+        return self.keys.state("hub", "commands")
+
+    def reply(self, command_id: str) -> str:
+        return self.keys.state("hub", "reply", command_id)
+
+    def run(self, run_id: str) -> str:
+        return self.keys.state("run", run_id)
+
+    def events(self, run_id: str) -> str:
+        return self.keys.state("run", run_id, "events")
+
+    def context(self, run_id: str) -> str:
+        return self.keys.state("run", run_id, "context")
+
+    @property
+    def active_runs(self) -> str:
+        return self.keys.state("runs", "active")
+
+    @property
+    def all_runs(self) -> str:
+        return self.keys.state("runs", "all")
+
+    def escalation(self, esc_id: str) -> str:
+        return self.keys.state("esc", esc_id)
+
+    @property
+    def escalations(self) -> str:
+        return self.keys.state("escs")
+
+    @property
+    def resources(self) -> str:
+        return self.keys.state("resources")
+
+    @property
+    def paused(self) -> str:
+        return self.keys.state("paused")
+
+    def cuelist(self, name: str) -> str:
+        return self.keys.state("cuelist", name)
+
+    @property
+    def cuelists(self) -> str:
+        return self.keys.state("cuelists")
+
+    def idempotency(self, key: str) -> str:
+        return self.keys.state("idem", key)
+
+    @property
+    def agents(self) -> str:
+        return self.keys.state("agents")
+
+    def schedule(self, name: str) -> str:
+        return self.keys.state("schedule", name)
+
+
+class StateStore:
+    """Reads and the fenced commit of engine state."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.sk = StateKeys(keys)
+        self._commit = client.register_script(_COMMIT)
+
+    async def commit(self, out: Outbox, engine: Any, lease_value: str) -> None:
+        """Write one engine step atomically under the leader's fencing token."""
+        ops = self.ops(out, engine)
+        if not ops:
+            return
+        try:
+            await self._commit(keys=[self.sk.leader], args=[lease_value, json.dumps(ops)])
+        except Exception as exc:
+            if "STALE" in str(exc):
+                raise StaleLeader("leader lease lost: state write refused") from None
+            raise
+
+    def ops(self, out: Outbox, engine: Any) -> list[list[Any]]:
+        sk = self.sk
+        ops: list[list[Any]] = []
+        for run_id in sorted(out.dirty):
+            run: RunState | None = engine.runs.get(run_id)
+            if run is None:
+                continue
+            ops.append(["SET", sk.run(run_id), run.model_dump_json()])
+            if run.status.done:
+                ops.append(["SREM", sk.active_runs, run_id])
+            else:
+                ops.append(["SADD", sk.active_runs, run_id])
+            ops.append(["ZADD", sk.all_runs, "NX", str(run.created_at), run_id])
+        for stream, message in out.messages:
+            ops.append(["XADD", stream, "*", STREAM_FIELD, encode(message).decode()])
+        for run_id, event in out.events:
+            ops.append([
+                "XADD", sk.events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
+                "e", json.dumps(event, default=str),
+            ])  # fmt: skip
+        for esc in out.escalations.values():
+            ops.append(["SET", sk.escalation(esc.id), esc.model_dump_json()])
+            ops.append(["ZADD", sk.escalations, str(esc.created_at), esc.id])
+        for run_id, key, entry in out.context:
+            ops.append(["HSET", sk.context(run_id), key, json.dumps(entry, default=str)])
+        if out.resources_changed:
+            ops.append(["SET", sk.resources, json.dumps(engine.book.dump())])
+        if out.paused_changed:
+            if engine.paused is None:
+                ops.append(["DEL", sk.paused])
+            else:
+                ops.append(["SET", sk.paused, engine.paused])
+        return ops
+
+    # -- reads ----------------------------------------------------------------------------
+    async def run(self, run_id: str) -> RunState | None:
+        raw = await self.client.get(self.sk.run(run_id))
+        return RunState.model_validate_json(raw) if raw else None
+
+    async def active_run_ids(self) -> list[str]:
+        return sorted(m.decode() for m in await self.client.smembers(self.sk.active_runs))
+
+    async def runs(self, run_ids: list[str]) -> list[RunState]:
+        if not run_ids:
+            return []
+        raws = await self.client.mget([self.sk.run(r) for r in run_ids])
+        return [RunState.model_validate_json(r) for r in raws if r]
+
+    async def recent_run_ids(self, limit: int = 100) -> list[str]:
+        ids = await self.client.zrevrange(self.sk.all_runs, 0, limit - 1)
+        return [i.decode() for i in ids]
+
+    async def escalation(self, esc_id: str) -> Escalation | None:
+        raw = await self.client.get(self.sk.escalation(esc_id))
+        return Escalation.model_validate_json(raw) if raw else None
+
+    async def escalations(self, limit: int = 200) -> list[Escalation]:
+        ids = await self.client.zrevrange(self.sk.escalations, 0, limit - 1)
+        if not ids:
+            return []
+        raws = await self.client.mget([self.sk.escalation(i.decode()) for i in ids])
+        return [Escalation.model_validate_json(r) for r in raws if r]
+
+    async def context(self, run_id: str) -> dict[str, dict[str, Any]]:
+        raw = await self.client.hgetall(self.sk.context(run_id))
+        return {k.decode(): json.loads(v) for k, v in raw.items()}
+
+    async def resources(self) -> dict[str, Any] | None:
+        raw = await self.client.get(self.sk.resources)
+        return json.loads(raw) if raw else None
+
+    async def paused(self) -> str | None:
+        raw = await self.client.get(self.sk.paused)
+        return raw.decode() if raw else None
+
+    async def events(self, run_id: str, after: str = "0-0", count: int = 500) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self.client.xrange(self.sk.events(run_id), min=f"({after}" if after != "0-0" else "-", count=count)
+        return [(i.decode(), json.loads(f[b"e"])) for i, f in rows]

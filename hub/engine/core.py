@@ -240,7 +240,7 @@ class Engine:
         cr.not_ready = {}
         cr.handoff_ok = False
         reason = "early warning: preparing while a predecessor runs" if early else None
-        self._set(run, cue_id, CueState.WARNING, reason or _missing("ack.warning", cr))
+        self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
         self._deadline(run, cue_id, Phase.WARNING, cue.ack_timeout_s)
         payload = p.CoordWarning(
             cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=list(cue.target_agents),
@@ -255,7 +255,7 @@ class Engine:
         if not self._claim(run, cue_id):
             return
         cr.standby_at = self.clock()
-        self._set(run, cue_id, CueState.STANDBY, _missing("ack.standby", cr))
+        self._set(run, cue_id, CueState.STANDBY, _missing(T.ACK_STANDBY, cr))
         self._deadline(run, cue_id, Phase.STANDBY, cue.standby_timeout_s)
         payload = p.CoordStandby(
             cue_id=cue_id, target_agents=list(cue.target_agents),
@@ -283,7 +283,7 @@ class Engine:
         for agent in cue.target_agents:
             context.update(run.handoffs.pop(agent, {}))
         cr.go_context = context
-        self._set(run, cue_id, CueState.GO, _missing("status.completed", cr))
+        self._set(run, cue_id, CueState.GO, _missing(T.STATUS_COMPLETED, cr))
         self._deadline(run, cue_id, Phase.GO, cue.go_timeout_s)
         self.book.mark_go((run.run_id, cue_id))
         self.out.resources_changed = True
@@ -605,8 +605,8 @@ def _all(cr: CueRun, state: TargetState) -> bool:
     return bool(cr.targets) and all(s is state for s in cr.targets.values())
 
 
-def _missing(what: str, cr: CueRun) -> str:
-    return f"waiting for {what} from {', '.join(sorted(cr.targets))}"
+def _missing(what: T, cr: CueRun) -> str:
+    return f"waiting for {what.value} from {', '.join(sorted(cr.targets))}"
 
 
 def _waiting_reason(preds: list[str], flags: list[str]) -> str:

@@ -234,7 +234,7 @@ def on_timer(engine: Engine, timer: Timer) -> None:
     seconds = {Phase.WARNING: cue.ack_timeout_s, Phase.STANDBY: cue.standby_timeout_s}.get(
         phase, cue.go_timeout_s
     )
-    what = {Phase.WARNING: "ack.warning", Phase.STANDBY: "ack.standby"}.get(phase, "completion")
+    what = {Phase.WARNING: T.ACK_WARNING.value, Phase.STANDBY: T.ACK_STANDBY.value}.get(phase, "completion")
     detail = f"no {what} from {', '.join(waiting) or 'anyone'} within {seconds:g}s"
     payload = p.EscalationTimeout(
         severity=Severity.MEDIUM, cause=f"timeout:{phase.value}", detail=detail, phase=phase,

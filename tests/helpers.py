@@ -1,0 +1,81 @@
+"""Test helpers: wait for a condition with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_INTERVAL_S = 0.01
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], Awaitable[T]],
+    timeout_s: float = ...,
+    *,
+    interval_s: float = ...,
+    message: str = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], T],
+    timeout_s: float = ...,
+    *,
+    interval_s: float = ...,
+    message: str = ...,
+) -> T: ...
+
+
+async def eventually(
+    predicate: Callable[[], Any],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    message: str = "",
+) -> Any:
+    """Poll `predicate` (sync or async) until it returns something truthy; return that.
+
+    Raises AssertionError naming the last value seen once `timeout_s` has passed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"condition not met within {timeout_s}s{': ' + message if message else ''}"
+                f" (last value: {value!r})"
+            )
+        await asyncio.sleep(interval_s)
+
+
+def eventually_sync(
+    predicate: Callable[[], T],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    message: str = "",
+) -> T:
+    """The blocking twin of `eventually`, for sync tests and threads."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"condition not met within {timeout_s}s{': ' + message if message else ''}"
+                f" (last value: {value!r})"
+            )
+        time.sleep(interval_s)

@@ -1,0 +1,168 @@
+"""The `Specialist` class authors subclass: its handler hooks, `run()` and the sync `main()`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import socket
+from typing import Any, ClassVar
+
+from protocols.codec import Envelope
+from protocols.contracts import Contract
+from protocols.keys import is_agent_id
+from protocols.payloads import BroadcastNotice, TaskHandoff
+from protocols.settings import Settings
+from protocols.transport import Transport
+from specialists.cue import Cue, Result
+
+log = logging.getLogger("callboard.specialists")
+
+Readiness = bool | tuple[bool, str] | None
+
+
+def default_replica() -> str:
+    """`{host}-{pid}`, squeezed into the agent id alphabet."""
+    host = re.sub(r"[^a-z0-9_.-]+", "-", socket.gethostname().lower()).strip("-.") or "replica"
+    return f"{host[:48]}-{os.getpid()}"
+
+
+class Specialist:
+    """Subclass and override the hooks; every hook has a harmless default.
+
+        class Builder(Specialist):
+            kind = "builder"
+            async def prepare(self, cue): ...            # after coord.warning, in background
+            async def ready(self, cue): return True      # coord.standby -> ack.standby
+            async def execute(self, cue): return {"ok": 1}  # coord.go / task.assign
+
+    Raise `Retry(delay_s=...)` or `Reject(reason)` from a hook to steer delivery.
+    """
+
+    kind: ClassVar[str] = "custom"
+    contract: Contract = Contract()
+    done_ttl_s: ClassVar[int] = 7 * 24 * 3600  # lifetime of done-markers
+    drain_timeout_s: ClassVar[float] = 30.0  # how long a stop waits for work in progress
+
+    def __init__(
+        self,
+        agent_id: str,
+        replica: str | None = None,
+        settings: Settings | None = None,
+        contract: Contract | None = None,
+        concurrency: int = 1,
+        *,
+        transport: Transport | None = None,
+    ) -> None:
+        replica = replica or default_replica()
+        for what, name in (("agent id", agent_id), ("replica name", replica)):
+            if not is_agent_id(name):
+                raise ValueError(f"bad {what} {name!r}: use [a-z0-9][a-z0-9_.-]*, at most 63")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.agent_id = agent_id
+        self.replica = replica
+        self.settings = settings or Settings()
+        if contract is not None:
+            self.contract = contract
+        self.concurrency = concurrency
+        self._transport = transport
+        self._runtime: Any = None
+        self._stop_reason: str | None = None
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Called once before the replica announces itself (open clients here)."""
+
+    async def teardown(self) -> None:
+        """Called once after the replica went offline."""
+
+    async def prepare(self, cue: Cue) -> None:
+        """WARNING: get ready in the background. An exception makes the replica not ready."""
+
+    async def ready(self, cue: Cue) -> Readiness:
+        """STANDBY: self-declared readiness; `False` or `(False, "why")` when not ready."""
+        return True
+
+    async def execute(self, cue: Cue) -> Result | dict[str, Any] | None:
+        """GO / task.assign: do the work. Return a Result or a dict; raise to fail."""
+        return None
+
+    async def standdown(self, cue: Cue, reason: str) -> None:
+        """coord.standdown: the cue will not GO (this attempt); release what prepare took."""
+
+    async def on_handoff(self, handoff: TaskHandoff, message: Envelope) -> None:
+        """A `task.handoff` to this agent, forwarded by the hub once checked."""
+
+    async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
+        """A `broadcast.notice` from the hub."""
+
+    # -- running -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run this replica until `stop()`, SIGTERM (via `main`) or `broadcast.shutdown`."""
+        from specialists.runtime import Runtime
+
+        settings = self.settings
+        transport = self._transport or Transport.from_url(
+            settings.redis_url,
+            settings.keys,
+            max_message_bytes=settings.max_message_bytes,
+            max_deliveries=settings.max_deliveries,
+        )
+        self._runtime = Runtime(self, transport)
+        if self._stop_reason is not None:
+            self._runtime.stop(self._stop_reason)
+        try:
+            await self._runtime.run()
+        finally:
+            self._runtime = None
+            if self._transport is None:
+                await transport.close()
+
+    @property
+    def state(self) -> str:
+        """`offline`, `running`, `paused` (broadcast.pause) or `draining`."""
+        return "offline" if self._runtime is None else self._runtime.state
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Drain: stop reading, finish work in progress, send status.offline, return."""
+        self._stop_reason = reason
+        if self._runtime is not None:
+            self._runtime.stop(reason)
+
+    def main(self) -> int:
+        """Run in a fresh event loop with SIGTERM/SIGINT draining; returns an exit code."""
+        return main(self)
+
+
+def main(specialist: Specialist) -> int:
+    """Run `specialist` until a signal drains it: 0 on a clean stop, 1 when it crashed.
+    A second signal during the drain stops at once (work in progress stays pending)."""
+
+    async def _run() -> None:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def on_signal(name: str) -> None:
+            if specialist._stop_reason is None:
+                specialist.stop(name)
+            elif me is not None:
+                me.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+        await specialist.run()
+
+    try:
+        asyncio.run(_run())
+    except asyncio.CancelledError:
+        log.warning("%s/%s stopped without draining", specialist.agent_id, specialist.replica)
+        return 1
+    except Exception:
+        log.exception("specialist %s/%s crashed", specialist.agent_id, specialist.replica)
+        return 1
+    return 0

@@ -1,0 +1,106 @@
+"""The `http` specialist: POST the cue to a URL and report the JSON answer.
+
+Action: `{url?, method?: POST, body?, headers?, timeout_s?}`. Without `body` it sends
+`{run_id, cue_id, attempt, action, context}`. Connect errors and 5xx answers are retried
+(bounded, with backoff); a 4xx or a 5xx after the last try fails the cue. The answer
+(JSON, else text) goes to the shared context as `{cue_id}.response` and to the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from specialists.base import Specialist
+from specialists.cue import Cue, Result
+from specialists.errors import Reject
+
+
+class HttpSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CALLBOARD_HTTP_", extra="ignore")
+
+    url: str | None = None  # used when the action names none
+    timeout_s: float = 30.0
+    tries: int = 3  # attempts on connect errors and 5xx
+    backoff_s: float = 0.2  # first wait between tries; doubles, at most 5 s
+
+
+class ServerError(Exception):
+    """A 5xx answer: worth another try."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}: {response.text[-500:]}")
+        self.response = response
+
+
+def _transient(exc: BaseException) -> bool:
+    # Only errors where the request surely did not run (or the server said so): a read
+    # timeout after sending is not retried, the endpoint may not be idempotent.
+    return isinstance(exc, (ServerError, httpx.ConnectError, httpx.ConnectTimeout))
+
+
+def _answer(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+class Http(Specialist):
+    kind = "http"
+
+    def __init__(self, *args: Any, http_settings: HttpSettings | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.http_settings = http_settings or HttpSettings()
+        self.client: httpx.AsyncClient | None = None
+
+    async def setup(self) -> None:
+        self.client = httpx.AsyncClient(timeout=self.http_settings.timeout_s)
+
+    async def teardown(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def execute(self, cue: Cue) -> Result:
+        assert self.client is not None, "setup() opens the client"
+        action, conf = cue.action, self.http_settings
+        url = action.get("url") or conf.url
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise Reject(f"no usable URL: set action.url or CALLBOARD_HTTP_URL (got {url!r})")
+        body = action.get("body")
+        if body is None:
+            body = {
+                "run_id": cue.run_id,
+                "cue_id": cue.cue_id,
+                "attempt": cue.attempt,
+                "action": action,
+                "context": cue.context,
+            }
+        method = str(action.get("method", "POST")).upper()
+        headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
+        timeout_s = float(action.get("timeout_s") or conf.timeout_s)
+
+        async def send() -> httpx.Response:
+            assert self.client is not None
+            response = await self.client.request(
+                method, url, json=body, headers=headers, timeout=timeout_s
+            )
+            if response.status_code >= 500:
+                raise ServerError(response)
+            return response
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, conf.tries)),
+            wait=wait_exponential(multiplier=conf.backoff_s, max=5.0),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        )
+        response: httpx.Response = await retrying(send)
+        answer = _answer(response)
+        cue.put_context(f"{cue.cue_id}.response", answer, tags=["http"])
+        if response.status_code >= 400:
+            raise RuntimeError(f"HTTP {response.status_code} from {url}: {response.text[-500:]}")
+        return Result(result={"status_code": response.status_code, "response": answer})

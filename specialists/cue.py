@@ -1,0 +1,187 @@
+"""What a handler gets and returns: `Cue` (alias `Job`), `Result`, `Handoff` and `Entry`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocols.codec import Envelope
+from protocols.keys import Keys
+from protocols.payloads import Artifact, HandoffContext, TaskHandoff
+from protocols.transport import Redis
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A shared-context value with its tags and metadata (seed 003 `ContextEntry`)."""
+
+    value: Any
+    tags: Sequence[str] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Handoff:
+    """A `task.handoff` to send before completing: `context` keys are the context it provides."""
+
+    to: str
+    context: Mapping[str, Any] = field(default_factory=dict)
+    work_completed: Sequence[str] = ()
+    artifacts_produced: Sequence[Artifact | Mapping[str, str]] = ()
+    next_steps: Sequence[str] = ()
+    constraints: Sequence[str] = ()
+
+    def payload(self, from_agent: str, task_id: str, attempt: int) -> TaskHandoff:
+        data: dict[str, Any] = dict(self.context)
+        for name in ("work_completed", "artifacts_produced", "next_steps", "constraints"):
+            value = getattr(self, name)
+            if value:  # an explicit standard field wins over a context key of the same name
+                data[name] = list(value)
+        return TaskHandoff(
+            from_agent=from_agent,
+            to_agent=self.to,
+            task_id=task_id,
+            attempt=attempt,
+            handoff_context=HandoffContext.model_validate(data),
+        )
+
+
+@dataclass(slots=True)
+class Result:
+    """What `execute` returns. A plain dict returned instead is taken as `Result(result=...)`.
+
+    `context` entries are written to the run's shared context (values, or `Entry` for tags
+    and metadata); `handoff` is sent after them and before `status.completed`.
+    """
+
+    result: dict[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    handoff: Handoff | None = None
+
+    @classmethod
+    def coerce(cls, value: Result | Mapping[str, Any] | None) -> Result:
+        if value is None:
+            return cls()
+        if isinstance(value, Result):
+            return value
+        if isinstance(value, Mapping):
+            return cls(result=dict(value))
+        raise TypeError(f"execute must return a Result, a dict or None, not {type(value).__name__}")
+
+
+class DoneMarkers:
+    """Done-markers for non-idempotent work, shared by every replica of one agent.
+
+    `SET {prefix}done:{agent}:{token} 1 NX EX ttl`: the first replica to mark a token wins,
+    so a GO reclaimed after a crash can tell that a side effect already happened.
+    """
+
+    def __init__(self, client: Redis, keys: Keys, agent_id: str, ttl_s: int) -> None:
+        self._client = client
+        self._keys = keys
+        self._agent = agent_id
+        self.ttl_s = ttl_s
+
+    async def mark(self, token: str, ttl_s: int | None = None) -> bool:
+        """True when this call set the marker, False when it was already there."""
+        key = self._keys.done(self._agent, token)
+        return bool(await self._client.set(key, b"1", nx=True, ex=ttl_s or self.ttl_s))
+
+    async def is_marked(self, token: str) -> bool:
+        return bool(await self._client.exists(self._keys.done(self._agent, token)))
+
+    async def clear(self, token: str) -> None:
+        await self._client.delete(self._keys.done(self._agent, token))
+
+
+class Cue:
+    """One cue (or direct task) on this replica, passed to `prepare`, `ready` and `execute`.
+
+    The same object is handed to every phase this replica sees for one (run, cue, attempt),
+    so `state` can carry what `prepare` set up over to `execute`.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        replica: str,
+        run_id: str | None,
+        cue_id: str,
+        attempt: int,
+        message: Envelope,
+        markers: DoneMarkers,
+        action: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.replica = replica
+        self.run_id = run_id
+        self.cue_id = cue_id
+        self.attempt = attempt
+        self.message = message  # the envelope of the phase being handled
+        self.action: dict[str, Any] = dict(action or {})
+        self.preparation_required: list[str] = []
+        self.ready_check: list[str] = []
+        self.state: dict[str, Any] = {}  # the author's scratch space across phases
+        self.prepare_error: str | None = None  # why `prepare` failed on this replica
+        self._context: dict[str, Any] = {}
+        self.pending_context: dict[str, Entry] = {}  # put_context, not yet sent
+        self._markers = markers
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The context GO (or task.assign) carried: the handoff context given to this cue."""
+        return self._context
+
+    def put_context(
+        self,
+        key: str,
+        value: Any,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue a shared-context write; it is sent with this cue's completion (or failure)."""
+        self.pending_context[key] = Entry(value, tuple(tags), dict(metadata or {}))
+
+    async def read_context(self, key: str | None = None, *, tag: str | None = None) -> Any:
+        """TODO(hub): read the run's shared context (seed 003: by key, tag or source).
+
+        The hub owns where a run's context is stored; this hook will read it through the
+        hub's API (`GET /v1/runs/{id}/context`) once that exists. Until then, use `context`.
+        """
+        raise NotImplementedError("reading the run's shared context is not wired yet")
+
+    # -- done-markers --------------------------------------------------------------------
+
+    def token(self, name: str, *, per_attempt: bool = True) -> str:
+        """The done-marker token of `name` for this cue (and attempt, unless per_attempt=False)."""
+        scope = f"{self.run_id or '-'}:{self.cue_id}"
+        return f"{scope}:{self.attempt}:{name}" if per_attempt else f"{scope}:{name}"
+
+    async def mark_done(self, name: str, *, per_attempt: bool = True) -> bool:
+        """Mark `name` done for this cue; True if this call marked it (nobody did before)."""
+        return await self._markers.mark(self.token(name, per_attempt=per_attempt))
+
+    async def already_done(self, name: str, *, per_attempt: bool = True) -> bool:
+        return await self._markers.is_marked(self.token(name, per_attempt=per_attempt))
+
+    @asynccontextmanager
+    async def once(self, name: str, *, per_attempt: bool = True) -> AsyncIterator[bool]:
+        """`async with cue.once("charge") as first: if first: ...` runs a side effect at most
+        once across replicas. The marker is set on entry and removed if the block raises."""
+        token = self.token(name, per_attempt=per_attempt)
+        first = await self._markers.mark(token)
+        try:
+            yield first
+        except BaseException:
+            if first:
+                await self._markers.clear(token)
+            raise
+
+    def __repr__(self) -> str:
+        return f"Cue(run_id={self.run_id!r}, cue_id={self.cue_id!r}, attempt={self.attempt})"
+
+
+Job = Cue  # the name a `task.assign` handler may prefer

@@ -1,0 +1,306 @@
+"""What a replica does with each message type it receives (SPEC §2, §5), once per cue attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+from protocols.codec import Envelope, make
+from protocols.messages import MessageType
+from protocols.payloads import (
+    AckStandby,
+    AckWarning,
+    BroadcastNotice,
+    BroadcastShutdown,
+    CoordGo,
+    CoordStandby,
+    CoordStanddown,
+    CoordWarning,
+    Payload,
+    StatusReport,
+    TaskAssign,
+    TaskHandoff,
+)
+from protocols.transport import Delivery
+from specialists.cue import Cue
+from specialists.errors import Reject, Retry
+from specialists.work import run_work
+
+if TYPE_CHECKING:
+    from specialists.runtime import Runtime
+
+log = logging.getLogger("callboard.specialists")
+
+CueKey = tuple[str | None, str, int]  # (run_id, cue_id, attempt)
+
+
+class Abandon(Exception):  # control flow, not an error
+    """Leave the entry unacknowledged: the replica is stopping and never started it."""
+
+
+class Seen:
+    """A bounded memory of keys handled already (LRU): duplicates are recognised, not redone."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._keys: OrderedDict[Hashable, None] = OrderedDict()
+        self._size = size
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time `key` is offered (and remembers it), False after that."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+        return True
+
+    def forget(self, key: Hashable | None) -> None:
+        self._keys.pop(key, None)
+
+
+_ONCE_PER_ATTEMPT = {
+    MessageType.COORD_WARNING: "warning",
+    MessageType.COORD_STANDBY: "standby",
+    MessageType.COORD_GO: "work",
+    MessageType.TASK_ASSIGN: "work",  # a GO and an assign of one attempt are one piece of work
+}
+
+
+def _once_key(m: Envelope) -> Hashable | None:
+    """(phase, run, cue, attempt) for the messages a duplicate of which must do nothing."""
+    phase = _ONCE_PER_ATTEMPT.get(m.message_type)
+    if phase is None:
+        return None
+    p: Any = m.payload
+    return (phase, m.run_id, p.cue_id, p.attempt)
+
+
+class Dispatcher:
+    """Routes each inbox delivery to its handler; the handler returning means XACK."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.spec = rt.spec
+        self.seen = Seen()
+        self.cues: OrderedDict[CueKey, Cue] = OrderedDict()
+        self.preps: dict[CueKey, asyncio.Task[None]] = {}
+        self._awaited: set[CueKey] = set()
+        self._routes: dict[MessageType, Callable[[Delivery, Envelope], Awaitable[bool]]] = {
+            MessageType.COORD_WARNING: self._warning,
+            MessageType.COORD_STANDBY: self._standby,
+            MessageType.COORD_GO: self._work,
+            MessageType.TASK_ASSIGN: self._work,
+            MessageType.COORD_STANDDOWN: self._standdown,
+            MessageType.TASK_HANDOFF: self._handoff,
+            MessageType.STATUS_REQUEST: self._status_request,
+        }
+
+    def message(self, message_type: MessageType, payload: Payload, **fields: Any) -> Envelope:
+        return make(message_type, payload, from_agent=self.spec.agent_id, **fields)
+
+    def reply(
+        self, to: Envelope, message_type: MessageType, payload: Payload, **f: Any
+    ) -> Envelope:
+        return to.reply(message_type, payload, from_agent=self.spec.agent_id, **f)
+
+    async def handle(self, d: Delivery) -> None:
+        rt = self.rt
+        m = d.message
+        if m is None:
+            reason = d.error.reason if d.error is not None else "undecodable entry"
+            await rt.transport.dead_letter(d, reason, rt.group)
+            return
+        route = self._routes.get(m.message_type)
+        if route is None:
+            reason = f"{m.message_type} is not for a specialist's inbox"
+            await rt.transport.dead_letter(d, reason, rt.group)
+            return
+        key = _once_key(m)
+        if key is not None and not self.seen.first(key):  # a duplicate: nothing to do
+            await rt.transport.ack([d], rt.group)
+            return
+        try:
+            if await route(d, m):
+                await rt.transport.ack([d], rt.group)
+        except Abandon:
+            log.info("left %s unacknowledged for another replica", d.entry_id)
+            self.seen.forget(key)
+        except Exception:  # a bug or Redis trouble: the entry stays pending and is reclaimed
+            log.exception("handling %s %s failed", m.message_type, d.entry_id)
+            self.seen.forget(key)  # so that the redelivery is handled, not taken for a duplicate
+
+    # -- coord.* -------------------------------------------------------------------------
+
+    def cue(self, m: Envelope, cue_id: str, attempt: int) -> Cue:
+        """The Cue this replica keeps for (run, cue, attempt), made on first sight."""
+        key = (m.run_id, cue_id, attempt)
+        cue = self.cues.get(key)
+        if cue is None:
+            cue = Cue(
+                agent_id=self.spec.agent_id,
+                replica=self.spec.replica,
+                run_id=m.run_id,
+                cue_id=cue_id,
+                attempt=attempt,
+                message=m,
+                markers=self.rt.markers,
+            )
+            self.cues[key] = cue
+            while len(self.cues) > 1024:
+                self.cues.popitem(last=False)
+        cue.message = m
+        return cue
+
+    async def _warning(self, d: Delivery, m: Envelope) -> bool:
+        p: CoordWarning = m.payload  # type: ignore[assignment]
+        key = (m.run_id, p.cue_id, p.attempt)
+        cue = self.cue(m, p.cue_id, p.attempt)
+        cue.action = dict(p.action)
+        cue.preparation_required = list(p.preparation_required)
+        # Registered before the first await: a STANDBY handled right behind must find it.
+        self.preps[key] = self.rt.spawn(self._prepare(key, cue))
+        ack = self.reply(m, MessageType.ACK_WARNING, AckWarning(attempt=p.attempt), cue_id=p.cue_id)
+        await self.rt.transport.publish(self.rt.out, ack)
+        return True
+
+    async def _prepare(self, key: CueKey, cue: Cue) -> None:
+        try:
+            await self.spec.prepare(cue)
+        except asyncio.CancelledError:
+            cue.prepare_error = "preparation was cancelled"
+            raise
+        except Exception as exc:
+            log.warning("prepare of %r failed: %s", cue, exc)
+            cue.prepare_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.preps.pop(key, None)
+
+    async def _standby(self, d: Delivery, m: Envelope) -> bool:
+        p: CoordStandby = m.payload  # type: ignore[assignment]
+        key = (m.run_id, p.cue_id, p.attempt)
+        cue = self.cue(m, p.cue_id, p.attempt)
+        cue.ready_check = list(p.ready_check)
+        ready, reason = await self._readiness(key, cue)
+        ack = AckStandby(attempt=p.attempt, ready=ready, reason=reason)
+        await self.rt.transport.publish(
+            self.rt.out, self.reply(m, MessageType.ACK_STANDBY, ack, cue_id=p.cue_id)
+        )
+        return True
+
+    async def _readiness(self, key: CueKey, cue: Cue) -> tuple[bool, str]:
+        prep = self.preps.get(key)
+        if prep is not None:  # prepared here; with several replicas it may have been elsewhere
+            self._awaited.add(key)
+            try:
+                await asyncio.wait([prep])
+            finally:
+                self._awaited.discard(key)
+        if cue.prepare_error is not None:
+            return False, f"prepare failed: {cue.prepare_error}"
+        try:
+            answer = await self.spec.ready(cue)
+        except Exception as exc:
+            return False, f"ready check failed: {type(exc).__name__}: {exc}"
+        if isinstance(answer, tuple):
+            return bool(answer[0]), str(answer[1]) if len(answer) > 1 else ""
+        return (answer is None or bool(answer)), ""
+
+    def cancel_idle_preparations(self) -> None:
+        """On drain: preparations no STANDBY waits for are of no use to a leaving replica."""
+        for key, task in list(self.preps.items()):
+            if key not in self._awaited:
+                task.cancel()
+
+    async def _standdown(self, d: Delivery, m: Envelope) -> bool:
+        p: CoordStanddown = m.payload  # type: ignore[assignment]
+        for key in [k for k in self.cues if k[:2] == (m.run_id, p.cue_id) and k[2] <= p.attempt]:
+            prep = self.preps.pop(key, None)
+            if prep is not None:
+                prep.cancel()
+            cue = self.cues.pop(key)
+            try:
+                await self.spec.standdown(cue, p.reason)
+            except Exception:
+                log.exception("standdown hook of %r failed", cue)
+        return True
+
+    async def _work(self, d: Delivery, m: Envelope) -> bool:
+        p: CoordGo | TaskAssign = m.payload  # type: ignore[assignment]
+        key = (m.run_id, p.cue_id, p.attempt)
+        cue = self.cue(m, p.cue_id, p.attempt)
+        cue.action = dict(p.action)
+        cue.context.clear()
+        cue.context.update(p.context)
+        self.preps.pop(key, None)
+        try:
+            return await run_work(self, d, m, cue)
+        finally:
+            self.cues.pop(key, None)
+
+    # -- task.handoff, status.request, broadcasts ----------------------------------------
+
+    async def _handoff(self, d: Delivery, m: Envelope) -> bool:
+        p: TaskHandoff = m.payload  # type: ignore[assignment]
+        tries = d.deliveries
+        while True:
+            try:
+                await self.spec.on_handoff(p, m)
+                return True
+            except Retry as exc:
+                if tries >= self.rt.settings.max_deliveries:
+                    reason = f"on_handoff retried {tries} times: {exc.reason or 'giving up'}"
+                    await self.rt.transport.dead_letter(d, reason, self.rt.group)
+                    return False
+                tries += 1
+                await self.sleep_or_abandon(exc.delay_s)
+            except Reject as exc:
+                await self.rt.transport.dead_letter(d, f"rejected: {exc.reason}", self.rt.group)
+                return False
+            except Exception as exc:
+                reason = f"on_handoff failed: {type(exc).__name__}: {exc}"
+                await self.rt.transport.dead_letter(d, reason, self.rt.group)
+                return False
+
+    async def sleep_or_abandon(self, delay_s: float) -> None:
+        """Wait out a Retry delay; a stop meanwhile leaves the entry to another replica."""
+        try:
+            await asyncio.wait_for(self.rt.stopping.wait(), delay_s)
+        except TimeoutError:
+            return
+        raise Abandon
+
+    async def _status_request(self, d: Delivery, m: Envelope) -> bool:
+        rt = self.rt
+        detail = {
+            "kind": self.spec.kind,
+            "concurrency": self.spec.concurrency,
+            "waiting": rt.waiting,
+            "cues": sorted(k[1] for k in self.cues),
+        }
+        report = StatusReport(
+            replica=self.spec.replica, state=rt.state, in_flight=rt.busy, detail=detail
+        )
+        await rt.transport.publish(rt.out, self.reply(m, MessageType.STATUS_REPORT, report))
+        return True
+
+    async def broadcast(self, d: Delivery) -> None:
+        m = d.message
+        if m is None or (m.target_agents and self.spec.agent_id not in m.target_agents):
+            return
+        if m.message_type == MessageType.BROADCAST_PAUSE:
+            self.rt.pause(True)
+        elif m.message_type == MessageType.BROADCAST_RESUME:
+            self.rt.pause(False)
+        elif m.message_type == MessageType.BROADCAST_SHUTDOWN:
+            shutdown: BroadcastShutdown = m.payload  # type: ignore[assignment]
+            self.rt.stop(f"broadcast.shutdown: {shutdown.reason}".rstrip(": "))
+        elif m.message_type == MessageType.BROADCAST_NOTICE:
+            notice: BroadcastNotice = m.payload  # type: ignore[assignment]
+            try:
+                await self.spec.on_broadcast(notice, m)
+            except Exception:
+                log.exception("on_broadcast failed")

@@ -1,0 +1,260 @@
+"""One replica's event loop: read the inbox within the concurrency limit, keep claims alive,
+reclaim a dead replica's work, follow broadcasts, and drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from protocols.errors import TransportError
+from protocols.messages import MessageType
+from protocols.payloads import StatusOffline, StatusOnline
+from protocols.transport import Delivery, Transport
+from specialists.cue import DoneMarkers
+from specialists.dispatch import Abandon, Dispatcher
+
+if TYPE_CHECKING:
+    from specialists.base import Specialist
+
+log = logging.getLogger("callboard.specialists")
+
+
+class Runtime:
+    """The loops and the shared state of one running replica (see `Dispatcher` for handling)."""
+
+    def __init__(self, spec: Specialist, transport: Transport) -> None:
+        self.spec = spec
+        self.transport = transport
+        self.settings = spec.settings
+        keys = spec.settings.keys
+        self.inbox = keys.inbox(spec.agent_id)
+        self.out = keys.out(spec.agent_id)
+        self.broadcast = keys.broadcast
+        self.group = spec.agent_id
+        self.consumer = spec.replica
+        self.markers = DoneMarkers(transport.client, keys, spec.agent_id, spec.done_ttl_s)
+        self.busy = 0  # work items executing
+        self.waiting = 0  # work items read but waiting for a slot or for resume
+        self.paused = False
+        self.in_flight: dict[str, Delivery] = {}  # entry id -> delivery still ours to ack
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = asyncio.Event()  # stop taking work, drain
+        self.closed = asyncio.Event()  # drained: every loop ends
+        self.stop_reason = "stopped"
+        self._change = asyncio.Event()
+        self.crash: BaseException | None = None
+        self.dispatch = Dispatcher(self)
+
+    # -- state shared with the dispatcher ------------------------------------------------
+
+    def changed(self) -> None:
+        """Wake everything waiting for a slot, a resume or a stop."""
+        self._change.set()
+        self._change = asyncio.Event()
+
+    async def wait_change(self, timeout_s: float | None = None) -> None:
+        change = self._change
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(change.wait(), timeout_s)
+
+    @property
+    def state(self) -> str:
+        return "draining" if self.stopping.is_set() else "paused" if self.paused else "running"
+
+    def stop(self, reason: str) -> None:
+        if not self.stopping.is_set():
+            log.info("%s/%s stopping: %s", self.group, self.consumer, reason)
+            self.stop_reason = reason
+            self.stopping.set()
+            self.changed()
+
+    def pause(self, paused: bool) -> None:
+        self.paused = paused
+        self.changed()
+
+    @contextlib.asynccontextmanager
+    async def work_slot(self) -> AsyncIterator[None]:
+        """Hold one of the `concurrency` slots; wait while paused or full. Work not started
+        when a stop comes is abandoned: it stays pending for another replica to reclaim."""
+        self.waiting += 1
+        try:
+            while True:
+                if self.stopping.is_set():
+                    raise Abandon
+                if not self.paused and self.busy < self.spec.concurrency:
+                    break
+                await self.wait_change()
+        finally:
+            self.waiting -= 1
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self.changed()
+
+    def read_budget(self) -> int:
+        """How many entries to take now: free slots, but at least one while no work waits,
+        so acks keep flowing while every slot is busy."""
+        free = self.spec.concurrency - self.busy
+        if self.waiting >= max(1, free):
+            return 0
+        return max(1, free - self.waiting)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def accept(self, delivery: Delivery) -> None:
+        self.in_flight[delivery.entry_id] = delivery
+        self.spawn(self._handle(delivery))
+
+    async def _handle(self, delivery: Delivery) -> None:
+        try:
+            await self.dispatch.handle(delivery)
+        finally:
+            self.in_flight.pop(delivery.entry_id, None)
+
+    # -- the loops -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        spec, t = self.spec, self.transport
+        await t.ensure_group(self.inbox, self.group)
+        tail = await t.broadcast_tail()  # follow what is broadcast from now on, not before
+        await spec.setup()
+        await t.publish(
+            self.out,
+            self.dispatch.message(
+                MessageType.STATUS_ONLINE,
+                StatusOnline(
+                    replica=spec.replica,
+                    kind=spec.kind,
+                    contract=spec.contract,
+                    concurrency=spec.concurrency,
+                ),
+            ),
+        )
+        log.info(
+            "%s/%s online (%s, concurrency %d)",
+            self.group,
+            self.consumer,
+            spec.kind,
+            spec.concurrency,
+        )
+        loops = [
+            asyncio.create_task(self._read_loop()),
+            asyncio.create_task(self._broadcast_loop(tail)),
+            asyncio.create_task(self._keep_claims()),
+        ]
+        for loop in loops:
+            loop.add_done_callback(self._loop_ended)
+        try:
+            await self.stopping.wait()
+            await asyncio.wait([loops[0]])  # the reader stops after its current read
+            self.dispatch.cancel_idle_preparations()
+            await self._drain(spec.drain_timeout_s)
+        finally:
+            # Loops also end on `closed`: a cancel that lands inside a redis-py read is
+            # sometimes swallowed (the read returns normally), so cancelling alone may hang.
+            self.closed.set()
+            for task in (*loops, *self.tasks):
+                task.cancel()
+            await asyncio.gather(*loops, *self.tasks, return_exceptions=True)
+        await t.publish(
+            self.out,
+            self.dispatch.message(
+                MessageType.STATUS_OFFLINE,
+                StatusOffline(replica=spec.replica, reason=self.stop_reason),
+            ),
+        )
+        await spec.teardown()
+        log.info("%s/%s offline", self.group, self.consumer)
+        if self.crash is not None:
+            raise self.crash
+
+    def _loop_ended(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.crash = task.exception()
+            log.error("%s/%s loop crashed: %r", self.group, self.consumer, self.crash)
+            self.stop(f"crashed: {self.crash}")
+
+    async def _drain(self, timeout_s: float) -> None:
+        """Wait for work in progress (and what it spawns) until done or `timeout_s` passed;
+        whatever is left stays pending in the group for another replica to reclaim."""
+        deadline = time.monotonic() + timeout_s
+        while self.tasks and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait(set(self.tasks), timeout=left)
+
+    async def _read_loop(self) -> None:
+        while not self.stopping.is_set():
+            count = self.read_budget()
+            if count == 0:
+                await self.wait_change(self.settings.block_ms / 1000)
+                continue
+            try:
+                got = await self.transport.read_group(
+                    [self.inbox],
+                    self.group,
+                    self.consumer,
+                    count=count,
+                    block_ms=self.settings.block_ms,
+                )
+            except TransportError as exc:
+                await self._backoff("read", exc)
+                continue
+            for delivery in got:
+                self.accept(delivery)
+
+    async def _keep_claims(self) -> None:
+        """Renew our entries every min_idle_ms/3; reclaim idle ones every claim_interval_ms."""
+        s = self.settings
+        renew_every_s = max(s.min_idle_ms / 3, 20) / 1000
+        claim_every_s = max(s.claim_interval_ms, 20) / 1000
+        next_renew = next_claim = time.monotonic()
+        while not self.closed.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_renew:
+                    next_renew = now + renew_every_s
+                    if self.in_flight:
+                        ids = list(self.in_flight)
+                        await self.transport.renew(self.inbox, self.group, self.consumer, ids)
+                if now >= next_claim:
+                    next_claim = now + claim_every_s
+                    count = 0 if self.stopping.is_set() else self.read_budget()
+                    if count:
+                        for delivery in await self.transport.reclaim(
+                            self.inbox,
+                            self.group,
+                            self.consumer,
+                            min_idle_ms=s.min_idle_ms,
+                            count=count,
+                        ):
+                            if delivery.entry_id not in self.in_flight:
+                                self.accept(delivery)
+            except TransportError as exc:
+                await self._backoff("claim", exc)
+            pause_s = max(0.0, min(next_renew, next_claim) - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.closed.wait(), pause_s)
+
+    async def _broadcast_loop(self, last_id: str) -> None:
+        while not self.closed.is_set():
+            try:
+                got = await self.transport.read_broadcast(last_id, block_ms=self.settings.block_ms)
+            except TransportError as exc:
+                await self._backoff("broadcast", exc)
+                continue
+            for delivery in got:
+                last_id = delivery.entry_id
+                await self.dispatch.broadcast(delivery)
+
+    async def _backoff(self, what: str, exc: Exception) -> None:
+        log.warning("%s/%s %s failed: %s; retrying", self.group, self.consumer, what, exc)
+        await asyncio.sleep(0.5)

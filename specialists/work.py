@@ -1,0 +1,101 @@
+"""Running a GO or task.assign: started, the author's `execute`, then context, handoff and
+completion in one batch; `Retry`, `Reject` and failures reported as SPEC §5 expects."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocols.codec import Envelope, encode
+from protocols.messages import MessageType
+from protocols.payloads import StatusCompleted, StatusFailed, StatusStarted, TaskContext
+from protocols.transport import Delivery
+from specialists.cue import Cue, Entry, Result
+from specialists.errors import Reject, Retry
+
+if TYPE_CHECKING:
+    from specialists.dispatch import Dispatcher
+
+COMPLETED = "__completed__"  # done-marker set once an attempt's completion is published
+
+
+async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
+    """Execute `cue` once; True when the entry is to be acked, False when it was settled."""
+    rt, spec = dp.rt, dp.spec
+    if await cue.already_done(COMPLETED):  # finished by a replica that died before its XACK
+        return True
+    async with rt.work_slot():
+        started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
+        await rt.transport.publish(rt.out, _reply(dp, m, cue, MessageType.STATUS_STARTED, started))
+        tries = d.deliveries
+        while True:
+            try:
+                result = Result.coerce(await spec.execute(cue))
+                batch = _completion(dp, m, cue, result)
+                break
+            except Retry as exc:
+                if tries < rt.settings.max_deliveries:
+                    tries += 1
+                    await dp.sleep_or_abandon(exc.delay_s)
+                    continue
+                error = f"gave up after {tries} tries: {exc.reason or 'Retry'}"
+                await _fail(dp, m, cue, error)
+                await rt.transport.dead_letter(d, error, rt.group)
+                return False
+            except Reject as exc:
+                await _fail(dp, m, cue, f"rejected: {exc.reason}")
+                await rt.transport.dead_letter(d, f"rejected: {exc.reason}", rt.group)
+                return False
+            except Exception as exc:
+                await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
+                return True
+        await rt.transport.publish_many([(rt.out, raw) for raw in batch])
+        await cue.mark_done(COMPLETED)
+        return True
+
+
+def _reply(dp: Dispatcher, m: Envelope, cue: Cue, mt: MessageType, payload: Any) -> Envelope:
+    return dp.reply(m, mt, payload, cue_id=cue.cue_id)
+
+
+def _context(dp: Dispatcher, m: Envelope, cue: Cue, items: dict[str, Any]) -> list[Envelope]:
+    out = []
+    for key, value in items.items():
+        entry = value if isinstance(value, Entry) else Entry(value)
+        payload = TaskContext(
+            key=key, value=entry.value, tags=list(entry.tags), metadata=dict(entry.metadata)
+        )
+        out.append(_reply(dp, m, cue, MessageType.TASK_CONTEXT, payload))
+    return out
+
+
+def _encoded(dp: Dispatcher, messages: list[Envelope]) -> list[bytes]:
+    """Encode now, so a value that is not JSON or too big fails the cue, not the transport."""
+    limit = dp.rt.settings.max_message_bytes
+    batch = [encode(message) for message in messages]
+    for message, raw in zip(messages, batch, strict=True):
+        if len(raw) > limit:
+            raise ValueError(f"{message.message_type} of {len(raw)} bytes over the {limit} limit")
+    return batch
+
+
+def _completion(dp: Dispatcher, m: Envelope, cue: Cue, result: Result) -> list[bytes]:
+    """Context entries, then the handoff, then status.completed, encoded."""
+    spec = dp.spec
+    messages = _context(dp, m, cue, {**cue.pending_context, **result.context})
+    if result.handoff is not None:
+        handoff = result.handoff.payload(spec.agent_id, cue.cue_id, cue.attempt)
+        messages.append(_reply(dp, m, cue, MessageType.TASK_HANDOFF, handoff))
+    done = StatusCompleted(attempt=cue.attempt, result=result.result, replica=spec.replica)
+    messages.append(_reply(dp, m, cue, MessageType.STATUS_COMPLETED, done))
+    return _encoded(dp, messages)
+
+
+async def _fail(dp: Dispatcher, m: Envelope, cue: Cue, error: str) -> None:
+    """Context written so far, then status.failed (the error cut to a readable size)."""
+    failed = StatusFailed(attempt=cue.attempt, error=error[-4000:], replica=dp.spec.replica)
+    messages = [_reply(dp, m, cue, MessageType.STATUS_FAILED, failed)]
+    try:
+        batch = _encoded(dp, [*_context(dp, m, cue, cue.pending_context), *messages])
+    except (ValueError, TypeError):  # the context cannot go: report the failure alone
+        batch = _encoded(dp, messages)
+    await dp.rt.transport.publish_many([(dp.rt.out, raw) for raw in batch])

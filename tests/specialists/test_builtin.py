@@ -1,0 +1,239 @@
+"""The built-in specialists: shell, http and echo, each run in process against the real server."""
+
+# Payloads are read through the Envelope base type; their fields are checked at run time.
+# mypy: disable-error-code="attr-defined"
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocols.messages import MessageType
+from specialists.builtin import load
+from specialists.builtin.echo import Echo, EchoSettings
+from specialists.builtin.http import Http, HttpSettings
+from specialists.builtin.shell import Shell, ShellSettings
+from tests.helpers import eventually
+from tests.specialists.conftest import AGENT, HubSide, Starter
+
+pytestmark = pytest.mark.redis
+
+M = MessageType
+PY = sys.executable
+
+
+def _context(messages: list[Any]) -> dict[str, Any]:
+    return {m.payload.key: m.payload.value for m in messages if m.message_type == M.TASK_CONTEXT}
+
+
+# -- shell ------------------------------------------------------------------------------
+
+
+async def test_shell_runs_argv_and_reports_output(start: Starter, hub: HubSide) -> None:
+    await start(Shell)
+    await hub.go(
+        "CUE-1", argv=[PY, "-c", "import os; print('hi', os.environ['X'])"], env={"X": "42"}
+    )
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.result["exit_code"] == 0
+    assert done.payload.result["stdout"] == "hi 42\n"
+    assert _context(await hub.out()) == {
+        "CUE-1.stdout": "hi 42\n",
+        "CUE-1.stderr": "",
+        "CUE-1.exit_code": 0,
+    }
+
+
+async def test_shell_nonzero_exit_fails_with_code_and_stderr(
+    start: Starter, hub: HubSide, tmp_path: Path
+) -> None:
+    await start(Shell)
+    script = "import sys; sys.stderr.write('it broke'); sys.exit(3)"
+    await hub.go("CUE-1", argv=[PY, "-c", script], cwd=str(tmp_path))
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert failed.payload.error == "CommandFailed: exit code 3: it broke"
+    assert _context(await hub.out())["CUE-1.exit_code"] == 3
+
+
+async def test_shell_timeout_and_output_limit(start: Starter, hub: HubSide) -> None:
+    await start(Shell, shell_settings=ShellSettings(output_limit_bytes=10))
+    await hub.go("CUE-1", argv=[PY, "-c", "import time; time.sleep(30)"], timeout_s=0.3)
+    await hub.go("CUE-2", argv=[PY, "-c", "print('x' * 100, end='')"])
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "timed out after 0.3s" in failed.payload.error
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
+    assert done.payload.result["stdout"] == "[...90 bytes cut]xxxxxxxxxx"
+
+
+@pytest.mark.parametrize("argv", [None, [], "echo hi", [1, 2]])
+async def test_shell_refuses_bad_argv(start: Starter, hub: HubSide, argv: Any) -> None:
+    await start(Shell)
+    await hub.go("CUE-1", argv=argv)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "action.argv must be a non-empty list of strings" in failed.payload.error
+    [letter] = await eventually(hub.dead)
+    assert letter["reason"].startswith("rejected: action.argv")
+
+
+# -- http -------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    script: list[int] = []  # status codes to answer, in order; then 200
+    seen: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(body)
+        code = self.script.pop(0) if self.script else 200
+        payload = json.dumps({"got": body.get("cue_id"), "code": code}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[str]:
+    _Handler.script, _Handler.seen = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+async def test_http_posts_the_cue_and_reports_the_json(
+    start: Starter, hub: HubSide, web: str
+) -> None:
+    await start(Http, http_settings=HttpSettings(url=web, backoff_s=0.01))
+    await hub.go("CUE-1", go_context={"spec": 1}, mode="fast")
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.result == {"status_code": 200, "response": {"got": "CUE-1", "code": 200}}
+    [body] = _Handler.seen
+    assert body["action"] == {"mode": "fast"} and body["context"] == {"spec": 1}
+    assert (body["run_id"], body["attempt"]) == ("run-1", 1)
+    assert _context(await hub.out()) == {"CUE-1.response": {"got": "CUE-1", "code": 200}}
+
+
+async def test_http_retries_5xx_then_fails_on_4xx(start: Starter, hub: HubSide, web: str) -> None:
+    await start(Http, http_settings=HttpSettings(tries=3, backoff_s=0.01))
+    _Handler.script[:] = [503, 502]
+    await hub.go("CUE-1", url=web, body={"custom": True})
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.result["status_code"] == 200
+    assert _Handler.seen == [{"custom": True}] * 3
+    _Handler.script[:] = [404]
+    await hub.go("CUE-2", url=web)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-2")
+    assert "HTTP 404" in failed.payload.error
+
+
+async def test_http_gives_up_on_a_dead_server_and_without_a_url(
+    start: Starter, hub: HubSide, web: str
+) -> None:
+    await start(Http, http_settings=HttpSettings(tries=2, backoff_s=0.01))
+    _Handler.script[:] = [500, 500, 500]
+    await hub.go("CUE-1", url=web)
+    await hub.go("CUE-2")
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "ServerError: HTTP 500" in failed.payload.error
+    assert len(_Handler.seen) == 2
+    [no_url] = await hub.wait(M.STATUS_FAILED, "CUE-2")
+    assert "no usable URL" in no_url.payload.error
+
+
+# -- echo -------------------------------------------------------------------------------
+
+
+async def test_echo_prepare_ms_delays_the_standby_ack(start: Starter, hub: HubSide) -> None:
+    await start(Echo)
+    await hub.warning("CUE-1", prepare_ms=300)
+    standby = await hub.standby("CUE-1")
+    [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1")
+    assert ack.payload.ready
+    assert (ack.sent_at - standby.sent_at).total_seconds() >= 0.25
+    await hub.standby("CUE-2")  # no WARNING here: the delay is spent in the ready check
+    await hub.warning("CUE-3", ready=False, ready_reason="no slot")
+    await hub.standby("CUE-3")
+    [not_ready] = await hub.wait(M.ACK_STANDBY, "CUE-3")
+    assert (not_ready.payload.ready, not_ready.payload.reason) == (False, "no slot")
+
+
+async def test_echo_context_then_handoff_then_completed(start: Starter, hub: HubSide) -> None:
+    await start(Echo)
+    handoff = {"to": "agent-b", "context": {"code": "ok"}, "next_steps": ["test it"]}
+    await hub.go("CUE-1", execute_ms=50, context={"a": 1, "b": [2]}, handoff=handoff)
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    out = [m for m in await hub.out() if m.cue_id == "CUE-1"]
+    assert [m.message_type for m in out] == [
+        M.STATUS_STARTED,
+        M.TASK_CONTEXT,
+        M.TASK_CONTEXT,
+        M.TASK_HANDOFF,
+        M.STATUS_COMPLETED,
+    ]
+    assert _context(out) == {"a": 1, "b": [2]}
+    sent = out[3].payload
+    assert (sent.from_agent, sent.to_agent, sent.task_id) == (AGENT, "agent-b", "CUE-1")
+    assert sent.handoff_context.model_dump() == {
+        "work_completed": [],
+        "artifacts_produced": [],
+        "next_steps": ["test it"],
+        "constraints": [],
+        "code": "ok",
+    }
+
+
+async def test_echo_fail_true_and_once(start: Starter, hub: HubSide) -> None:
+    await start(Echo)
+    await hub.go("CUE-1", fail=True)
+    await hub.go("CUE-2", fail="once")
+    await hub.go("CUE-2", attempt=2, fail="once")
+    [failed_1] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    [failed_2] = await hub.wait(M.STATUS_FAILED, "CUE-2")
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
+    assert "scripted failure" in failed_1.payload.error
+    assert (failed_2.payload.attempt, done.payload.attempt) == (1, 2)
+
+
+async def test_echo_fail_rate_is_seedable(start: Starter, hub: HubSide) -> None:
+    await start(Echo, echo_settings=EchoSettings(fail_rate=1.0, seed=7))
+    await hub.go("CUE-1")
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "random failure" in failed.payload.error
+    a, b = (
+        Echo(AGENT, echo_settings=EchoSettings(seed=3)),
+        Echo(AGENT, echo_settings=EchoSettings(seed=3)),
+    )
+    assert [a.random.random() for _ in range(3)] == [b.random.random() for _ in range(3)]
+
+
+def test_load_kinds() -> None:
+    assert load("shell") is Shell and load("http") is Http and load("echo") is Echo
+    assert load("tests.specialists.sample:Scripted").kind == "scripted"
+    for bad in ("nope", "tests.specialists.sample:Missing", "protocols.settings:Settings"):
+        with pytest.raises(ValueError):
+            load(bad)
+
+
+def test_kind_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALLBOARD_SHELL_TIMEOUT_S", "7")
+    monkeypatch.setenv("CALLBOARD_HTTP_URL", "http://127.0.0.1:1/x")
+    monkeypatch.setenv("CALLBOARD_ECHO_PREPARE_MS", "25")
+    assert ShellSettings().timeout_s == 7
+    assert HttpSettings().url == "http://127.0.0.1:1/x"
+    assert EchoSettings().prepare_ms == 25

@@ -1,0 +1,332 @@
+"""The SDK's wire behaviour, with replicas in this process and the test in the hub's place."""
+
+# Payloads are read through the Envelope base type; their fields are checked at run time.
+# mypy: disable-error-code="attr-defined"
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from protocols.codec import make
+from protocols.messages import MessageType
+from protocols.payloads import (
+    BroadcastNotice,
+    BroadcastPause,
+    BroadcastResume,
+    BroadcastShutdown,
+    CoordStanddown,
+    HandoffContext,
+    StatusRequest,
+    TaskAssign,
+    TaskHandoff,
+)
+from protocols.settings import Settings
+from specialists import Specialist
+from tests.helpers import eventually
+from tests.specialists.conftest import AGENT, RUN, HubSide, Starter
+from tests.specialists.sample import Scripted
+
+pytestmark = pytest.mark.redis
+
+M = MessageType
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    Scripted.reset()
+    yield
+    if Scripted.release is not None:
+        Scripted.release.set()
+
+
+async def test_online_announces_replica_kind_and_concurrency(start: Starter, hub: HubSide) -> None:
+    await start(Scripted, "r1", concurrency=3)
+    [online] = await hub.of(M.STATUS_ONLINE)
+    assert online.payload.model_dump(include={"replica", "kind", "concurrency"}) == {
+        "replica": "r1",
+        "kind": "scripted",
+        "concurrency": 3,
+    }
+
+
+async def test_warning_acks_at_once_then_standby_waits_for_preparation(
+    start: Starter, hub: HubSide
+) -> None:
+    await start(Scripted)
+    warning = await hub.warning("CUE-1", prepare_ms=300)
+    [ack] = await hub.wait(M.ACK_WARNING, "CUE-1")
+    assert (ack.in_reply_to, ack.run_id, ack.payload.attempt) == (warning.message_id, RUN, 1)
+    assert await hub.of(M.ACK_STANDBY) == []
+    standby = await hub.standby("CUE-1")
+    [ready] = await hub.wait(M.ACK_STANDBY, "CUE-1")
+    assert ready.in_reply_to == standby.message_id
+    assert (ready.payload.ready, ready.payload.reason) == (True, "")
+    assert Scripted.calls == [("prepare", "CUE-1"), ("ready", "CUE-1")]
+    await eventually(lambda: _zero(hub), message="entries acked")
+
+
+async def test_standby_not_ready_with_reason(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.warning("CUE-1", ready=False, reason="disk full")
+    await hub.standby("CUE-1")
+    await hub.warning("CUE-2", prepare_fails=True)
+    await hub.standby("CUE-2")
+    [one] = await hub.wait(M.ACK_STANDBY, "CUE-1")
+    [two] = await hub.wait(M.ACK_STANDBY, "CUE-2")
+    assert (one.payload.ready, one.payload.reason) == (False, "disk full")
+    assert two.payload.ready is False
+    assert two.payload.reason == "prepare failed: RuntimeError: no disk"
+
+
+async def test_go_reports_started_context_handoff_completed_in_order(
+    start: Starter, hub: HubSide
+) -> None:
+    await start(Scripted)
+    go = await hub.go("CUE-1", go_context={"spec": "v1"})
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    out = [m for m in await hub.out() if m.cue_id == "CUE-1"]
+    assert [m.message_type for m in out] == [
+        M.STATUS_STARTED,
+        M.TASK_CONTEXT,
+        M.TASK_CONTEXT,
+        M.TASK_CONTEXT,
+        M.TASK_HANDOFF,
+        M.STATUS_COMPLETED,
+    ]
+    assert all(m.run_id == RUN and m.in_reply_to == go.message_id for m in out)
+    started, seen, k1, k2, handoff, done = (m.payload for m in out)
+    assert started.model_dump() == {"attempt": 1, "replica": "r1"}
+    assert (seen.key, seen.value) == ("seen_context", {"spec": "v1"})
+    assert (k1.key, k1.value, k1.tags) == ("k1", 1, [])
+    assert (k2.key, k2.value, k2.tags, k2.metadata) == ("k2", "two", ["t"], {"m": 1})
+    assert (handoff.from_agent, handoff.to_agent, handoff.task_id) == (AGENT, "agent-b", "CUE-1")
+    assert handoff.handoff_context.provided_keys() == {"impl", "work_completed"}
+    assert done.model_dump() == {"attempt": 1, "result": {"tries": 1}, "replica": "r1"}
+    await eventually(lambda: _zero(hub), message="GO acked")
+
+
+async def _zero(hub: HubSide) -> bool:
+    return await hub.pending() == 0
+
+
+async def test_task_assign_runs_like_go_and_a_dict_is_the_result(
+    start: Starter, hub: HubSide
+) -> None:
+    await start(Scripted)
+    await hub.send(M.TASK_ASSIGN, TaskAssign(cue_id="T-1", action={"plain": True}))
+    [done] = await hub.wait(M.STATUS_COMPLETED, "T-1")
+    assert done.payload.result == {"plain": True}
+
+
+async def test_exception_reports_failed_and_acks(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.go("CUE-1", boom=True)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert failed.payload.error == "ValueError: boom"
+    await eventually(lambda: _zero(hub))
+    assert await hub.of(M.STATUS_COMPLETED) == []
+
+
+async def test_duplicate_go_does_nothing_but_a_new_attempt_runs(
+    start: Starter, hub: HubSide
+) -> None:
+    await start(Scripted)
+    await hub.go("CUE-1")
+    await hub.go("CUE-1")
+    await hub.warning("CUE-1")
+    await hub.warning("CUE-1")
+    await hub.wait(M.ACK_WARNING, "CUE-1")
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    await eventually(lambda: _zero(hub))
+    assert len(await hub.of(M.STATUS_STARTED)) == 1
+    assert len(await hub.of(M.ACK_WARNING)) == 1
+    await hub.go("CUE-1", attempt=2)
+    done = await hub.wait(M.STATUS_COMPLETED, "CUE-1", n=2)
+    assert [m.payload.attempt for m in done] == [1, 2]
+
+
+async def test_retry_handles_the_entry_again(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.go("CUE-1", retries=2)
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.result == {"tries": 3}
+    assert len(await hub.of(M.STATUS_STARTED)) == 1
+    await eventually(lambda: _zero(hub))
+
+
+async def test_retry_gives_up_after_max_deliveries(
+    start: Starter, hub: HubSide, settings: Settings
+) -> None:
+    await start(Scripted, settings_=settings.model_copy(update={"max_deliveries": 2}))
+    await hub.go("CUE-1", retries=10)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert failed.payload.error.startswith("gave up after 2 tries")
+    [letter] = await eventually(hub.dead)
+    assert letter["reason"].startswith("gave up after 2 tries")
+    assert await hub.pending() == 0
+
+
+async def test_reject_fails_and_dead_letters_at_once(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.go("CUE-1", reject="bad input")
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert failed.payload.error == "rejected: bad input"
+    [letter] = await eventually(hub.dead)
+    assert letter["reason"] == "rejected: bad input"
+    assert Scripted.calls.count(("execute", "CUE-1")) == 1
+    assert await hub.pending() == 0
+
+
+async def test_undecodable_entry_is_dead_lettered(
+    start: Starter, hub: HubSide, keys: object
+) -> None:
+    await start(Scripted)
+    await hub.t.publish(hub.keys.inbox(AGENT), b"{not json")
+    [letter] = await eventually(hub.dead)
+    assert letter["raw"] == b"{not json"
+    assert letter["reason"].startswith("not JSON")
+    await eventually(lambda: _zero(hub))
+
+
+async def test_standdown_cancels_preparation_and_acks_nothing(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.warning("CUE-1", prepare_ms=10_000)
+    await hub.wait(M.ACK_WARNING, "CUE-1")
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="CUE-1", reason="lost the lease"))
+    await eventually(lambda: Scripted.stood_down == ["CUE-1"])
+    await eventually(lambda: _zero(hub))
+    assert [m.message_type for m in await hub.out()] == [M.STATUS_ONLINE, M.ACK_WARNING]
+
+
+async def test_concurrency_limit_and_acks_flow_while_busy(start: Starter, hub: HubSide) -> None:
+    await start(Scripted, concurrency=2)
+    for n in range(4):
+        await hub.go(f"CUE-{n}", block=True)
+    await hub.wait(M.STATUS_STARTED, n=2)
+    await hub.warning("CUE-W")
+    await hub.wait(M.ACK_WARNING, "CUE-W")  # acks are answered with every slot busy
+    assert len(await hub.of(M.STATUS_STARTED)) == 2
+    assert Scripted.release is not None
+    Scripted.release.set()
+    await hub.wait(M.STATUS_COMPLETED, n=4)
+    assert Scripted.most_running == 2
+
+
+async def test_two_replicas_share_the_work(start: Starter, hub: HubSide) -> None:
+    await start(Scripted, "r1")
+    await start(Scripted, "r2")
+    for n in range(4):
+        await hub.go(f"CUE-{n}", block=True)
+    started = await hub.wait(M.STATUS_STARTED, n=2)
+    assert {m.payload.replica for m in started} == {"r1", "r2"}
+    assert Scripted.release is not None
+    Scripted.release.set()
+    await hub.wait(M.STATUS_COMPLETED, n=4)
+
+
+async def test_pause_holds_new_work_but_acks_flow(start: Starter, hub: HubSide) -> None:
+    spec = await start(Scripted)
+    await hub.broadcast(M.BROADCAST_PAUSE, BroadcastPause(reason="maintenance"))
+    # Broadcasts and the inbox are separate streams: wait until the pause has landed.
+    await eventually(lambda: spec.state == "paused")
+    await hub.send(M.STATUS_REQUEST, StatusRequest(), cue_id=None)
+    [report] = await hub.wait(M.STATUS_REPORT)
+    assert report.payload.state == "paused"
+    await hub.go("CUE-1")
+    await hub.warning("CUE-2")
+    await hub.wait(M.ACK_WARNING, "CUE-2")
+    assert await hub.of(M.STATUS_STARTED) == []
+    await hub.broadcast(M.BROADCAST_RESUME, BroadcastResume())
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+
+
+async def test_status_request_gets_a_report(start: Starter, hub: HubSide) -> None:
+    await start(Scripted, concurrency=2)
+    request = await hub.send(M.STATUS_REQUEST, StatusRequest(reason="why"), cue_id=None)
+    [report] = await hub.wait(M.STATUS_REPORT)
+    assert report.in_reply_to == request.message_id
+    assert report.payload.model_dump(include={"replica", "state", "in_flight"}) == {
+        "replica": "r1",
+        "state": "running",
+        "in_flight": 0,
+    }
+    assert report.payload.detail["concurrency"] == 2
+
+
+async def test_forwarded_handoff_reaches_on_handoff(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    handoff = TaskHandoff(
+        from_agent="agent-z",
+        to_agent=AGENT,
+        task_id="CUE-9",
+        handoff_context=HandoffContext(work_completed=["built"], binary="app.tar"),
+    )
+    await hub.send(M.TASK_HANDOFF, handoff, cue_id="CUE-9")
+    await eventually(lambda: Scripted.handoffs == [handoff])
+    await eventually(lambda: _zero(hub))
+
+
+async def test_notice_and_shutdown_broadcasts(start: Starter, hub: HubSide) -> None:
+    await start(Scripted)
+    await hub.broadcast(M.BROADCAST_NOTICE, BroadcastNotice(text="hello all"))
+    await eventually(lambda: Scripted.notices == ["hello all"])
+    await hub.broadcast(M.BROADCAST_SHUTDOWN, BroadcastShutdown(reason="bye"))
+    [offline] = await hub.wait(M.STATUS_OFFLINE)
+    assert offline.payload.model_dump() == {"replica": "r1", "reason": "broadcast.shutdown: bye"}
+
+
+async def test_broadcasts_from_before_start_are_not_replayed(start: Starter, hub: HubSide) -> None:
+    await hub.broadcast(M.BROADCAST_PAUSE, BroadcastPause())
+    await start(Scripted)
+    await hub.go("CUE-1")
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+
+
+async def test_stop_drains_work_in_progress(settings: Settings, hub: HubSide) -> None:
+    spec = Scripted(AGENT, "r1", settings)
+    task = asyncio.create_task(spec.run())
+    await hub.wait(M.STATUS_ONLINE)
+    await hub.go("CUE-1", block=True)
+    await hub.wait(M.STATUS_STARTED)
+    spec.stop("test")
+    await hub.go("CUE-2")  # arrives while draining: left for another replica
+    assert Scripted.release is not None
+    Scripted.release.set()
+    await asyncio.wait_for(task, 10)
+    kinds = [m.message_type for m in await hub.out()]
+    assert kinds[-2:] == [M.STATUS_COMPLETED, M.STATUS_OFFLINE]
+    assert await hub.of(M.STATUS_STARTED, "CUE-2") == []
+
+
+async def test_done_markers_once_across_replicas(start: Starter, hub: HubSide) -> None:
+    spec = await start(Scripted)
+    assert spec is not None
+    from specialists.cue import Cue, DoneMarkers
+
+    markers = DoneMarkers(hub.t.client, hub.keys, AGENT, ttl_s=60)
+    go = make(M.TASK_ASSIGN, TaskAssign(cue_id="C"), run_id=RUN)
+    cue = Cue(
+        agent_id=AGENT, replica="r1", run_id=RUN, cue_id="C", attempt=1, message=go, markers=markers
+    )
+    assert not await cue.already_done("x")
+    with pytest.raises(RuntimeError):
+        async with cue.once("x") as first:
+            assert first
+            raise RuntimeError("failed half way")
+    assert not await cue.already_done("x")  # a failed block can be tried again
+    async with cue.once("x") as first:
+        assert first
+    async with cue.once("x") as again:
+        assert not again
+    assert await cue.mark_done("y") and not await cue.mark_done("y")
+    assert await cue.already_done("y")
+
+
+def test_bad_names_are_refused(settings: Settings) -> None:
+    with pytest.raises(ValueError, match="agent id"):
+        Specialist("Agent A", "r1", settings)
+    with pytest.raises(ValueError, match="replica"):
+        Specialist(AGENT, "r:1", settings)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
 from hub.engine import inputs
@@ -22,9 +23,9 @@ from hub.engine.driver import Driver
 from hub.metrics import Metrics, _cause_label
 from hub.registry import Registry
 from protocols import payloads as p
-from protocols.codec import Envelope, encode
+from protocols.codec import Envelope
 from protocols.keys import HUB_GROUP
-from protocols.messages import SPECIALIST_SENDS, Channel
+from protocols.messages import SPECIALIST_SENDS
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.states import Severity
@@ -102,7 +103,7 @@ class Router:
         engine_msgs: list[Envelope] = []
         bad: list[tuple[Delivery, str, str]] = []  # (delivery, cause, detail)
         forwards: list[tuple[str, Envelope | bytes]] = []
-        audit: list[tuple[str, Envelope | bytes]] = []
+        routed: list[Envelope] = []
         registry_changed: set[str] = set()
         for d in batch:
             agent = self.keys.agent_of_out(d.stream) or "?"
@@ -120,19 +121,22 @@ class Router:
             if msg.message_id in self._seen:
                 continue  # a message seen twice is handled once
             self._remember(msg.message_id)
-            msg = msg.model_copy(update={"from_agent": agent})
-            self.metrics.routed.labels(msg.message_type.value).inc()
-            audit.append((self.keys.audit, _audit_line(msg)))
+            if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
+                forward = self._runless_handoff(msg, agent)
+                if forward is None:
+                    bad.append((d, "handoff_rejected", "handoff outside a run misses required keys"))
+                    continue
+                stream, out = forward
+                routed.append(out)
+                forwards.append((stream, d.raw if out is msg else out))  # unchanged: as read
+                continue
+            if msg.from_agent != agent:
+                msg = msg.model_copy(update={"from_agent": agent})
+            routed.append(msg)
             if msg.message_type in _REGISTRY_TYPES:
                 if self.registry.apply(msg):
                     registry_changed.add(agent)
-            elif msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
-                forward = self._runless_handoff(msg)
-                if forward is None:
-                    bad.append((d, "handoff_rejected", "handoff outside a run misses required keys"))
-                else:
-                    forwards.append(forward)
-            elif msg.message_type.channel in (Channel.STATUS, Channel.COORD, Channel.TASK, Channel.ESCALATION):
+            else:
                 engine_msgs.append(msg)
         if engine_msgs or bad:
             await self.driver.step(lambda e: self._apply(e, engine_msgs, bad))
@@ -140,11 +144,14 @@ class Router:
             self.metrics.dead_letters.labels(cause).inc()
             self.metrics.violations.labels(_cause_label(cause)).inc()
             await self.transport.dead_letter(d, f"{cause}: {detail}", group=HUB_GROUP)
-        if forwards or audit:
-            await self.transport.publish_many([*forwards, *audit])
+        if routed:
+            forwards.append((self.keys.audit, _audit_entry(routed)))
+            for mt, n in Counter(m.message_type for m in routed).items():
+                self.metrics.routed.labels(mt.value).inc(n)
         await self.registry.save(registry_changed)
         dead = {id(d) for d, _, _ in bad}  # dead_letter acknowledged those already
-        await self.transport.ack([d for d in batch if id(d) not in dead], HUB_GROUP)
+        done = [d for d in batch if id(d) not in dead]
+        await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
 
     def _apply(self, engine: Engine, messages: list[Envelope], bad: list[tuple[Delivery, str, str]]) -> None:
         for msg in messages:
@@ -160,17 +167,20 @@ class Router:
             )  # fmt: skip
             engine.escalate(None, None, T.ESCALATION_PROTOCOL_VIOLATION, payload)
 
-    def _runless_handoff(self, msg: Envelope) -> tuple[str, Envelope] | None:
+    def _runless_handoff(self, msg: Envelope, agent: str) -> tuple[str, Envelope] | None:
         """A handoff outside any run: checked against the registry's contracts, then forwarded."""
         body: p.TaskHandoff = msg.payload  # type: ignore[assignment]
-        missing = inputs.missing_for_handoff(
-            msg.from_agent, self.registry.contract_of(msg.from_agent),
+        problem, _ = inputs.handoff_problem(
+            agent, self.registry.contract_of(agent),
             body.to_agent, self.registry.contract_of(body.to_agent),
             body.handoff_context.provided_keys(),
         )  # fmt: skip
-        if missing or body.from_agent != msg.from_agent:
+        if problem or body.from_agent != agent:
             return None
-        forwarded = msg.model_copy(update={"target_agents": (body.to_agent,)})
+        stamped = {"from_agent": agent, "target_agents": (body.to_agent,)}
+        if msg.from_agent == agent and msg.target_agents == stamped["target_agents"]:
+            return (self.keys.inbox(body.to_agent), msg)
+        forwarded = msg.model_copy(update=stamped)
         return (self.keys.inbox(body.to_agent), forwarded)
 
     def _remember(self, message_id: str) -> None:
@@ -179,5 +189,10 @@ class Router:
             self._seen.popitem(last=False)
 
 
-def _audit_line(msg: Envelope) -> bytes:
-    return encode(msg)
+def _audit_entry(messages: list[Envelope]) -> bytes:
+    """One audit entry per routed batch, listing every message in it (id, type, who, run)."""
+    return json.dumps([
+        {"id": m.message_id, "type": m.message_type.value, "from": m.from_agent,
+         "to": list(m.target_agents), "run": m.run_id, "cue": m.cue_id}
+        for m in messages
+    ]).encode()  # fmt: skip

@@ -19,6 +19,7 @@ from hub.leader import Leadership
 from hub.metrics import Metrics
 from hub.registry import Registry
 from hub.router import Router
+from hub.scheduler import Scheduler
 from hub.store import StateKeys, StateStore
 from protocols.codec import make
 from protocols.errors import StaleLeader
@@ -63,6 +64,10 @@ class Hub:
         )  # fmt: skip
         self.router = Router(self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id)
         self.commands = CommandClient(client, self.sk)
+        self.scheduler = Scheduler(
+            self.cuelists, self.store, self.sk,
+            lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
+        )  # fmt: skip
         self.leading = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -89,6 +94,7 @@ class Hub:
             asyncio.create_task(self.router.run(stop), name="router"),
             asyncio.create_task(self.driver.run_timers(stop), name="timers"),
             asyncio.create_task(server.run(stop), name="commands"),
+            asyncio.create_task(self.scheduler.run(stop), name="schedules"),
         ]
         lost = asyncio.create_task(self.leadership.lost.wait(), name="lost")
         stopping = asyncio.create_task(stop.wait(), name="stop")

@@ -14,7 +14,8 @@ from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
-from protocols.contracts import Contract
+from protocols.contracts import Contract, verify_handoff
+from protocols.errors import HandoffRejected
 from protocols.messages import MessageType as T
 from protocols.states import CueState, Phase, Severity, TargetState
 
@@ -138,18 +139,17 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
     if cr.state.done or cr.handoff_ok:
         return
     declared_to = cue.handoff.to if cue.handoff else None
-    missing = missing_for_handoff(
-        body.from_agent, _contract(engine, plan, body.from_agent),
-        body.to_agent, _contract(engine, plan, body.to_agent),
-        body.handoff_context.provided_keys(),
-    )  # fmt: skip
-    problem = None
+    problem, missing = None, []
     if body.from_agent != msg.from_agent:
         problem = f"handoff names sender {body.from_agent}, but {msg.from_agent} sent it"
     elif declared_to and body.to_agent != declared_to:
         problem = f"{cue_id} must hand off to {declared_to}, not {body.to_agent}"
-    elif missing:
-        problem = f"handoff to {body.to_agent} misses {', '.join(missing)}"
+    else:
+        problem, missing = handoff_problem(
+            msg.from_agent, _contract(engine, plan, msg.from_agent),
+            body.to_agent, _contract(engine, plan, body.to_agent),
+            body.handoff_context.provided_keys(),
+        )  # fmt: skip
     if problem:
         payload = p.EscalationHandoffRejected(
             severity=Severity.HIGH, cause="handoff_rejected", detail=problem,
@@ -170,14 +170,16 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
         _advance(engine, run, cue_id, cr)
 
 
-def missing_for_handoff(
+def handoff_problem(
     sender: str, sender_c: Contract | None, receiver: str, receiver_c: Contract | None,
     declared: set[str],
-) -> list[str]:  # fmt: skip
-    """Keys the receiver requires that neither the sender provides nor the handoff declares."""
-    from protocols.contracts import check_handoff
-
-    return list(check_handoff(sender, sender_c, receiver, receiver_c, declared))
+) -> tuple[str | None, list[str]]:  # fmt: skip
+    """Why the contracts refuse this handoff (and the receiver's uncovered keys), or None."""
+    try:
+        verify_handoff(sender, sender_c, receiver, receiver_c, declared)
+    except HandoffRejected as exc:
+        return str(exc), exc.missing
+    return None, []
 
 
 def _contract(engine: Engine, plan: Any, agent: str) -> Contract | None:

@@ -1,0 +1,96 @@
+"""An in-memory harness for the pure engine: a fake clock, scripted agents, fired timers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.engine import inputs
+from hub.engine.core import Engine
+from hub.engine.outbox import Outbox, Timer
+from hub.engine.plan import Plan
+from hub.engine.state import CueRun, RunState
+from protocols import payloads as p
+from protocols.codec import Envelope, make
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from protocols.validation import load_cuelist
+
+KEYS = Keys("sim:")
+
+
+def plan_of(text: str) -> Plan:
+    cuelist, version = load_cuelist(text)
+    return Plan.build(cuelist, version)
+
+
+class Sim:
+    def __init__(self, *plans: Plan) -> None:
+        self.now = 1_000.0
+        self.engine = Engine(KEYS, clock=lambda: self.now)
+        self.plans = plans
+        self.timers: list[Timer] = []
+        self.sent: list[tuple[str, Envelope]] = []  # (agent or "*", message)
+        self.outs: list[Outbox] = []
+
+    def start(self, run_id: str = "r1", plan: Plan | None = None) -> RunState:
+        run = self.engine.start_run(plan or self.plans[0], run_id, {}, dry=False)
+        self._drain()
+        return run
+
+    def _drain(self) -> None:
+        out = self.engine.take()
+        self.outs.append(out)
+        inbox = KEYS.inbox("")
+        for stream, msg in out.messages:
+            agent = stream.removeprefix(inbox) if stream.startswith(inbox) else "*"
+            self.sent.append((agent, msg))
+        self.timers.extend(out.timers)
+
+    def take_sent(self, mt: T | None = None) -> list[tuple[str, Envelope]]:
+        picked = [(a, m) for a, m in self.sent if mt is None or m.message_type is mt]
+        self.sent = [(a, m) for a, m in self.sent if (a, m) not in picked]
+        return picked
+
+    def send(self, agent: str, mt: T, payload: p.Payload, run_id: str = "r1", cue_id: str | None = None) -> None:
+        msg = make(mt, payload, from_agent=agent, run_id=run_id, cue_id=cue_id)
+        inputs.handle(self.engine, msg)
+        self._drain()
+
+    def ack_warning(self, agent: str, cue: str, attempt: int = 1, run_id: str = "r1") -> None:
+        self.send(agent, T.ACK_WARNING, p.AckWarning(attempt=attempt), run_id, cue)
+
+    def ack_standby(self, agent: str, cue: str, attempt: int = 1, ready: bool = True, reason: str = "", run_id: str = "r1") -> None:
+        self.send(agent, T.ACK_STANDBY, p.AckStandby(attempt=attempt, ready=ready, reason=reason), run_id, cue)
+
+    def complete(self, agent: str, cue: str, attempt: int = 1, run_id: str = "r1", **result: Any) -> None:
+        self.send(agent, T.STATUS_COMPLETED, p.StatusCompleted(attempt=attempt, result=result), run_id, cue)
+
+    def fail(self, agent: str, cue: str, attempt: int = 1, error: str = "boom", run_id: str = "r1") -> None:
+        self.send(agent, T.STATUS_FAILED, p.StatusFailed(attempt=attempt, error=error), run_id, cue)
+
+    def call_through(self, cue: str, agents: list[str], attempt: int = 1, run_id: str = "r1") -> None:
+        """Answer WARNING, STANDBY and GO of `cue` for every agent."""
+        for a in agents:
+            self.ack_warning(a, cue, attempt, run_id)
+        for a in agents:
+            self.ack_standby(a, cue, attempt, run_id=run_id)
+        for a in agents:
+            self.complete(a, cue, attempt, run_id)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock and fire every timer now due."""
+        self.now += seconds
+        due = sorted(t for t in self.timers if t.at <= self.now)
+        self.timers = [t for t in self.timers if t.at > self.now]
+        for timer in due:
+            inputs.on_timer(self.engine, timer)
+            self._drain()
+
+    def run(self, run_id: str = "r1") -> RunState:
+        return self.engine.runs.get(run_id) or self._finished(run_id)
+
+    def _finished(self, run_id: str) -> RunState:
+        raise KeyError(run_id)
+
+    def cue(self, cue_id: str, run_id: str = "r1") -> CueRun:
+        return self.run(run_id).cues[cue_id]

@@ -1,0 +1,296 @@
+"""Every transition of the cue state machine (SPEC §5), on the pure engine with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocols import payloads as p
+from protocols.errors import Conflict
+from protocols.messages import MessageType as T
+from protocols.states import CueState, FiredBy, RunStatus, TargetState
+from tests.hub.sim import Sim, plan_of
+
+CHAIN = """
+cuelist: chain
+cues:
+  - {id: C1, target_agents: [a, b], auto_follow: C2}
+  - {id: C2, target_agents: [a], auto_follow: C3}
+  - {id: C3, target_agents: [b]}
+"""
+
+
+def test_three_phase_call_and_auto_follow_chain() -> None:
+    sim = Sim(plan_of(CHAIN))
+    sim.start()
+    warnings = sim.take_sent(T.COORD_WARNING)
+    assert sorted(a for a, _ in warnings) == ["a", "b"]
+    assert sim.cue("C1").state is CueState.WARNING
+    assert sim.cue("C1").fired_by is FiredBy.RUN_START
+    assert sim.cue("C2").state is CueState.WAITING
+    sim.ack_warning("a", "C1")
+    assert sim.cue("C1").state is CueState.WARNING
+    assert "b" in (sim.cue("C1").reason or "")  # who the ack is missing from
+    sim.ack_warning("b", "C1")
+    assert sim.cue("C1").state is CueState.STANDBY
+    assert len(sim.take_sent(T.COORD_STANDBY)) == 2
+    sim.ack_standby("a", "C1")
+    assert not sim.take_sent(T.COORD_GO)
+    sim.ack_standby("b", "C1")
+    gos = sim.take_sent(T.COORD_GO)
+    assert sorted(a for a, _ in gos) == ["a", "b"]  # every target, in one outbox
+    assert sim.cue("C1").gos == [{"attempt": 1, "fired_by": "run-start", "at": sim.now}]
+    # early warning: C2's only predecessor has been GO'd
+    assert sim.cue("C2").state is CueState.WARNING and sim.cue("C2").early
+    sim.complete("a", "C1")
+    sim.complete("b", "C1")
+    assert sim.cue("C1").state is CueState.COMPLETED
+    sim.ack_warning("a", "C2")
+    assert sim.cue("C2").state is CueState.STANDBY
+    assert sim.cue("C2").fired_by is FiredBy.AUTO_FOLLOW
+    sim.ack_standby("a", "C2")
+    sim.complete("a", "C2")
+    sim.call_through("C3", ["b"])
+    assert sim.run().status is RunStatus.SUCCESS
+    assert sim.run().record.fired == ["C1", "C2", "C3"]
+
+
+def test_early_warned_cue_waits_for_predecessor_before_standby() -> None:
+    sim = Sim(plan_of(CHAIN))
+    sim.start()
+    sim.call_through("C1", ["a", "b"][:0])  # nothing: just keep the helpers honest
+    for a in ("a", "b"):
+        sim.ack_warning(a, "C1")
+    for a in ("a", "b"):
+        sim.ack_standby(a, "C1")
+    sim.ack_warning("a", "C2")  # prepared while C1 runs
+    assert sim.cue("C2").state is CueState.WARNING
+    assert "predecessor" in (sim.cue("C2").reason or "")
+    assert not sim.take_sent(T.COORD_STANDBY)[2:]
+    sim.complete("a", "C1")
+    sim.complete("b", "C1")
+    assert sim.cue("C2").state is CueState.STANDBY
+
+
+def test_predecessor_failure_stands_down_early_warned_cue_and_blocks_chain() -> None:
+    sim = Sim(plan_of(CHAIN))
+    sim.start()
+    for a in ("a", "b"):
+        sim.ack_warning(a, "C1")
+    for a in ("a", "b"):
+        sim.ack_standby(a, "C1")
+    sim.take_sent()
+    sim.fail("a", "C1", error="compiler exploded")
+    standdowns = sim.take_sent(T.COORD_STANDDOWN)
+    assert [a for a, m in standdowns if m.cue_id == "C2"] == ["a"]
+    assert sim.cue("C1").state is CueState.FAILED
+    assert sim.cue("C2").state is CueState.BLOCKED
+    assert sim.cue("C3").state is CueState.BLOCKED
+    assert "C1" in (sim.cue("C3").reason or "")  # the root cause, transitively
+    assert sim.run().status is RunStatus.FAILED
+
+
+DAG = """
+cuelist: dag
+cues:
+  - {id: BUILD, target_agents: [a]}
+  - {id: TEST, target_agents: [b], depends_on: [BUILD], raises: [tests_passed]}
+  - {id: DOCS, target_agents: [a], depends_on: [BUILD], on_failure: continue}
+  - {id: DEPLOY, target_agents: [c], depends_on: [TEST, DOCS], conditions: [tests_passed, approval_received]}
+"""
+
+
+def test_dependencies_conditions_and_fail_forward() -> None:
+    sim = Sim(plan_of(DAG))
+    sim.start()
+    assert sim.cue("DEPLOY").state is CueState.WAITING
+    sim.call_through("BUILD", ["a"])
+    assert sim.cue("TEST").fired_by is FiredBy.DEPENDENCIES
+    sim.call_through("TEST", ["b"])
+    assert "tests_passed" in sim.run().conditions
+    sim.ack_warning("a", "DOCS")
+    sim.ack_standby("a", "DOCS")
+    sim.fail("a", "DOCS")
+    assert sim.cue("DOCS").state is CueState.FAILED  # on_failure: continue
+    dep = sim.cue("DEPLOY")
+    assert dep.state is CueState.WAITING
+    assert dep.reason == "waiting for conditions approval_received"
+    sim.engine.raise_condition("r1", "approval_received")
+    sim._drain()
+    assert sim.cue("DEPLOY").state is CueState.WARNING
+    sim.call_through("DEPLOY", ["c"])
+    assert sim.run().status is RunStatus.PARTIAL
+
+
+MANUAL = """
+cuelist: manual
+cues:
+  - {id: A, target_agents: [a]}
+  - {id: B, target_agents: [a], depends_on: [A], manual: true}
+"""
+
+
+def test_manual_cue_is_armed_and_operator_go_fires_it() -> None:
+    sim = Sim(plan_of(MANUAL))
+    sim.start()
+    with pytest.raises(Conflict, match="not armed"):
+        sim.engine.operator_go("r1", "B")
+    sim.call_through("A", ["a"])
+    assert sim.cue("B").state is CueState.ARMED
+    sim.engine.operator_go("r1", "B")
+    sim._drain()
+    assert sim.cue("B").state is CueState.WARNING
+    assert sim.cue("B").fired_by is FiredBy.OPERATOR
+    with pytest.raises(Conflict):
+        sim.engine.operator_go("r1", "B")  # a second GO does nothing but refuse
+    sim.call_through("B", ["a"])
+    assert sim.run().status is RunStatus.SUCCESS
+
+
+RETRY = """
+cuelist: retry
+defaults: {retries: 1, ack_timeout_s: 5}
+cues:
+  - {id: A, target_agents: [a, b]}
+"""
+
+
+def test_ack_timeout_escalates_then_retries_then_fails() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.advance(5.01)
+    cue = sim.cue("A")
+    assert cue.attempt == 2 and cue.state is CueState.WARNING  # retried: three phases again
+    escs = list(sim.engine.escalations.by_id.values())
+    assert [e.type for e in escs] == [T.ESCALATION_TIMEOUT]
+    assert escs[0].payload["waiting_for"] == ["b"]
+    sim.advance(5.01)
+    assert sim.cue("A").state is CueState.FAILED
+    assert escs[0].count == 2  # deduplicated: the first claims the slot, the rest count
+    assert sim.run().status is RunStatus.FAILED
+
+
+def test_late_and_duplicate_acks_change_nothing() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.advance(5.01)  # attempt 1 timed out
+    sim.ack_warning("b", "A", attempt=1)  # late ack of the old attempt
+    assert sim.cue("A").targets == {"a": TargetState.WARNED, "b": TargetState.WARNED}
+    sim.ack_warning("a", "A", attempt=2)
+    sim.ack_warning("a", "A", attempt=2)
+    sim.ack_warning("b", "A", attempt=2)
+    sim.ack_standby("a", "A", attempt=2)
+    sim.ack_standby("b", "A", attempt=2)
+    sim.ack_standby("b", "A", attempt=2)
+    assert len(sim.take_sent(T.COORD_GO)) == 2  # one GO per target for attempt 2
+    assert len(sim.cue("A").gos) == 1
+
+
+def test_not_ready_standby_waits_with_reason() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.ack_warning("b", "A")
+    sim.ack_standby("a", "A", ready=False, reason="disk full")
+    assert sim.cue("A").reason == "a not ready: disk full"
+    sim.ack_standby("b", "A")
+    sim.ack_standby("a", "A")
+    assert sim.cue("A").state is CueState.GO
+
+
+def test_protocol_checks_are_recorded_and_escalated_once() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_standby("a", "A")  # out of order: still in WARNING
+    sim.ack_standby("a", "A")
+    sim.ack_warning("mallory", "A")  # not a target
+    sim.send("a", T.ACK_WARNING, p.AckWarning(), run_id="nope", cue_id="A")  # unknown run
+    record = sim.run().record
+    assert record.protocol_violations == 3
+    causes = sorted(e.cause for e in sim.engine.escalations.by_id.values())
+    assert causes == ["not_a_target:mallory", "out_of_order:ack.standby", "unknown_run:nope"]
+    assert sim.cue("A").state is CueState.WARNING
+
+
+def test_cancel_stands_down_everything() -> None:
+    sim = Sim(plan_of(CHAIN))
+    sim.start()
+    sim.take_sent()
+    sim.engine.cancel("r1")
+    sim._drain()
+    assert {c.state for c in sim.run().cues.values()} == {CueState.CANCELLED}
+    assert len(sim.take_sent(T.COORD_STANDDOWN)) == 2
+    assert sim.run().status is RunStatus.CANCELLED
+    with pytest.raises(Conflict):
+        sim.engine.cancel("r1")
+
+
+DIRECT = """
+cuelist: direct
+cues:
+  - {id: A, target_agents: [a], coordination: direct, auto_follow: B}
+  - {id: B, target_agents: [a], coordination: direct}
+"""
+
+
+def test_direct_cues_skip_the_barrier() -> None:
+    sim = Sim(plan_of(DIRECT))
+    sim.start()
+    assigns = sim.take_sent(T.TASK_ASSIGN)
+    assert [m.cue_id for _, m in assigns] == ["A"]
+    assert not sim.take_sent(T.COORD_WARNING)
+    sim.complete("a", "A")
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["B"]
+    sim.complete("a", "B")
+    assert sim.run().status is RunStatus.SUCCESS
+
+
+HANDOFF = """
+cuelist: handoff
+specialists:
+  coder: {provides: [implemented_code], handoff_to: [tester]}
+  tester: {requires: [implemented_code, test_plan]}
+cues:
+  - {id: CODE, target_agents: [coder], handoff: {to: tester, context: [test_plan]}, auto_follow: TEST}
+  - {id: TEST, target_agents: [tester]}
+"""
+
+
+def _handoff(sim: Sim, **ctx: object) -> None:
+    body = p.TaskHandoff(
+        from_agent="coder", to_agent="tester", task_id="CODE",
+        handoff_context=p.HandoffContext(**ctx),  # type: ignore[arg-type]
+    )  # fmt: skip
+    sim.send("coder", T.TASK_HANDOFF, body, cue_id="CODE")
+
+
+def test_valid_handoff_is_forwarded_and_its_context_reaches_the_next_cue() -> None:
+    sim = Sim(plan_of(HANDOFF))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    sim.complete("coder", "CODE")
+    assert sim.cue("CODE").state is CueState.GO
+    assert "handoff" in (sim.cue("CODE").reason or "")  # completes only with its handoff
+    _handoff(sim, implemented_code="src/x.py", test_plan="unit")
+    assert [a for a, _ in sim.take_sent(T.TASK_HANDOFF)] == ["tester"]
+    assert sim.cue("CODE").state is CueState.COMPLETED
+    sim.ack_warning("tester", "TEST")
+    sim.ack_standby("tester", "TEST")
+    (_, go), = sim.take_sent(T.COORD_GO)[-1:]
+    assert go.payload.context["test_plan"] == "unit"  # type: ignore[attr-defined]
+
+
+def test_invalid_handoff_is_refused_naming_missing_keys_and_fails_the_cue() -> None:
+    sim = Sim(plan_of(HANDOFF))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    _handoff(sim, work_completed=["x"])  # test_plan missing; implemented_code is provided
+    assert not sim.take_sent(T.TASK_HANDOFF)
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.type is T.ESCALATION_HANDOFF_REJECTED
+    assert esc.payload["missing"] == ["test_plan"]
+    assert sim.cue("CODE").state is CueState.FAILED
+    assert sim.cue("TEST").state is CueState.BLOCKED

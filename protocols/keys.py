@@ -33,7 +33,7 @@ class Keys:
         return f"{self.prefix}in:{agent}"
 
     def done(self, agent: str, token: str) -> str:
-        """A done-marker of `agent` (SDK, for non-idempotent work): `{prefix}done:{agent}:{token}`."""
+        """A done-marker of `agent` for non-idempotent work: `{prefix}done:{agent}:{token}`."""
         return f"{self.prefix}done:{agent}:{token}"
 
     @property

@@ -66,7 +66,7 @@ def test_every_type_survives_encode_decode(mt: MessageType, data: st.DataObject)
 
 
 def test_make_refuses_wrong_payload_model() -> None:
-    with pytest.raises(TypeError, match="coord.go takes CoordGo"):
+    with pytest.raises(TypeError, match=r"coord\.go takes CoordGo"):
         make(MessageType.COORD_GO, p.AckWarning())
 
 

@@ -1,0 +1,1 @@
+"""The `callboard` command line (see callboard.cli) and its API client."""

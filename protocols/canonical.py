@@ -1,0 +1,34 @@
+"""The canonical form of a validated cuelist and its version: the SHA-256 of that form.
+
+Canonical JSON: the validated model with every default filled in and `defaults` already
+merged into the cues (so the block itself is left out), keys sorted, no whitespace,
+UTF-8. Formatting, comments, key order and where a value was written (in `defaults` or
+in the cue) do not change the version; any change of meaning does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from protocols.cuelist import Cuelist
+
+
+def canonical_data(cuelist: Cuelist) -> dict[str, object]:
+    return cuelist.model_dump(mode="json", exclude={"defaults"})
+
+
+def canonical_json(cuelist: Cuelist) -> str:
+    """A string that `Cuelist.model_validate_json` reads back into the same cuelist."""
+    return json.dumps(
+        canonical_data(cuelist),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def version_of(cuelist: Cuelist) -> str:
+    """The SHA-256 hex digest of the canonical form."""
+    return hashlib.sha256(canonical_json(cuelist).encode("utf-8")).hexdigest()

@@ -1,0 +1,202 @@
+"""The cuelist language of SPEC §4 as pydantic models: Cuelist, Cue, Handoff, CueDefaults.
+
+`Cuelist.model_validate` checks the schema only and merges `defaults` into every cue (a
+cue's own value wins) and fills in `start`; the graph, contract and conflict checks are
+in `protocols.validation`, which is what callers should use.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from croniter import croniter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from protocols.contracts import Contract
+from protocols.issues import PATTERN_NAMES
+from protocols.keys import AGENT_ID_PATTERN
+from protocols.states import ConflictStrategy, Coordination, OnFailure, Overlap
+
+MAX_CUES = 10_000
+CUELIST_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+CUE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"  # safe in URLs and Redis keys
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"  # flags, resources, groups, context keys
+PATTERN_NAMES.update({
+    CUELIST_NAME_PATTERN: "a cuelist name ([a-z0-9][a-z0-9-]*, up to 63 characters)",
+    CUE_ID_PATTERN: "a cue id (a letter or digit, then letters, digits, _ . -)",
+    NAME_PATTERN: "a name (a letter or digit, then letters, digits, _ . : / -)",
+})  # fmt: skip
+
+
+def _unique(items: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            raise PydanticCustomError("duplicate_item", "'{item}' is listed twice", {"item": item})
+        seen.add(item)
+    return items
+
+
+CueId = Annotated[str, StringConstraints(pattern=CUE_ID_PATTERN)]
+AgentId = Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)]
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+Text = Annotated[str, StringConstraints(max_length=4000)]
+Timeout = Annotated[StrictFloat, Field(gt=0, le=7 * 86400)]
+Names = Annotated[list[Name], AfterValidator(_unique)]
+CueIds = Annotated[list[CueId], AfterValidator(_unique)]
+Texts = Annotated[list[Text], Field(max_length=100)]
+
+
+class Handoff(BaseModel):
+    """On completion the cue's agent hands off to `to`, declaring the `context` keys it sends."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    to: AgentId
+    context: Names = Field(default_factory=list)
+
+
+class CueDefaults(BaseModel):
+    """The cue keys `defaults:` may set for every cue (not ids, edges, flags or handoffs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_agents: Annotated[list[AgentId], Field(min_length=1), AfterValidator(_unique)] | None = (
+        None
+    )
+    action: dict[str, JsonValue] | None = None
+    preparation_required: Texts | None = None
+    ready_check: Texts | None = None
+    conditions: Names | None = None
+    manual: StrictBool | None = None
+    priority: StrictInt | None = None
+    resources: Names | None = None
+    outputs: Names | None = None
+    on_failure: OnFailure | None = None
+    coordination: Coordination | None = None
+    ack_timeout_s: Timeout | None = None
+    standby_timeout_s: Timeout | None = None
+    go_timeout_s: Timeout | None = None
+    retries: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
+    group: Name | None = None
+
+
+class Cue(BaseModel):
+    """One cue: who does what, after what, holding which resources, and how it is called."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: CueId
+    description: Text = ""
+    target_agents: Annotated[list[AgentId], Field(min_length=1), AfterValidator(_unique)]
+    action: dict[str, JsonValue] = Field(default_factory=dict)  # opaque; sent with GO
+    preparation_required: Texts = Field(default_factory=list)
+    ready_check: Texts = Field(default_factory=list)
+    depends_on: CueIds = Field(default_factory=list)
+    conditions: Names = Field(default_factory=list)
+    raises: Names = Field(default_factory=list)
+    auto_follow: CueId | None = None
+    manual: StrictBool = False
+    priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] = 0
+    resources: Names = Field(default_factory=list)
+    outputs: Annotated[list[Text], AfterValidator(_unique)] = Field(default_factory=list)
+    handoff: Handoff | None = None
+    on_failure: OnFailure = OnFailure.BLOCK
+    coordination: Coordination = Coordination.CUED
+    ack_timeout_s: Timeout = 5.0
+    standby_timeout_s: Timeout = 60.0
+    go_timeout_s: Timeout = 600.0
+    retries: Annotated[StrictInt, Field(ge=0, le=100)] = 0
+    group: Name | None = None  # the cue_group named in the WARNING message
+
+
+class Cuelist(BaseModel):
+    """A named list of cues with its schedule, entry cues, defaults and inline contracts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cuelist: Annotated[str, StringConstraints(pattern=CUELIST_NAME_PATTERN)]
+    description: Text = ""
+    schedule: str | None = None
+    overlap: Overlap = Overlap.SKIP
+    start: Annotated[CueIds, Field(min_length=1)] = Field(default_factory=list)  # default: 1st
+    defaults: CueDefaults = Field(default_factory=CueDefaults)
+    conflict_strategy: ConflictStrategy = ConflictStrategy.PRIORITY
+    arbitration_timeout_s: Timeout = 30.0
+    specialists: dict[AgentId, Contract] = Field(default_factory=dict)
+    cues: Annotated[list[Cue], Field(min_length=1, max_length=MAX_CUES)]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        cues = data.get("cues")
+        if not isinstance(cues, list):
+            return data
+        merged = dict(data)
+        defaults = usable_defaults(data.get("defaults"))
+        if defaults:
+            cues = [{**defaults, **cue} if isinstance(cue, dict) else cue for cue in cues]
+            merged["cues"] = cues
+        if merged.get("start") is None and cues and isinstance(cues[0], dict) and "id" in cues[0]:
+            merged["start"] = [cues[0]["id"]]
+        return merged
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise PydanticCustomError(
+                "bad_schedule", "'{value}' is not a cron expression", {"value": value}
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Cuelist:
+        seen: set[str] = set()
+        for cue in self.cues:
+            if cue.id in seen:
+                raise PydanticCustomError(
+                    "duplicate_id", "cue id '{cue}' is used twice", {"cue": cue.id}
+                )
+            seen.add(cue.id)
+        return self
+
+    def cue(self, cue_id: str) -> Cue:
+        """The cue with this id; KeyError when there is none."""
+        for cue in self.cues:
+            if cue.id == cue_id:
+                return cue
+        raise KeyError(cue_id)
+
+
+def usable_defaults(raw: Any) -> dict[str, Any]:
+    """The entries of a raw `defaults:` mapping that are valid, to merge into each cue
+    (invalid ones are reported once, at `defaults`, not again in every cue)."""
+    if not isinstance(raw, dict) or not raw:
+        return {}
+    try:
+        CueDefaults.model_validate(raw)
+        bad: set[Any] = set()
+    except ValidationError as exc:
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+    return {
+        k: v
+        for k, v in raw.items()
+        if k in CueDefaults.model_fields and k not in bad and v is not None
+    }

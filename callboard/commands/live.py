@@ -1,0 +1,86 @@
+"""A live table of a run's cues: state, what each waits for (`reason`) and elapsed time."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from callboard.client import Client, Unreachable
+
+COLORS = {
+    "pending": "dim", "waiting": "yellow", "armed": "magenta", "warning": "cyan",
+    "standby": "blue", "go": "bold green", "completed": "green", "failed": "bold red",
+    "blocked": "red", "cancelled": "dim", "success": "bold green", "partial": "yellow",
+    "running": "cyan", "holding": "magenta", "dry": "blue",
+}  # fmt: skip
+DONE = ("success", "partial", "failed", "cancelled", "dry")
+POLL_S = 0.5
+
+
+def _epoch(moment: str | None) -> float | None:
+    return datetime.fromisoformat(moment).timestamp() if moment else None
+
+
+def elapsed(cue: dict[str, Any], now: float) -> str:
+    start = _epoch(cue.get("warned_at") or cue.get("go_at"))
+    if start is None:
+        return ""
+    end = _epoch(cue.get("completed_at")) or now
+    return f"{max(0.0, end - start):.1f}s"
+
+
+def run_table(run: dict[str, Any], now: float | None = None) -> Group:
+    now = time.time() if now is None else now
+    status = run["status"]
+    head = Text.assemble(
+        (f"{run['cuelist']} ", "bold"), (f"run {run['run_id']}  ", "dim"),
+        (status, COLORS.get(status, "")),
+        (f"  {run['hold_reason']}" if run.get("hold_reason") else "", "magenta"),
+    )  # fmt: skip
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    for column in ("cue", "state", "try", "waiting for", "targets", "elapsed"):
+        table.add_column(column, no_wrap=column != "waiting for")
+    for cue_id, cue in run["cues"].items():
+        state = cue["state"]
+        targets = " ".join(f"{a}:{s}" for a, s in cue["targets"].items())
+        reason = cue.get("error") if state in ("failed", "blocked") else cue.get("reason")
+        table.add_row(
+            cue_id, Text(state, COLORS.get(state, "")), str(cue["attempt"] or ""),
+            reason or "", targets, elapsed(cue, now),
+        )  # fmt: skip
+    return Group(head, table)
+
+
+class RunView:
+    """Re-rendered on every refresh, so elapsed times tick between events."""
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        self.run = run
+
+    def __rich__(self) -> Group:
+        return run_table(self.run)
+
+
+def watch(client: Client, run_id: str, console: Console) -> dict[str, Any]:
+    """Follow a run live until it finishes; returns its final state."""
+    view = RunView(client.run(run_id))
+    with Live(view, console=console, refresh_per_second=4):
+        if view.run["status"] not in DONE:
+            try:
+                for _name, _data in client.events(run_id):
+                    view.run = client.run(run_id)
+            except Unreachable:
+                pass  # the stream broke (hub restarting?): poll instead
+        view.run = client.run(run_id)
+        while view.run["status"] not in DONE:
+            time.sleep(POLL_S)
+            view.run = client.run(run_id)
+    if not console.is_terminal:
+        console.line()  # Live leaves the last frame without a line end when not on a tty
+    return view.run

@@ -1,0 +1,85 @@
+"""The app factory: routers, error handlers, body limit, and a lifespan that runs the hub."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from hub.api import errors
+from hub.api.deps import require_api_key
+from hub.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
+from hub.api.routes import (
+    agents,
+    broadcasts,
+    cuelists,
+    deadletters,
+    escalations,
+    health,
+    metrics,
+    runs,
+    wiring,
+)
+from hub.registry import Registry
+from hub.service import Hub
+
+log = logging.getLogger(__name__)
+RESTART_DELAY_S = 1.0
+STOP_TIMEOUT_S = 10.0
+
+
+async def supervise(hub: Hub, stop: asyncio.Event) -> None:
+    """Run the hub until `stop`; a crash (Redis away at start, say) is logged and retried."""
+    while not stop.is_set():
+        try:
+            await hub.run(stop)
+        except Exception:
+            log.exception("hub %s stopped with an error; restarting", hub.hub_id)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
+
+
+def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The API of `hub`; with `run_hub` the lifespan also runs the hub (election, engine...)."""
+    stopping = asyncio.Event()  # set on shutdown, so live event streams end
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        task = asyncio.create_task(supervise(hub, stopping), name="hub") if run_hub else None
+        try:
+            yield {
+                "hub": hub,
+                "hub_task": task,
+                "stopping": stopping,
+                "api_key": hub.settings.api_key or None,
+                # a registry of its own: describe() reloads from Redis, and must not
+                # replace the routing registry's in-memory entries under the router
+                "agents": Registry(hub.transport, hub.keys),
+            }
+        finally:
+            stopping.set()
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(task, STOP_TIMEOUT_S)
+            await hub.close()
+
+    app = FastAPI(
+        title="callboard hub",
+        summary="Runs cuelists over Redis Streams: WARNING, STANDBY, GO.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.stopping = stopping
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
+    errors.install(app)
+    app.include_router(health.router)
+    secured = [Depends(require_api_key)]
+    for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
+        app.include_router(module.router, prefix="/v1", dependencies=secured)
+    app.include_router(metrics.router, dependencies=secured)
+    return app

@@ -1,0 +1,149 @@
+"""Cuelists: submit (YAML or JSON, validated, stored by version), validate only, list, describe."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, status
+
+from hub.api.deps import HubDep
+from hub.api.errors import issue_dict
+from hub.api.schemas import (
+    CuelistErrorPublic,
+    CuelistPublic,
+    CuelistsPublic,
+    CuelistStored,
+    CuelistSummary,
+    CuelistVersionPublic,
+    ValidationPublic,
+    ts,
+)
+from protocols import canonical, validation
+from protocols.errors import CuelistError
+
+router = APIRouter(prefix="/cuelists", tags=["cuelists"])
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+JSON_TYPES = ("application/json",)
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+    }
+}
+Strict = Annotated[bool, Query(description="conflicts are errors, not warnings")]
+
+
+def _refuse(code: str, message: str) -> CuelistError:
+    return CuelistError(
+        [{"code": code, "message": message, "cue": None, "key": None, "line": None}]
+    )
+
+
+async def _report(request: Request, strict: bool) -> Any:
+    """Parse the body by its content type and run every check on it."""
+
+    media = request.headers.get("content-type", "application/yaml").split(";")[0].strip().lower()
+    body = await request.body()
+    if media in JSON_TYPES:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _refuse("json", f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise _refuse("json", "a cuelist must be a JSON object")
+        return validation.validate_data(data, strict=strict)
+    if media in YAML_TYPES:
+        return validation.validate_text(body, strict=strict)
+    raise HTTPException(
+        status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+        f"send the cuelist as application/yaml or application/json, not {media!r}",
+    )
+
+
+def _issues(items: Any) -> list[dict[str, Any]]:
+    return [issue_dict(i) for i in items or []]
+
+
+@router.post(
+    "",
+    response_model=CuelistStored,
+    status_code=status.HTTP_201_CREATED,
+    responses={422: {"model": CuelistErrorPublic}, 415: {"model": CuelistErrorPublic}},
+    openapi_extra=_BODY,
+)
+async def submit_cuelist(request: Request, hub: HubDep, strict: Strict = False) -> CuelistStored:
+    """Validate and store a cuelist; its version is the SHA-256 of its canonical form."""
+    report = await _report(request, strict)
+    if not report.valid:
+        raise CuelistError(list(report.errors))
+    cuelist = report.cuelist
+    source = (await request.body()).decode("utf-8", errors="replace")
+    created = await hub.cuelists.put(
+        cuelist, report.version, canonical.canonical_json(cuelist), source
+    )
+    return CuelistStored.model_validate(
+        {
+            "name": cuelist.cuelist,
+            "version": report.version,
+            "warnings": _issues(report.warnings),
+            "created": created,
+        }
+    )
+
+
+@router.post(
+    "/validate",
+    response_model=ValidationPublic,
+    responses={422: {"model": CuelistErrorPublic}},
+    openapi_extra=_BODY,
+)
+async def validate_cuelist(request: Request, strict: Strict = False) -> ValidationPublic:
+    """The same checks as submitting; stores nothing."""
+    try:
+        report = await _report(request, strict)
+    except CuelistError as exc:
+        return ValidationPublic.model_validate(
+            {"valid": False, "errors": _issues(exc.issues), "warnings": []}
+        )
+    cuelist = report.cuelist if report.valid else None
+    return ValidationPublic.model_validate(
+        {
+            "valid": report.valid,
+            "errors": _issues(report.errors),
+            "warnings": _issues(report.warnings),
+            "name": getattr(cuelist, "cuelist", None),
+            "version": report.version if cuelist else None,
+        }
+    )
+
+
+@router.get("", response_model=CuelistsPublic)
+async def list_cuelists(hub: HubDep) -> CuelistsPublic:
+    data = []
+    for name in await hub.cuelists.names():
+        described = await hub.cuelists.describe(name)
+        data.append(
+            CuelistSummary(
+                name=name, latest=described["latest"], versions=len(described["versions"])
+            )
+        )
+    return CuelistsPublic(data=data, count=len(data))
+
+
+@router.get("/{name}", response_model=CuelistPublic, responses={404: {"model": CuelistErrorPublic}})
+async def get_cuelist(hub: HubDep, name: Annotated[str, Path(max_length=200)]) -> CuelistPublic:
+    described = await hub.cuelists.describe(name)
+    versions = [
+        CuelistVersionPublic(
+            version=v["version"],
+            stored_at=ts(v["stored_at"]),
+            cuelist=v["cuelist"],
+            source=v["source"],
+        )
+        for v in described["versions"]
+    ]
+    return CuelistPublic(name=name, latest=described["latest"], versions=versions)

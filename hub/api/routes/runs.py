@@ -1,0 +1,147 @@
+"""Runs: start (with Idempotency-Key), list, inspect, GO, conditions, cancel, events, context."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, status
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from hub.api import idempotency, sse
+from hub.api.deps import HubDep, RunDep, StoppingDep
+from hub.api.schemas import (
+    CancelCreate,
+    CancelPublic,
+    ConditionPublic,
+    ContextEntryPublic,
+    ContextPublic,
+    ErrorPublic,
+    GoPublic,
+    RunCreate,
+    RunCreated,
+    RunPublic,
+    RunsPublic,
+)
+from hub.api.views import run_public, run_summary
+from hub.engine.state import RunState
+from hub.service import Hub
+from protocols.errors import Conflict, NotFound
+from protocols.ids import new_id
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+Name = Annotated[str, Path(min_length=1, max_length=200)]
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
+REFUSED: dict[int | str, dict[str, Any]] = {**NOT_FOUND, 409: {"model": ErrorPublic}}
+
+
+async def _call(hub: Hub, op: str, **args: Any) -> Any:
+    return await hub.commands.call(op, timeout_s=hub.settings.command_timeout_s, **args)
+
+
+def _must_be_live(run: RunState) -> None:
+    if run.status.done:
+        raise Conflict(f"run {run.run_id} is already {run.status.value}")
+
+
+@router.post("", response_model=RunCreated, status_code=status.HTTP_201_CREATED, responses=REFUSED)
+async def create_run(
+    body: RunCreate,
+    hub: HubDep,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+) -> RunCreated:
+    version = body.version or await hub.cuelists.latest(body.cuelist)
+    if version is None:
+        raise NotFound(f"no cuelist named {body.cuelist}")
+    await hub.cuelists.get(body.cuelist, version)  # NotFound for an unknown version
+    run_id = new_id()
+    if idempotency_key:
+        request = body.model_dump_json()
+        while (held := await idempotency.claim(hub, idempotency_key, run_id, request)) is not None:
+            timeout_s = hub.settings.command_timeout_s + 5
+            if await idempotency.wait_for_run(hub, idempotency_key, held, timeout_s):
+                return RunCreated(run_id=held)
+    try:
+        await _call(
+            hub, "start_run", cuelist=body.cuelist, version=version, run_id=run_id,
+            params=body.params, dry=body.dry,
+        )  # fmt: skip
+    except BaseException:
+        if idempotency_key:
+            await idempotency.release(hub, idempotency_key, run_id)
+        raise
+    return RunCreated(run_id=run_id)
+
+
+@router.get("", response_model=RunsPublic)
+async def list_runs(
+    hub: HubDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cuelist: Annotated[str | None, Query()] = None,
+    run_status: Annotated[str | None, Query(alias="status")] = None,
+) -> RunsPublic:
+    runs = await hub.store.runs(await hub.store.recent_run_ids(limit))
+    data = [
+        run_summary(r)
+        for r in runs
+        if (cuelist is None or r.cuelist == cuelist)
+        and (run_status is None or r.status.value == run_status)
+    ]
+    return RunsPublic(data=data, count=len(data))
+
+
+@router.get("/{run_id}", response_model=RunPublic, responses=NOT_FOUND)
+async def get_run(run: RunDep) -> RunPublic:
+    return run_public(run)
+
+
+@router.post("/{run_id}/cues/{cue_id}/go", response_model=GoPublic, responses=REFUSED)
+async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
+    if cue_id not in run.cues:
+        raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+    _must_be_live(run)
+    result = await _call(hub, "go", run_id=run.run_id, cue_id=cue_id)
+    return GoPublic(run_id=run.run_id, cue=cue_id, state=result["state"], attempt=result["attempt"])
+
+
+@router.post("/{run_id}/conditions/{name}", response_model=ConditionPublic, responses=REFUSED)
+async def raise_condition(run: RunDep, name: Name, hub: HubDep) -> ConditionPublic:
+    _must_be_live(run)
+    result = await _call(hub, "condition", run_id=run.run_id, name=name)
+    return ConditionPublic(run_id=run.run_id, condition=name, conditions=result["conditions"])
+
+
+@router.post("/{run_id}/cancel", response_model=CancelPublic, responses=REFUSED)
+async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> CancelPublic:
+    _must_be_live(run)
+    reason = (body.reason if body else None) or "cancelled by operator"
+    result = await _call(hub, "cancel", run_id=run.run_id, reason=reason)
+    return CancelPublic(run_id=run.run_id, status=result["status"])
+
+
+@router.get("/{run_id}/events", response_class=EventSourceResponse, responses=NOT_FOUND)
+async def events(
+    run: RunDep,
+    hub: HubDep,
+    stopping: StoppingDep,
+    last_event_id: Annotated[str | None, Header(max_length=64, pattern=r"^\d+-\d+$")] = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """The run's events from the start (or after `Last-Event-ID`), live until it finishes."""
+    async for entry_id, event in sse.follow(hub, run.run_id, last_event_id or "0-0", stopping):
+        yield ServerSentEvent(id=entry_id, event=str(event.get("type", "event")), data=event)
+
+
+@router.get("/{run_id}/context", response_model=ContextPublic, responses=NOT_FOUND)
+async def context(
+    run: RunDep,
+    hub: HubDep,
+    tag: Annotated[str | None, Query(max_length=200)] = None,
+    source: Annotated[str | None, Query(max_length=200)] = None,
+) -> ContextPublic:
+    entries = {
+        key: ContextEntryPublic.model_validate(entry)
+        for key, entry in (await hub.store.context(run.run_id)).items()
+        if (tag is None or tag in (entry.get("tags") or []))
+        and (source is None or entry.get("source") == source)
+    }
+    return ContextPublic(run_id=run.run_id, entries=entries, count=len(entries))

@@ -1,0 +1,270 @@
+"""Request and response models of the API (`XCreate` in, `XPublic` / `XsPublic` out)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocols.ids import rfc3339
+
+
+def ts(epoch: float | None) -> str | None:
+    """Epoch seconds as RFC 3339 UTC, or None for what has not happened."""
+    return None if epoch is None else rfc3339(datetime.fromtimestamp(epoch, UTC))
+
+
+class In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorPublic(BaseModel):
+    detail: str
+
+
+class IssuePublic(BaseModel):
+    code: str | None = None
+    message: str
+    cue: str | None = None
+    key: str | None = None
+    line: int | None = None
+    severity: str | None = None
+
+
+class CuelistErrorPublic(ErrorPublic):
+    errors: list[IssuePublic]
+
+
+# -- cuelists --------------------------------------------------------------------------
+class CuelistStored(BaseModel):
+    name: str
+    version: str
+    warnings: list[IssuePublic] = Field(default_factory=list)
+    created: bool = Field(True, description="false when this exact version was stored before")
+
+
+class ValidationPublic(BaseModel):
+    valid: bool
+    errors: list[IssuePublic]
+    warnings: list[IssuePublic]
+    name: str | None = None
+    version: str | None = None
+
+
+class CuelistVersionPublic(BaseModel):
+    version: str
+    stored_at: str | None
+    cuelist: dict[str, Any] | None
+    source: str | None = None
+
+
+class CuelistPublic(BaseModel):
+    name: str
+    latest: str
+    versions: list[CuelistVersionPublic]
+
+
+class CuelistSummary(BaseModel):
+    name: str
+    latest: str | None
+    versions: int
+
+
+class CuelistsPublic(BaseModel):
+    data: list[CuelistSummary]
+    count: int
+
+
+# -- runs ------------------------------------------------------------------------------
+class RunCreate(In):
+    cuelist: str = Field(min_length=1, max_length=200)
+    version: str | None = Field(None, max_length=200)
+    params: dict[str, Any] = Field(default_factory=dict)
+    dry: bool = False
+
+
+class RunCreated(BaseModel):
+    run_id: str
+
+
+class CuePublic(BaseModel):
+    state: str
+    reason: str | None
+    attempt: int
+    retries_used: int = 0
+    fired_by: str | None
+    go_by: str | None = None
+    warned_at: str | None
+    standby_at: str | None = None
+    go_at: str | None
+    completed_at: str | None
+    targets: dict[str, str]
+    not_ready: dict[str, str] = Field(default_factory=dict)
+    error: str | None
+
+
+class RunRecordPublic(BaseModel):
+    version: str
+    started_at: str | None
+    completed_at: str | None
+    duration_s: float | None
+    counts: dict[str, int]
+    fired: list[str]
+    waits: list[str]
+    conflicts: list[str]
+    escalations: list[str]
+    errors: list[str]
+    messages_in: int
+    messages_out: int
+    protocol_violations: int
+
+
+class RunPublic(BaseModel):
+    run_id: str
+    cuelist: str
+    version: str
+    status: str
+    dry: bool
+    params: dict[str, Any]
+    conditions: list[str]
+    hold_reason: str | None
+    created_at: str | None
+    started_at: str | None
+    completed_at: str | None
+    record: RunRecordPublic
+    cues: dict[str, CuePublic]
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    cuelist: str
+    version: str
+    status: str
+    dry: bool
+    started_at: str | None
+    completed_at: str | None
+    counts: dict[str, int]
+
+
+class RunsPublic(BaseModel):
+    data: list[RunSummary]
+    count: int
+
+
+class GoPublic(BaseModel):
+    run_id: str
+    cue: str
+    state: str
+    attempt: int
+
+
+class ConditionPublic(BaseModel):
+    run_id: str
+    condition: str
+    conditions: list[str]
+
+
+class CancelCreate(In):
+    reason: str | None = Field(None, max_length=2000)
+
+
+class CancelPublic(BaseModel):
+    run_id: str
+    status: str
+
+
+class ContextEntryPublic(BaseModel):
+    value: Any = None
+    source: str | None = None
+    timestamp: Any = None
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContextPublic(BaseModel):
+    run_id: str
+    entries: dict[str, ContextEntryPublic]
+    count: int
+
+
+# -- agents, escalations, broadcasts, dead letters ------------------------------------
+class ReplicaPublic(BaseModel):
+    replica: str
+    online: bool
+    idle_ms: int | None
+    pending: int
+    last_seen: str | None
+
+
+class AgentPublic(BaseModel):
+    agent: str
+    kind: str
+    contract: dict[str, Any]
+    replicas: list[ReplicaPublic]
+    online: bool
+    last_seen: str | None
+
+
+class AgentsPublic(BaseModel):
+    data: list[AgentPublic]
+    count: int
+
+
+class EscalationPublic(BaseModel):
+    id: str
+    type: str
+    severity: str
+    run_id: str | None
+    cue_id: str | None
+    cause: str
+    detail: str
+    payload: dict[str, Any]
+    raised_by: str
+    status: str
+    count: int
+    created_at: str | None
+    updated_at: str | None
+    resolution: dict[str, Any] | None
+
+
+class EscalationsPublic(BaseModel):
+    data: list[EscalationPublic]
+    count: int
+
+
+class EscalationResolve(In):
+    winner: str | None = Field(None, max_length=400, description="`run/cue` or a cue id")
+    note: str | None = Field(None, max_length=4000)
+
+
+class BroadcastCreate(In):
+    message_type: str = Field(description="a broadcast.* type")
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class BroadcastPublic(BaseModel):
+    sent: str
+
+
+class DeadLetterPublic(BaseModel):
+    id: str
+    reason: str
+    stream: str | None = None
+    entry_id: str | None = None
+    group: str | None = None
+    deliveries: int = 0
+    at: str | None = None
+    raw_text: str = ""
+
+
+class DeadLettersPublic(BaseModel):
+    data: list[DeadLetterPublic]
+    count: int
+
+
+class HealthPublic(BaseModel):
+    status: str
+    hub_id: str
+    leader: bool
+    redis: bool

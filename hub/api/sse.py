@@ -1,0 +1,62 @@
+"""Follow a run's event stream: replay it (XRANGE), then tail it (XREAD BLOCK) until it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from hub.api.schemas import ts
+from hub.service import Hub
+from protocols.states import RunStatus
+
+BLOCK_MS = 1_000
+BATCH = 500
+
+
+def finishes(event: dict[str, Any]) -> bool:
+    """True for the event that closes a run (a `run` event with a final status)."""
+    if event.get("type") != "run":
+        return False
+    try:
+        return RunStatus(str(event.get("status"))).done
+    except ValueError:
+        return False
+
+
+def _public(event: dict[str, Any]) -> dict[str, Any]:
+    at = event.get("at")
+    return {**event, "at": ts(at)} if isinstance(at, int | float) else event
+
+
+async def follow(
+    hub: Hub, run_id: str, after: str, stopping: asyncio.Event
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """(entry id, event) pairs after `after`; ends after the run's final event or on shutdown."""
+    last = after
+    while True:  # replay what is there
+        batch = await hub.store.events(run_id, last, count=BATCH)
+        for entry_id, event in batch:
+            last = entry_id
+            yield entry_id, _public(event)
+            if finishes(event):
+                return
+        if len(batch) < BATCH:
+            break
+    key = hub.sk.events(run_id)
+    client = hub.transport.client
+    while not stopping.is_set():
+        rows: Any = await client.xread({key: last}, count=BATCH, block=BLOCK_MS)
+        if not rows:
+            run = await hub.store.run(run_id)
+            if run is None or run.status.done:  # trimmed or gone: nothing more will come
+                return
+            continue
+        for _, entries in rows:
+            for raw_id, fields in entries:
+                last = raw_id.decode()
+                event = json.loads(fields[b"e"])
+                yield last, _public(event)
+                if finishes(event):
+                    return

@@ -1,0 +1,50 @@
+"""Run state as the API shows it: RFC 3339 UTC times, null for what has not happened."""
+
+from __future__ import annotations
+
+from hub.api.schemas import CuePublic, RunPublic, RunRecordPublic, RunSummary, ts
+from hub.engine.state import CueRun, RunState
+
+
+def cue_public(cr: CueRun) -> CuePublic:
+    return CuePublic(
+        state=cr.state.value, reason=cr.reason, attempt=cr.attempt, retries_used=cr.retries_used,
+        fired_by=cr.fired_by.value if cr.fired_by else None,
+        go_by=cr.go_by.value if cr.go_by else None,
+        warned_at=ts(cr.warned_at), standby_at=ts(cr.standby_at), go_at=ts(cr.go_at),
+        completed_at=ts(cr.completed_at),
+        targets={agent: state.value for agent, state in cr.targets.items()},
+        not_ready=dict(cr.not_ready), error=cr.error,
+    )  # fmt: skip
+
+
+def record_public(run: RunState) -> RunRecordPublic:
+    rec = run.record
+    duration = None
+    if run.started_at is not None and run.completed_at is not None:
+        duration = round(run.completed_at - run.started_at, 6)
+    return RunRecordPublic(
+        version=run.version, started_at=ts(run.started_at), completed_at=ts(run.completed_at),
+        duration_s=duration, counts=run.counts(), fired=rec.fired, waits=rec.waits,
+        conflicts=rec.conflicts, escalations=rec.escalations, errors=rec.errors,
+        messages_in=rec.messages_in, messages_out=rec.messages_out,
+        protocol_violations=rec.protocol_violations,
+    )  # fmt: skip
+
+
+def run_public(run: RunState) -> RunPublic:
+    return RunPublic(
+        run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
+        dry=run.dry, params=run.params, conditions=run.conditions, hold_reason=run.hold_reason,
+        created_at=ts(run.created_at), started_at=ts(run.started_at),
+        completed_at=ts(run.completed_at), record=record_public(run),
+        cues={cue_id: cue_public(cr) for cue_id, cr in run.cues.items()},
+    )  # fmt: skip
+
+
+def run_summary(run: RunState) -> RunSummary:
+    return RunSummary(
+        run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
+        dry=run.dry, started_at=ts(run.started_at), completed_at=ts(run.completed_at),
+        counts=run.counts(),
+    )  # fmt: skip

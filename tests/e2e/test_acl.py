@@ -1,0 +1,113 @@
+"""`callboard acl`: the file loads in a real redis-server; specialists reach only their keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import typer
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from typer.testing import CliRunner
+
+from callboard.acl import acl
+from callboard.embedded import EmbeddedServer
+
+pytestmark = pytest.mark.redis
+P = "cb:"
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    folder = tmp_path_factory.mktemp("acl")
+    out = folder / "users.acl"
+    app = typer.Typer()
+    app.command()(acl)
+    result = CliRunner().invoke(
+        app,
+        ["agent-a", "agent-ab", "--out", str(out), "--hub-password", "hub-pw",
+         "--password", "agent-a=a-pw"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "agent-ab:" in result.output  # generated passwords are printed, given ones not
+    assert "a-pw" not in result.output
+    text = out.read_text()
+    assert text.startswith("user default off\n")
+    assert "agent-a*" not in text and "agent-ab*" not in text
+    with EmbeddedServer(aclfile=str(out)) as server:
+        yield server
+
+
+def as_user(server: EmbeddedServer, user: str, password: str) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=server.port, username=user, password=password)
+
+
+def test_default_user_is_off(acl_server: EmbeddedServer) -> None:
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host="127.0.0.1", port=acl_server.port, retry=Retry(NoBackoff(), 0)).ping()
+
+
+def test_specialist_uses_its_own_streams(acl_server: EmbeddedServer) -> None:
+    hub = as_user(acl_server, "hub", "hub-pw")
+    hub.xadd(f"{P}in:agent-a", {"m": "go"})
+    hub.xadd(f"{P}broadcast", {"m": "notice"})
+    me = as_user(acl_server, "agent-a", "a-pw")
+    assert me.ping()
+    me.xgroup_create(f"{P}in:agent-a", "agent-a", id="0", mkstream=True)
+    rows = me.xreadgroup("agent-a", "r1", {f"{P}in:agent-a": ">"}, count=10)
+    entry_id = rows[0][1][0][0]
+    assert me.xack(f"{P}in:agent-a", "agent-a", entry_id) == 1
+    me.xautoclaim(f"{P}in:agent-a", "agent-a", "r1", 0)
+    me.xpending(f"{P}in:agent-a", "agent-a")
+    me.xinfo_consumers(f"{P}in:agent-a", "agent-a")
+    me.xadd(f"{P}out:agent-a", {"m": "ack"})
+    assert me.xread({f"{P}broadcast": "0"})
+    me.xrevrange(f"{P}broadcast", count=1)
+    me.xadd(f"{P}dead", {"reason": "poison"})
+    assert me.set(f"{P}done:agent-a:tok", 1, nx=True, ex=60)
+    assert me.exists(f"{P}done:agent-a:tok") == 1
+    assert me.delete(f"{P}done:agent-a:tok") == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("XADD", f"{P}out:agent-ab", "*", "m", "x"),  # a longer id with the same start
+        ("XREAD", "STREAMS", f"{P}in:agent-ab", "0"),
+        ("SET", f"{P}done:agent-ab:tok", "1"),
+        ("XADD", f"{P}broadcast", "*", "m", "x"),
+        ("XRANGE", f"{P}dead", "-", "+"),
+        ("GET", f"{P}hub:leader"),
+        ("KEYS", "*"),
+        ("CONFIG", "GET", "maxmemory"),
+        ("FLUSHALL",),
+        ("DEL", f"{P}in:agent-a"),
+        ("XGROUP", "DESTROY", f"{P}in:agent-a", "agent-a"),
+    ],
+)
+def test_specialist_gets_noperm_elsewhere(
+    acl_server: EmbeddedServer, command: tuple[str, ...]
+) -> None:
+    me = as_user(acl_server, "agent-a", "a-pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        me.execute_command(*command)
+
+
+def test_hub_may_not_flush_or_read_config(acl_server: EmbeddedServer) -> None:
+    hub = as_user(acl_server, "hub", "hub-pw")
+    hub.set(f"{P}hub:x", 1)
+    for command in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "maxmemory")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            hub.execute_command(*command)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        hub.set("other:key", 1)
+
+
+def test_refuses_bad_agent_ids(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(acl)
+    result = CliRunner().invoke(app, ["agent*", "--out", str(tmp_path / "x.acl")])
+    assert result.exit_code == 2
+    assert not (tmp_path / "x.acl").exists()

@@ -1,0 +1,78 @@
+"""Every example cuelist in cuelists/ runs as shipped: submit, run, follow its events, complete.
+
+Echo specialists serve every agent the examples name; armed cues get an operator GO and
+conditions no cue raises are raised through the API, as an operator would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from callboard.embedded import EmbeddedServer
+from callboard.up import agents_of
+from tests.e2e.procs import ROOT, child_env, processes, sse_events, wait_online
+from tests.helpers import eventually_sync
+
+pytestmark = pytest.mark.redis
+EXAMPLES = sorted((ROOT / "cuelists").glob("*.yaml"))
+DONE = ("success", "partial", "failed", "cancelled")
+
+
+@pytest.fixture(scope="module")
+def api(
+    redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    agents = agents_of(EXAMPLES)
+    with processes(child_env(redis_server), tmp_path_factory.mktemp("examples")) as procs:
+        url = procs.hub()
+        for agent in agents:
+            procs.echo(agent)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            wait_online(client, agents)
+            yield client
+
+
+def operator_flags(doc: dict[str, Any]) -> set[str]:
+    """Conditions some cue waits for that no cue raises: an operator raises those."""
+    cues = doc.get("cues") or []
+    wanted = {c for cue in cues for c in cue.get("conditions") or []}
+    raised = {c for cue in cues for c in cue.get("raises") or []}
+    return wanted - raised
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="no example cuelists yet")
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_to_completion(api: httpx.Client, path: Path) -> None:
+    doc = yaml.safe_load(path.read_text())
+    r = api.post(
+        "/v1/cuelists", content=path.read_bytes(), headers={"Content-Type": "application/yaml"}
+    )
+    assert r.status_code == 201, r.text
+    run_id = api.post("/v1/runs", json={"cuelist": doc["cuelist"]}).json()["run_id"]
+    for flag in sorted(operator_flags(doc)):
+        assert api.post(f"/v1/runs/{run_id}/conditions/{flag}").status_code in (200, 409)
+
+    def finished() -> dict[str, Any] | None:
+        run = api.get(f"/v1/runs/{run_id}").json()
+        for cue_id, cue in run["cues"].items():
+            if cue["state"] == "armed":
+                api.post(f"/v1/runs/{run_id}/cues/{cue_id}/go")
+        for esc in api.get("/v1/escalations", params={"run_id": run_id, "status": "open"}).json()[
+            "data"
+        ]:
+            suggested = esc["payload"].get("suggested_winner_cue")
+            if suggested:
+                api.post(f"/v1/escalations/{esc['id']}/resolve", json={"winner": suggested})
+        return run if run["status"] in DONE else None
+
+    run = eventually_sync(finished, 60, interval_s=0.1, message=f"{path.name} finished")
+    events = sse_events(api, run_id)
+    assert events[-1]["event"] == "run" and events[-1]["status"] == run["status"]
+    assert sum(run["record"]["counts"].values()) == len(doc["cues"])
+    assert run["status"] in ("success", "partial"), run

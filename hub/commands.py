@@ -35,7 +35,9 @@ class CommandClient:
 
     async def call(self, op: str, timeout_s: float = 10.0, **args: Any) -> Any:
         command_id = new_id()
-        await self.client.xadd(self.sk.commands, {"id": command_id, "op": op, "args": json.dumps(args)})
+        await self.client.xadd(
+            self.sk.commands, {"id": command_id, "op": op, "args": json.dumps(args)}
+        )
         reply = await self.client.blpop([self.sk.reply(command_id)], timeout=timeout_s)
         if reply is None:
             raise LeaderUnavailable(f"no leading hub answered {op!r} within {timeout_s:g}s")
@@ -49,7 +51,9 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 class CommandServer:
-    def __init__(self, client: Redis, sk: StateKeys, consumer: str, handlers: dict[str, Handler]) -> None:
+    def __init__(
+        self, client: Redis, sk: StateKeys, consumer: str, handlers: dict[str, Handler]
+    ) -> None:
         self.client = client
         self.sk = sk
         self.consumer = consumer

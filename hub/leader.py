@@ -25,7 +25,9 @@ return 0
 class Leadership:
     """Try to lead; keep the lease renewed; notice at once when it is lost."""
 
-    def __init__(self, client: Redis, leader_key: str, fence_key: str, hub_id: str, lease_ms: int) -> None:
+    def __init__(
+        self, client: Redis, leader_key: str, fence_key: str, hub_id: str, lease_ms: int
+    ) -> None:
         self.client = client
         self.leader_key = leader_key
         self.fence_key = fence_key

@@ -15,13 +15,19 @@ class Metrics:
             "callboard_messages_routed", "Messages routed by the hub", ["type"], registry=r
         )
         self.dead_letters = Counter(
-            "callboard_dead_letters", "Entries moved to the dead-letter stream", ["reason"], registry=r
+            "callboard_dead_letters",
+            "Entries moved to the dead-letter stream",
+            ["reason"],
+            registry=r,
         )
         self.violations = Counter(
             "callboard_protocol_violations", "Protocol violations seen", ["cause"], registry=r
         )
         self.escalations = Counter(
-            "callboard_escalations", "Escalations raised (deduplicated)", ["type", "severity"], registry=r
+            "callboard_escalations",
+            "Escalations raised (deduplicated)",
+            ["type", "severity"],
+            registry=r,
         )
         self.phase = Histogram(
             "callboard_cue_phase_seconds", "Time a cue spent in each phase", ["phase"], registry=r,
@@ -29,7 +35,9 @@ class Metrics:
         )  # fmt: skip
         self.runs = Counter("callboard_runs", "Runs finished", ["status"], registry=r)
         self.leader = Gauge("callboard_leader", "1 while this hub leads the engine", registry=r)
-        self.active_runs = Gauge("callboard_active_runs", "Runs in memory on the leader", registry=r)
+        self.active_runs = Gauge(
+            "callboard_active_runs", "Runs in memory on the leader", registry=r
+        )
 
 
 def _cause_label(cause: str) -> str:

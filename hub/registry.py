@@ -21,6 +21,15 @@ from protocols.transport import Transport
 LIVENESS_MS = 15_000  # a replica blocked in XREADGROUP touches its consumer every block_ms
 
 
+def _alive(consumer: dict[str, int]) -> bool:
+    """From Redis 7.2 a blocked XREADGROUP resets `idle`, so idle time is liveness. Before
+    that only reads that return entries do: then a replica is taken as alive unless it has
+    work pending and has not touched it for the liveness window."""
+    if consumer.get("idle_is_liveness"):
+        return consumer["idle_ms"] < LIVENESS_MS
+    return consumer["pending"] == 0 or consumer["idle_ms"] < LIVENESS_MS
+
+
 class Registry:
     def __init__(self, transport: Transport, keys: Keys) -> None:
         self.transport = transport
@@ -54,7 +63,9 @@ class Registry:
         if msg.message_type is T.STATUS_OFFLINE:
             replica = msg.payload.replica  # type: ignore[attr-defined]
             entry["replicas"].setdefault(replica, {})
-            entry["replicas"][replica].update(online=False, last_seen=now, reason=msg.payload.reason)  # type: ignore[attr-defined]
+            entry["replicas"][replica].update(
+                online=False, last_seen=now, reason=msg.payload.reason
+            )  # type: ignore[attr-defined]
             return True
         replica = getattr(msg.payload, "replica", "")
         if replica in entry["replicas"]:
@@ -68,24 +79,27 @@ class Registry:
 
     async def describe(self) -> list[dict[str, Any]]:
         """Every agent with its replicas' liveness, read from the consumer group."""
-        await self.load()
+        raw = await self.transport.client.hgetall(self.sk.agents)  # not self.agents: the
+        agents = {k.decode(): json.loads(v) for k, v in raw.items()}  # router owns that copy
         out = []
-        for agent, entry in sorted(self.agents.items()):
+        for agent, entry in sorted(agents.items()):
             try:
                 consumers = await self.transport.consumers(self.keys.inbox(agent), agent)
             except Exception:
                 consumers = {}
             replicas = []
             for name, info in sorted(entry.get("replicas", {}).items()):
-                idle = consumers.get(name, {}).get("idle_ms")  # reset by every (blocking) read
-                alive = bool(info.get("online")) and idle is not None and idle < LIVENESS_MS
+                seen = consumers.get(name)
+                idle = seen["idle_ms"] if seen else None
+                alive = bool(info.get("online")) and seen is not None and _alive(seen)
                 replicas.append({
                     "replica": name, "online": alive, "idle_ms": idle,
                     "pending": consumers.get(name, {}).get("pending", 0),
                     "last_seen": info.get("last_seen"),
                 })  # fmt: skip
             out.append({
-                "agent": agent, "kind": entry.get("kind", ""), "contract": entry.get("contract", {}),
+                "agent": agent, "kind": entry.get("kind", ""),
+                "contract": entry.get("contract", {}),
                 "replicas": replicas, "online": any(r["online"] for r in replicas),
                 "last_seen": max((r["last_seen"] or 0 for r in replicas), default=None),
             })  # fmt: skip

@@ -113,7 +113,9 @@ class Router:
                 bad.append((d, "bad_message", f"{agent}: {reason}"))
                 continue
             if msg.from_agent and msg.from_agent != agent:
-                bad.append((d, "spoofed_sender", f"body says {msg.from_agent!r}, stream is {agent!r}"))
+                bad.append(
+                    (d, "spoofed_sender", f"body says {msg.from_agent!r}, stream is {agent!r}")
+                )
                 continue
             if msg.message_type not in SPECIALIST_SENDS:
                 bad.append((d, "not_allowed", f"{agent} may not send {msg.message_type.value}"))
@@ -124,7 +126,9 @@ class Router:
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
                 forward = self._runless_handoff(msg, agent)
                 if forward is None:
-                    bad.append((d, "handoff_rejected", "handoff outside a run misses required keys"))
+                    bad.append(
+                        (d, "handoff_rejected", "handoff outside a run misses required keys")
+                    )
                     continue
                 stream, out = forward
                 routed.append(out)
@@ -153,7 +157,9 @@ class Router:
         done = [d for d in batch if id(d) not in dead]
         await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
 
-    def _apply(self, engine: Engine, messages: list[Envelope], bad: list[tuple[Delivery, str, str]]) -> None:
+    def _apply(
+        self, engine: Engine, messages: list[Envelope], bad: list[tuple[Delivery, str, str]]
+    ) -> None:
         for msg in messages:
             if msg.message_type in inputs.ENGINE_TYPES:
                 inputs.handle(engine, msg)

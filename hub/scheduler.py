@@ -27,7 +27,9 @@ TICK_S = 1.0
 
 
 class Scheduler:
-    def __init__(self, cuelists: CuelistStore, store: StateStore, sk: StateKeys, start: StartRun) -> None:
+    def __init__(
+        self, cuelists: CuelistStore, store: StateStore, sk: StateKeys, start: StartRun
+    ) -> None:
         self.cuelists = cuelists
         self.store = store
         self.sk = sk
@@ -72,7 +74,9 @@ class Scheduler:
             if due and overlap is Overlap.BUFFER_ONE:
                 await client.hset(key, mapping={"buffered": 1, "last": now})
             elif due:
-                await client.hset(key, mapping={"last": now, "skipped": int(state.get("skipped", 0)) + 1})
+                await client.hset(
+                    key, mapping={"last": now, "skipped": int(state.get("skipped", 0)) + 1}
+                )
             return None
         run_id = new_id()
         await client.hset(key, mapping={"last": now, "run_id": run_id, "buffered": 0})

@@ -50,6 +50,7 @@ class Hub:
         self.transport = Transport.from_url(
             settings.redis_url, self.keys,
             max_message_bytes=settings.max_message_bytes, max_deliveries=settings.max_deliveries,
+            on_state_lost=self._state_lost,
         )  # fmt: skip
         client = self.transport.client
         self.sk = StateKeys(self.keys)
@@ -57,12 +58,16 @@ class Hub:
         self.cuelists = CuelistStore(client, self.keys)
         self.registry = Registry(self.transport, self.keys)
         self.metrics = Metrics()
-        self.leadership = Leadership(client, self.sk.leader, self.sk.fence, self.hub_id, settings.lease_ms)
+        self.leadership = Leadership(
+            client, self.sk.leader, self.sk.fence, self.hub_id, settings.lease_ms
+        )
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
             contract_of=self.registry.contract_of, on_commit=self._observe,
         )  # fmt: skip
-        self.router = Router(self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id)
+        self.router = Router(
+            self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id
+        )
         self.commands = CommandClient(client, self.sk)
         self.scheduler = Scheduler(
             self.cuelists, self.store, self.sk,
@@ -89,17 +94,22 @@ class Hub:
         self.leading.set()
         self.metrics.leader.set(1)
         server = CommandServer(self.transport.client, self.sk, self.hub_id, self._handlers())
+        # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
+        # been seen to swallow CancelledError, and a stale leader must not keep routing.
+        leading_ends = asyncio.Event()
         tasks = [
-            asyncio.create_task(self.leadership.keep(stop), name="lease"),
-            asyncio.create_task(self.router.run(stop), name="router"),
-            asyncio.create_task(self.driver.run_timers(stop), name="timers"),
-            asyncio.create_task(server.run(stop), name="commands"),
-            asyncio.create_task(self.scheduler.run(stop), name="schedules"),
+            asyncio.create_task(self.leadership.keep(leading_ends), name="lease"),
+            asyncio.create_task(self.router.run(leading_ends), name="router"),
+            asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
+            asyncio.create_task(server.run(leading_ends), name="commands"),
+            asyncio.create_task(self.scheduler.run(leading_ends), name="schedules"),
         ]
         lost = asyncio.create_task(self.leadership.lost.wait(), name="lost")
         stopping = asyncio.create_task(stop.wait(), name="stop")
         try:
-            done, _ = await asyncio.wait([*tasks, lost, stopping], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [*tasks, lost, stopping], return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 if task not in (lost, stopping) and not task.cancelled() and task.exception():
                     exc = task.exception()
@@ -108,6 +118,7 @@ class Hub:
                     else:
                         log.error("hub task %s crashed", task.get_name(), exc_info=exc)
         finally:
+            leading_ends.set()
             for task in [*tasks, lost, stopping]:
                 task.cancel()
             for task in [*tasks, lost, stopping]:
@@ -116,6 +127,35 @@ class Hub:
             self.leading.clear()
             self.metrics.leader.set(0)
             self.leadership.value = None
+
+    async def _state_lost(self, stream: str, group: str) -> None:
+        """Redis came back empty: the runs it held are gone; fail them now, never hang."""
+        if not self.leading.is_set():
+            return
+        runs = list(self.driver.engine.runs)
+        lost = (
+            [
+                r
+                for r, raw in zip(
+                    runs,
+                    await self.transport.client.mget([self.sk.run(r) for r in runs]),
+                    strict=True,
+                )
+                if raw is None
+            ]
+            if runs
+            else []
+        )
+        if not lost:
+            return
+        reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"
+        log.error("%s: failing %d runs", reason, len(lost))
+
+        def abort_all(engine: Any) -> None:
+            for run_id in lost:
+                engine.abort(run_id, reason)
+
+        await self.driver.step(abort_all)
 
     async def close(self) -> None:
         await self.transport.close()
@@ -135,7 +175,13 @@ class Hub:
         d = self.driver
 
         async def start_run(a: dict[str, Any]) -> Any:
-            run = await d.start_run(a["cuelist"], a.get("version"), a["run_id"], a.get("params") or {}, bool(a.get("dry")))
+            run = await d.start_run(
+                a["cuelist"],
+                a.get("version"),
+                a["run_id"],
+                a.get("params") or {},
+                bool(a.get("dry")),
+            )
             return {"run_id": run.run_id, "status": run.status.value, "version": run.version}
 
         async def go(a: dict[str, Any]) -> Any:
@@ -147,7 +193,9 @@ class Hub:
             return {"conditions": run.conditions}
 
         async def cancel(a: dict[str, Any]) -> Any:
-            run = await d.step(lambda e: e.cancel(a["run_id"], a.get("reason") or "cancelled by operator"))
+            run = await d.step(
+                lambda e: e.cancel(a["run_id"], a.get("reason") or "cancelled by operator")
+            )
             return {"status": run.status.value}
 
         async def resolve(a: dict[str, Any]) -> Any:

@@ -198,6 +198,10 @@ class StateStore:
         raw = await self.client.get(self.sk.paused)
         return raw.decode() if raw else None
 
-    async def events(self, run_id: str, after: str = "0-0", count: int = 500) -> list[tuple[str, dict[str, Any]]]:
-        rows = await self.client.xrange(self.sk.events(run_id), min=f"({after}" if after != "0-0" else "-", count=count)
+    async def events(
+        self, run_id: str, after: str = "0-0", count: int = 500
+    ) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self.client.xrange(
+            self.sk.events(run_id), min=f"({after}" if after != "0-0" else "-", count=count
+        )
         return [(i.decode(), json.loads(f[b"e"])) for i, f in rows]

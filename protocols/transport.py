@@ -559,8 +559,18 @@ class Transport:
                 "pending": int(row["pending"]),
                 "idle_ms": idle,
                 "inactive_ms": idle if inactive is None or int(inactive) < 0 else int(inactive),
+                # before 7.2, `idle` counts only successful reads: a replica blocked in
+                # XREADGROUP looks idle, so idle time says nothing about liveness there
+                "idle_is_liveness": int(inactive is not None),
             }
         return out
+
+    async def ensure_consumer(self, stream: str, group: str, consumer: str) -> None:
+        """XGROUP CREATECONSUMER: list a replica in its group before it reads anything."""
+        await self._call(
+            "XGROUP CREATECONSUMER",
+            lambda: self._client.xgroup_createconsumer(stream, group, consumer),
+        )
 
     async def pending_count(self, stream: str, group: str) -> int:
         """How many entries `group` has delivered and not yet acked (0 if it is missing)."""

@@ -126,6 +126,7 @@ class Runtime:
     async def run(self) -> None:
         spec, t = self.spec, self.transport
         await t.ensure_group(self.inbox, self.group)
+        await t.ensure_consumer(self.inbox, self.group, spec.replica)
         tail = await t.broadcast_tail()  # follow what is broadcast from now on, not before
         await spec.setup()
         await t.publish(

@@ -100,6 +100,20 @@ class Engine:
         self._finish(run, RunStatus.CANCELLED)
         return run
 
+    def abort(self, run_id: str, reason: str) -> RunState:
+        """Fail every cue not yet done (e.g. Redis lost the run's state); the run ends."""
+        run = self._run(run_id)
+        for cue_id, cr in run.cues.items():
+            if not cr.state.done:
+                self._stand_down(run, cue_id, reason)
+                self._clear_deadline(cr)
+                cr.error, cr.completed_at = reason, self.clock()
+                self._set(run, cue_id, CueState.FAILED, f"failed: {reason}")
+        run.record.errors.append(reason)
+        self._release_run(run)
+        self._check_done(run)
+        return run
+
     def _check_done(self, run: RunState) -> None:
         if run.status.done or not all(cr.state.done for cr in run.cues.values()):
             return
@@ -572,7 +586,9 @@ class Engine:
     def _clear_deadline(cr: CueRun) -> None:
         cr.deadline = cr.deadline_phase = None
 
-    def _set(self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any) -> None:
+    def _set(
+        self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any
+    ) -> None:
         cr = run.cues[cue_id]
         changed = cr.state is not state
         cr.state, cr.reason = state, reason
@@ -580,7 +596,9 @@ class Engine:
             cr.error = extra["root"]
         self._dirty(run)
         if changed:
-            self._event(run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt)
+            self._event(
+                run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt
+            )
 
     def _event(self, run: RunState, kind: str, **data: Any) -> None:
         self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))

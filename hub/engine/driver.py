@@ -142,7 +142,7 @@ class Driver:
             while self._timers and self._timers[0].at <= now:
                 due.append(heapq.heappop(self._timers))
             if due:
-                await self.step(lambda e: [inputs.on_timer(e, t) for t in due])
+                await self.step(lambda e, due=due: [inputs.on_timer(e, t) for t in due])
                 continue
             wait_s = min(self._timers[0].at - now, 1.0) if self._timers else 1.0
             self._wake.clear()

@@ -86,7 +86,9 @@ def _assume_operator(engine: Engine, plan: Plan, run: RunState) -> bool:
         if cr.state is CueState.WAITING:
             missing = [c for c in plan.cues[cue_id].conditions if c not in run.conditions]
             if missing:
-                run.record.waits.append(f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)")
+                run.record.waits.append(
+                    f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)"
+                )
                 engine.raise_condition(run.run_id, missing[0])
                 return True
     return False

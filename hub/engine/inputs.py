@@ -72,8 +72,9 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done:
         return  # late or duplicate: it changes nothing (idempotent handling)
     if cr.state is not expected_cue:
-        violation(engine, run, cue_id, f"out_of_order:{msg.message_type.value}", msg,
-                  f"{msg.message_type.value} from {agent} while {cue_id} is {cr.state.value}")  # fmt: skip
+        mt = msg.message_type.value
+        detail = f"{mt} from {agent} while {cue_id} is {cr.state.value}"
+        violation(engine, run, cue_id, f"out_of_order:{mt}", msg, detail)
         return
     mt = msg.message_type
     if mt is T.STATUS_FAILED:
@@ -236,7 +237,9 @@ def on_timer(engine: Engine, timer: Timer) -> None:
     seconds = {Phase.WARNING: cue.ack_timeout_s, Phase.STANDBY: cue.standby_timeout_s}.get(
         phase, cue.go_timeout_s
     )
-    what = {Phase.WARNING: T.ACK_WARNING.value, Phase.STANDBY: T.ACK_STANDBY.value}.get(phase, "completion")
+    what = {Phase.WARNING: T.ACK_WARNING.value, Phase.STANDBY: T.ACK_STANDBY.value}.get(
+        phase, "completion"
+    )
     detail = f"no {what} from {', '.join(waiting) or 'anyone'} within {seconds:g}s"
     payload = p.EscalationTimeout(
         severity=Severity.MEDIUM, cause=f"timeout:{phase.value}", detail=detail, phase=phase,

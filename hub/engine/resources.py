@@ -52,7 +52,9 @@ class ResourceBook:
         self._seq += 1
         existing = self.waiting.get(claim.holder)
         claim.seq = existing.seq if existing else self._seq
-        in_way = [h for r in claim.resources if (h := self.held.get(r)) and h.holder != claim.holder]
+        in_way = [
+            h for r in claim.resources if (h := self.held.get(r)) and h.holder != claim.holder
+        ]
         in_way = list({h.holder: h for h in in_way}.values())
         preferred_elsewhere = any(
             self.preferred.get(r, claim.holder) != claim.holder

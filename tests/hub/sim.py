@@ -51,7 +51,9 @@ class Sim:
         self.sent = [(a, m) for a, m in self.sent if (a, m) not in picked]
         return picked
 
-    def send(self, agent: str, mt: T, payload: p.Payload, run_id: str = "r1", cue_id: str | None = None) -> None:
+    def send(
+        self, agent: str, mt: T, payload: p.Payload, run_id: str = "r1", cue_id: str | None = None
+    ) -> None:
         msg = make(mt, payload, from_agent=agent, run_id=run_id, cue_id=cue_id)
         inputs.handle(self.engine, msg)
         self._drain()
@@ -59,16 +61,42 @@ class Sim:
     def ack_warning(self, agent: str, cue: str, attempt: int = 1, run_id: str = "r1") -> None:
         self.send(agent, T.ACK_WARNING, p.AckWarning(attempt=attempt), run_id, cue)
 
-    def ack_standby(self, agent: str, cue: str, attempt: int = 1, ready: bool = True, reason: str = "", run_id: str = "r1") -> None:
-        self.send(agent, T.ACK_STANDBY, p.AckStandby(attempt=attempt, ready=ready, reason=reason), run_id, cue)
+    def ack_standby(
+        self,
+        agent: str,
+        cue: str,
+        attempt: int = 1,
+        ready: bool = True,
+        reason: str = "",
+        run_id: str = "r1",
+    ) -> None:
+        self.send(
+            agent,
+            T.ACK_STANDBY,
+            p.AckStandby(attempt=attempt, ready=ready, reason=reason),
+            run_id,
+            cue,
+        )
 
-    def complete(self, agent: str, cue: str, attempt: int = 1, run_id: str = "r1", **result: Any) -> None:
-        self.send(agent, T.STATUS_COMPLETED, p.StatusCompleted(attempt=attempt, result=result), run_id, cue)
+    def complete(
+        self, agent: str, cue: str, attempt: int = 1, run_id: str = "r1", **result: Any
+    ) -> None:
+        self.send(
+            agent,
+            T.STATUS_COMPLETED,
+            p.StatusCompleted(attempt=attempt, result=result),
+            run_id,
+            cue,
+        )
 
-    def fail(self, agent: str, cue: str, attempt: int = 1, error: str = "boom", run_id: str = "r1") -> None:
+    def fail(
+        self, agent: str, cue: str, attempt: int = 1, error: str = "boom", run_id: str = "r1"
+    ) -> None:
         self.send(agent, T.STATUS_FAILED, p.StatusFailed(attempt=attempt, error=error), run_id, cue)
 
-    def call_through(self, cue: str, agents: list[str], attempt: int = 1, run_id: str = "r1") -> None:
+    def call_through(
+        self, cue: str, agents: list[str], attempt: int = 1, run_id: str = "r1"
+    ) -> None:
         """Answer WARNING, STANDBY and GO of `cue` for every agent."""
         for a in agents:
             self.ack_warning(a, cue, attempt, run_id)

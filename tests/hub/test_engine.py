@@ -95,7 +95,10 @@ cues:
   - {id: BUILD, target_agents: [a]}
   - {id: TEST, target_agents: [b], depends_on: [BUILD], raises: [tests_passed]}
   - {id: DOCS, target_agents: [a], depends_on: [BUILD], on_failure: continue}
-  - {id: DEPLOY, target_agents: [c], depends_on: [TEST, DOCS], conditions: [tests_passed, approval_received]}
+  - id: DEPLOY
+    target_agents: [c]
+    depends_on: [TEST, DOCS]
+    conditions: [tests_passed, approval_received]
 """
 
 
@@ -252,7 +255,10 @@ specialists:
   coder: {provides: [implemented_code], handoff_to: [tester]}
   tester: {requires: [implemented_code, test_plan]}
 cues:
-  - {id: CODE, target_agents: [coder], handoff: {to: tester, context: [test_plan]}, auto_follow: TEST}
+  - id: CODE
+    target_agents: [coder]
+    handoff: {to: tester, context: [test_plan]}
+    auto_follow: TEST
   - {id: TEST, target_agents: [tester]}
 """
 
@@ -278,7 +284,7 @@ def test_valid_handoff_is_forwarded_and_its_context_reaches_the_next_cue() -> No
     assert sim.cue("CODE").state is CueState.COMPLETED
     sim.ack_warning("tester", "TEST")
     sim.ack_standby("tester", "TEST")
-    (_, go), = sim.take_sent(T.COORD_GO)[-1:]
+    ((_, go),) = sim.take_sent(T.COORD_GO)[-1:]
     assert go.payload.context["test_plan"] == "unit"  # type: ignore[attr-defined]
 
 

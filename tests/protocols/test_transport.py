@@ -355,7 +355,7 @@ async def test_reclaim_moves_idle_entries_to_a_live_consumer(
     consumers = await transport.consumers(stream, GROUP)
     assert consumers["live"]["pending"] == 3
     assert consumers["dead"]["pending"] == 0
-    assert set(consumers["live"]) == {"pending", "idle_ms", "inactive_ms"}
+    assert set(consumers["live"]) == {"pending", "idle_ms", "inactive_ms", "idle_is_liveness"}
 
 
 async def test_reclaim_respects_count(transport: Transport, keys: Keys) -> None:

@@ -1,0 +1,154 @@
+"""Two runs competing for one resource under each strategy; escalation severity routing."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocols import payloads as p
+from protocols.codec import make
+from protocols.messages import MessageType as T
+from protocols.states import CueState, RunStatus, Severity
+from tests.hub.sim import Sim, plan_of
+
+ONE = """
+cuelist: {name}
+conflict_strategy: {strategy}
+arbitration_timeout_s: 10
+cues:
+  - {{id: {cue}, target_agents: [{agent}], resources: [runner], priority: {priority}}}
+"""
+
+
+def _two_runs(strategy: str) -> Sim:
+    """Run r1 calls LOW (priority 1) and r2 calls HIGH (priority 9): both want `runner`."""
+    low = plan_of(ONE.format(name="low", strategy=strategy, cue="LOW", agent="a", priority=1))
+    high = plan_of(ONE.format(name="high", strategy=strategy, cue="HIGH", agent="b", priority=9))
+    sim = Sim(low, high)
+    sim.start("r1", low)
+    sim.ack_warning("a", "LOW", run_id="r1")
+    assert sim.cue("LOW", "r1").state is CueState.STANDBY  # LOW holds the runner
+    sim.start("r2", high)
+    return sim
+
+
+def test_priority_stands_down_a_lower_cue_not_yet_gone() -> None:
+    sim = _two_runs("priority")
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    assert sim.cue("HIGH", "r2").state is CueState.STANDBY  # took the runner
+    low = sim.cue("LOW", "r1")
+    assert low.state is CueState.WAITING and "re-queued" in (low.reason or "")
+    assert [m.cue_id for _, m in sim.take_sent(T.COORD_STANDDOWN)] == ["LOW"]
+    sim.ack_standby("b", "HIGH", run_id="r2")
+    sim.complete("b", "HIGH", run_id="r2")
+    assert sim.cue("LOW", "r1").state is CueState.WARNING  # called again
+    assert sim.cue("LOW", "r1").attempt == 2
+    sim.call_through("LOW", ["a"], attempt=2, run_id="r1")
+    assert sim.run("r1").status is RunStatus.SUCCESS
+
+
+def test_priority_never_preempts_running_work() -> None:
+    sim = _two_runs("priority")
+    sim.ack_standby("a", "LOW", run_id="r1")
+    assert sim.cue("LOW", "r1").state is CueState.GO
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    high = sim.cue("HIGH", "r2")
+    assert high.state is CueState.WARNING and "runner" in (high.reason or "")
+    assert sim.cue("LOW", "r1").state is CueState.GO
+    sim.complete("a", "LOW", run_id="r1")
+    assert sim.cue("HIGH", "r2").state is CueState.STANDBY
+
+
+def test_fcfs_first_claim_goes_second_waits() -> None:
+    sim = _two_runs("fcfs")
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    assert sim.cue("HIGH", "r2").state is CueState.WARNING  # waits despite higher priority
+    assert "r1/LOW" in (sim.cue("HIGH", "r2").reason or "")
+    assert sim.cue("LOW", "r1").state is CueState.STANDBY
+    sim.ack_standby("a", "LOW", run_id="r1")
+    sim.complete("a", "LOW", run_id="r1")
+    assert sim.cue("HIGH", "r2").state is CueState.STANDBY
+
+
+def test_arbitration_opens_a_conflict_and_the_resolution_binds() -> None:
+    sim = _two_runs("arbitration")
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    (esc,) = [e for e in sim.engine.escalations.by_id.values() if e.type is T.ESCALATION_CONFLICT]
+    assert esc.payload["conflict_type"] == "resource"
+    assert esc.payload["resource_in_question"] == "runner"
+    assert esc.payload["suggested_winner"] == "b"  # the higher priority
+    assert sorted(esc.payload["agents_involved"]) == ["a", "b"]
+    sim.engine.resolve(esc.id, "r1/LOW", "LOW keeps it")  # binding, against the suggestion
+    sim._drain()
+    assert sim.cue("LOW", "r1").state is CueState.STANDBY
+    assert sim.cue("HIGH", "r2").state is CueState.WARNING
+    sim.ack_standby("a", "LOW", run_id="r1")
+    sim.complete("a", "LOW", run_id="r1")
+    assert sim.cue("HIGH", "r2").state is CueState.STANDBY
+
+
+def test_arbitration_falls_back_to_priority_after_timeout() -> None:
+    sim = _two_runs("arbitration")
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    sim.advance(10.5)
+    assert sim.cue("HIGH", "r2").state is CueState.STANDBY
+    assert sim.cue("LOW", "r1").state is CueState.WAITING
+
+
+def test_multi_resource_claims_are_all_or_nothing() -> None:
+    plan = plan_of("""
+cuelist: multi
+conflict_strategy: fcfs
+start: [X, Y, Z]
+cues:
+  - {id: X, target_agents: [a], resources: [db, cache]}
+  - {id: Y, target_agents: [b], resources: [cache, queue]}
+  - {id: Z, target_agents: [c], resources: [queue]}
+""")
+    sim = Sim(plan)
+    sim.start()
+    for agent, cue in (("a", "X"), ("b", "Y"), ("c", "Z")):
+        sim.ack_warning(agent, cue)
+    assert sim.cue("X").state is CueState.STANDBY
+    assert sim.cue("Y").state is CueState.WARNING  # cache is held: Y holds nothing
+    assert sim.cue("Y").holds == []
+    assert sim.engine.book.holder_of("queue") is None  # nothing held while waiting
+    assert sim.cue("Z").state is CueState.WARNING  # fcfs: queued behind Y, which came first
+    sim.ack_standby("a", "X")
+    sim.complete("a", "X")
+    assert sim.cue("Y").state is CueState.STANDBY  # both of its resources at once
+    assert sim.cue("Z").state is CueState.WARNING
+    sim.ack_standby("b", "Y")
+    sim.complete("b", "Y")
+    assert sim.cue("Z").state is CueState.STANDBY
+
+
+@pytest.mark.parametrize(
+    ("severity", "notice", "paused"),
+    [(Severity.LOW, False, False), (Severity.MEDIUM, False, False),
+     (Severity.HIGH, True, False), (Severity.CRITICAL, True, True)],
+)  # fmt: skip
+def test_escalations_route_by_severity(severity: Severity, notice: bool, paused: bool) -> None:
+    sim = Sim(plan_of("cuelist: one\ncues:\n  - {id: A, target_agents: [a]}\n"))
+    sim.start()
+    body = p.EscalationError(severity=severity, cause="disk", detail="disk on fire")
+    for _ in range(3):
+        from hub.engine import inputs
+
+        inputs.specialist_escalation(
+            sim.engine, make(T.ESCALATION_ERROR, body, from_agent="a", run_id="r1", cue_id="A")
+        )
+        sim._drain()
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.count == 3  # one slot, counted
+    assert esc.status == ("recorded" if severity is Severity.LOW else "open")
+    assert bool(sim.take_sent(T.BROADCAST_NOTICE)) is notice
+    assert (sim.engine.paused is not None) is paused
+    if paused:
+        sim.ack_warning("a", "A")
+        sim.ack_standby("a", "A")
+        assert sim.cue("A").state is CueState.STANDBY  # GO held while paused
+        assert sim.run().status is RunStatus.HOLDING
+        sim.engine.resolve(esc.id, None, "fixed")
+        sim._drain()
+        assert sim.cue("A").state is CueState.GO
+        assert sim.run().status is RunStatus.RUNNING

@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     )
     prefix: str = DEFAULT_PREFIX
     api_key: str | None = None
+    api_url: str = "http://127.0.0.1:8080"  # where specialists read a run's shared context
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     # at-least-once delivery
     block_ms: int = 1_000

@@ -11,6 +11,7 @@ from protocols.codec import Envelope
 from protocols.keys import Keys
 from protocols.payloads import Artifact, HandoffContext, TaskHandoff
 from protocols.transport import Redis
+from specialists.context import ContextReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,9 @@ class Cue:
         message: Envelope,
         markers: DoneMarkers,
         action: Mapping[str, Any] | None = None,
+        reader: ContextReader | None = None,
     ) -> None:
+        self.reader = reader
         self.agent_id = agent_id
         self.replica = replica
         self.run_id = run_id
@@ -145,13 +148,20 @@ class Cue:
         """Queue a shared-context write; it is sent with this cue's completion (or failure)."""
         self.pending_context[key] = Entry(value, tuple(tags), dict(metadata or {}))
 
-    async def read_context(self, key: str | None = None, *, tag: str | None = None) -> Any:
-        """TODO(hub): read the run's shared context (seed 003: by key, tag or source).
+    async def read_context(
+        self, key: str | None = None, *, tag: str | None = None, source: str | None = None
+    ) -> Any:
+        """The run's shared context (seed 003), read through the hub's API.
 
-        The hub owns where a run's context is stored; this hook will read it through the
-        hub's API (`GET /v1/runs/{id}/context`) once that exists. Until then, use `context`.
+        With `key`: that entry's value (None when absent). Otherwise every entry
+        `{value, source, timestamp, tags, metadata}` by key, filtered by `tag` / `source`.
         """
-        raise NotImplementedError("reading the run's shared context is not wired yet")
+        if self.run_id is None or self.reader is None:
+            return None if key is not None else {}
+        entries = await self.reader.entries(self.run_id, tag=tag, source=source)
+        if key is not None:
+            return entries.get(key, {}).get("value")
+        return entries
 
     # -- done-markers --------------------------------------------------------------------
 

@@ -148,6 +148,7 @@ class Dispatcher:
                 attempt=attempt,
                 message=m,
                 markers=self.rt.markers,
+                reader=self.rt.context_reader,
             )
             self.cues[key] = cue
             while len(self.cues) > 1024:

@@ -14,6 +14,7 @@ from protocols.errors import TransportError
 from protocols.messages import MessageType
 from protocols.payloads import StatusOffline, StatusOnline
 from protocols.transport import Delivery, Transport
+from specialists.context import ContextReader
 from specialists.cue import DoneMarkers
 from specialists.dispatch import Abandon, Dispatcher
 
@@ -37,6 +38,7 @@ class Runtime:
         self.group = spec.agent_id
         self.consumer = spec.replica
         self.markers = DoneMarkers(transport.client, keys, spec.agent_id, spec.done_ttl_s)
+        self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
         self.busy = 0  # work items executing
         self.waiting = 0  # work items read but waiting for a slot or for resume
         self.paused = False
@@ -175,6 +177,7 @@ class Runtime:
             ),
         )
         await spec.teardown()
+        await self.context_reader.aclose()
         log.info("%s/%s offline", self.group, self.consumer)
         if self.crash is not None:
             raise self.crash

@@ -1,0 +1,30 @@
+"""Reading a run's shared context (seed 003) from a specialist, through the hub's REST API.
+
+Specialists have no access to the hub's keys in Redis (least privilege), so they read the
+whiteboard the way an operator does: `GET /v1/runs/{id}/context?tag=&source=`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ContextReader:
+    def __init__(self, api_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(base_url=api_url, headers=headers, timeout=timeout_s)
+
+    async def entries(
+        self, run_id: str, *, tag: str | None = None, source: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Every entry `{value, source, timestamp, tags, metadata}` by key, filtered."""
+        params = {k: v for k, v in (("tag", tag), ("source", source)) if v is not None}
+        response = await self._client.get(f"/v1/runs/{run_id}/context", params=params)
+        response.raise_for_status()
+        entries: dict[str, dict[str, Any]] = response.json()["entries"]
+        return entries
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

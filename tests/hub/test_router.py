@@ -1,0 +1,152 @@
+"""Hub routing on a real server: authenticated senders, dead letters, dedup, forwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hub.service import Hub, HubSettings
+from protocols import payloads as p
+from protocols.codec import Envelope, decode, encode, make
+from protocols.keys import STREAM_FIELD, Keys
+from protocols.messages import MessageType as T
+from protocols.settings import Settings
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def hub(settings: Settings) -> AsyncIterator[Hub]:
+    hub = Hub(HubSettings(**settings.model_dump(), lease_ms=2000))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    await asyncio.wait_for(hub.leading.wait(), 10)
+    yield hub
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    await hub.close()
+
+
+async def _send(hub: Hub, agent: str, raw: bytes | Envelope, field: str = STREAM_FIELD) -> None:
+    data = raw if isinstance(raw, bytes) else encode(raw)
+    await hub.transport.client.xadd(hub.keys.out(agent), {field: data})
+
+
+def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
+    body = p.TaskHandoff(
+        from_agent=sender, to_agent=to, task_id="T-1", handoff_context=p.HandoffContext(**ctx)
+    )
+    return make(T.TASK_HANDOFF, body, from_agent=sender, target_agents=(to,))
+
+
+async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
+    rows = await hub.transport.client.xrange(hub.keys.inbox(agent))
+    return [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
+
+
+async def _dead(hub: Hub) -> list[dict[str, Any]]:
+    rows = await hub.transport.client.xrange(hub.keys.dead)
+    return [{k.decode(): v for k, v in fields.items()} for _, fields in rows]
+
+
+async def _violations(hub: Hub) -> list[Any]:
+    return [e for e in await hub.store.escalations() if e.type is T.ESCALATION_PROTOCOL_VIOLATION]
+
+
+async def test_garbage_is_dead_lettered_and_routing_goes_on(hub: Hub, keys: Keys) -> None:
+    garbage = [
+        b"\xff\xfe not json",
+        json.dumps({"message_type": "coord.nope", "payload": {}}).encode(),
+        json.dumps({"message_type": T.STATUS_FAILED.value, "payload": {}}).encode(),
+        b'{"x": "' + b"a" * (1024 * 1024) + b'"}',
+    ]
+    for raw in garbage:
+        await _send(hub, "sender", raw)
+    await _send(hub, "sender", _handoff("sender", "receiver", note="after the garbage"))
+    assert await eventually(lambda: _inbox(hub, "receiver"), 10)
+    dead = await eventually(lambda: _has(_dead(hub), 4), 10)
+    reasons = [d["reason"].decode() for d in dead]
+    assert any("not JSON" in r for r in reasons)
+    assert any("unknown message_type" in r for r in reasons)
+    assert any("bad field payload.error" in r for r in reasons)
+    assert any("limit" in r for r in reasons)
+    assert {d["raw"] for d in dead} == set(garbage)  # the original bytes, untouched
+    violations = await eventually(lambda: _violations(hub), 10)
+    assert len(violations) == 1 and violations[0].count == 4  # raised once, counted
+    assert await hub.transport.pending_count(keys.out("sender"), "hub") == 0
+
+
+async def _has(rows_coro: Any, n: int) -> Any:
+    rows = await rows_coro
+    return rows if len(rows) >= n else None
+
+
+async def test_spoofed_sender_is_refused(hub: Hub) -> None:
+    await _send(hub, "mallory", _handoff("alice", "bob", secret="x"))
+    dead = await eventually(lambda: _dead(hub), 10)
+    assert "spoofed_sender" in dead[0]["reason"].decode()
+    assert "alice" in dead[0]["reason"].decode()
+    assert await _inbox(hub, "bob") == []
+    (violation,) = await eventually(lambda: _violations(hub), 10)
+    assert violation.payload["sender"] == "mallory"
+
+
+async def test_a_specialist_may_not_send_hub_commands(hub: Hub) -> None:
+    go = make(T.COORD_GO, p.CoordGo(cue_id="C", target_agents=["victim"]), from_agent="rogue")
+    await _send(hub, "rogue", go)
+    dead = await eventually(lambda: _dead(hub), 10)
+    assert "not_allowed" in dead[0]["reason"].decode()
+    assert await _inbox(hub, "victim") == []
+
+
+async def test_from_agent_is_stamped_from_the_stream(hub: Hub) -> None:
+    unsigned = make(T.TASK_HANDOFF, _handoff("carol", "dave").payload)  # body names no sender
+    await _send(hub, "carol", unsigned)
+    (forwarded,) = await eventually(lambda: _inbox(hub, "dave"), 10)
+    assert forwarded.from_agent == "carol"
+    assert forwarded.message_id == unsigned.message_id
+
+
+async def test_a_message_seen_twice_is_handled_once(hub: Hub) -> None:
+    message = _handoff("erin", "frank", n=1)
+    await _send(hub, "erin", message)
+    await _send(hub, "erin", message)
+    await _send(hub, "erin", _handoff("erin", "frank", n=2))
+    # n=2 was written after the duplicate, so once it is through the duplicate was handled
+    inbox = await eventually(lambda: _has(_inbox(hub, "frank"), 2), 10)
+    assert [m.payload.handoff_context.model_extra["n"] for m in inbox] == [1, 2]  # type: ignore[attr-defined]
+
+
+async def test_handoff_against_registered_contracts(hub: Hub) -> None:
+    from protocols.contracts import Contract
+
+    online = p.StatusOnline(replica="r1", contract=Contract(requires=("build_id",)))
+    await _send(hub, "gina", make(T.STATUS_ONLINE, online, from_agent="gina"))
+    await eventually(lambda: _registered(hub, "gina"), 10)
+    await _send(hub, "henk", _handoff("henk", "gina", other="x"))  # misses build_id
+    await _send(hub, "henk", _handoff("henk", "gina", build_id="b-1"))
+    (forwarded,) = await eventually(lambda: _inbox(hub, "gina"), 10)
+    assert forwarded.payload.handoff_context.model_extra == {"build_id": "b-1"}  # type: ignore[attr-defined]
+    dead = await eventually(lambda: _dead(hub), 10)
+    assert "handoff_rejected" in dead[0]["reason"].decode()
+
+
+async def _registered(hub: Hub, agent: str) -> bool:
+    return any(a["agent"] == agent for a in await hub.registry.describe())
+
+
+async def test_registry_tracks_online_and_offline(hub: Hub) -> None:
+    await _send(hub, "ivan", make(T.STATUS_ONLINE, p.StatusOnline(replica="r1", kind="echo")))
+    await eventually(lambda: _registered(hub, "ivan"), 10)
+    await _send(hub, "ivan", make(T.STATUS_OFFLINE, p.StatusOffline(replica="r1")))
+
+    async def offline() -> bool:
+        (ivan,) = [a for a in await hub.registry.describe() if a["agent"] == "ivan"]
+        return ivan["online"] is False and ivan["kind"] == "echo"
+
+    assert await eventually(offline, 10)

@@ -1,0 +1,79 @@
+"""Cron schedules start runs; `overlap` decides what a tick does while the last run is going."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hub.cuelists import CuelistStore
+from hub.engine.state import RunState
+from hub.scheduler import Scheduler
+from hub.store import StateKeys, StateStore
+from protocols.canonical import canonical_json
+from protocols.keys import Keys
+from protocols.states import RunStatus
+from protocols.transport import Redis
+from protocols.validation import load_cuelist
+
+pytestmark = pytest.mark.redis
+T0 = 1_800_000_000.0  # a Unix time on a whole minute (…:00)
+
+
+class Harness:
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self.client = client
+        self.cuelists = CuelistStore(client, keys)
+        self.store = StateStore(client, keys)
+        self.sk = StateKeys(keys)
+        self.started: list[str] = []
+        self.scheduler = Scheduler(self.cuelists, self.store, self.sk, self._start)
+
+    async def _start(self, name: str, version: str, run_id: str) -> None:
+        self.started.append(run_id)
+        run = RunState(run_id=run_id, cuelist=name, version=version, created_at=T0)
+        await self.client.set(self.sk.run(run_id), run.model_dump_json())
+
+    async def submit(self, overlap: str) -> None:
+        text = f'cuelist: nightly\nschedule: "* * * * *"\noverlap: {overlap}\n'
+        text += "cues:\n  - {id: A, target_agents: [a]}\n"
+        cuelist, version = load_cuelist(text)
+        await self.cuelists.put(cuelist, version, canonical_json(cuelist), text)
+
+    async def finish_last(self) -> None:
+        run = await self.store.run(self.started[-1])
+        assert run is not None
+        run.status = RunStatus.SUCCESS
+        await self.client.set(self.sk.run(run.run_id), run.model_dump_json())
+
+
+@pytest.fixture
+async def harness(real_redis: Any, keys: Keys) -> AsyncIterator[Harness]:
+    yield Harness(real_redis, keys)
+
+
+async def test_schedule_starts_runs_and_skips_overlaps(harness: Harness) -> None:
+    await harness.submit("skip")
+    tick = harness.scheduler.tick
+    assert await tick(T0) == []  # first sight: nothing from the past fires
+    assert await tick(T0 + 30) == []
+    (first,) = await tick(T0 + 61)
+    assert await tick(T0 + 125) == []  # still running: skipped, not queued
+    await harness.finish_last()
+    assert await tick(T0 + 150) == []  # the skipped tick is gone
+    (second,) = await tick(T0 + 185)
+    assert harness.started == [first, second]
+
+
+async def test_buffer_one_keeps_one_tick_for_when_the_run_ends(harness: Harness) -> None:
+    await harness.submit("buffer_one")
+    tick = harness.scheduler.tick
+    await tick(T0)
+    await tick(T0 + 61)
+    assert await tick(T0 + 125) == []  # buffered
+    assert await tick(T0 + 185) == []  # still one buffered, not two
+    await harness.finish_last()
+    assert len(await tick(T0 + 190)) == 1  # the buffered tick, at once
+    await harness.finish_last()
+    assert await tick(T0 + 200) == []  # nothing else was kept

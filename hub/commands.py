@@ -7,6 +7,7 @@ the answer comes back on a short-lived list the asking hub blocks on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,14 @@ log = logging.getLogger(__name__)
 
 GROUP = "engine"
 REPLY_TTL_S = 60
+RETRY_S = 0.5
+
+
+def _redis_trouble(exc: Exception) -> bool:
+    """A Redis error or a lost connection (the client's errors are not imported here)."""
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] == "redis"
+
+
 _ERRORS: dict[str, type[EngineError]] = {"not_found": NotFound, "conflict": Conflict}
 
 
@@ -60,11 +69,31 @@ class CommandServer:
         self.handlers = handlers
 
     async def run(self, stop: asyncio.Event) -> None:
+        ready = False
+        while not stop.is_set():
+            try:
+                if not ready:
+                    await self._ensure_group()
+                    ready = True
+                await self._read(stop)
+            except Exception as exc:
+                # A Redis restart must not cost the hub its leadership: wait and read again
+                # (recreating the group if Redis came back empty). Anything else is a bug.
+                if not _redis_trouble(exc):
+                    raise
+                ready = ready and "NOGROUP" not in str(exc)
+                log.warning("commands: %s; retrying", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RETRY_S)
+
+    async def _ensure_group(self) -> None:
         try:
             await self.client.xgroup_create(self.sk.commands, GROUP, id="$", mkstream=True)
         except Exception as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+
+    async def _read(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             # own pending first (a restarted leader finishes what it had read), then new ones
             for start in ("0", ">"):
@@ -72,9 +101,9 @@ class CommandServer:
                     GROUP, self.consumer, {self.sk.commands: start}, count=50,
                     block=None if start == "0" else 500,
                 )  # fmt: skip
-                for _, entries in rows or []:
-                    for entry_id, fields in entries:
-                        await self._serve(entry_id, fields)
+                # a batch is served concurrently: its engine steps share fenced writes
+                entries = [entry for _, batch in rows or [] for entry in batch]
+                await asyncio.gather(*(self._serve(i, f) for i, f in entries))
 
     async def _serve(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         command_id = fields.get(b"id", b"").decode()

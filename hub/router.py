@@ -16,6 +16,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 from hub.engine import inputs
 from hub.engine.core import Engine
@@ -23,8 +24,8 @@ from hub.engine.driver import Driver
 from hub.metrics import Metrics, _cause_label
 from hub.registry import Registry
 from protocols import payloads as p
-from protocols.codec import Envelope
-from protocols.keys import HUB_GROUP
+from protocols.codec import Envelope, encode
+from protocols.keys import HUB_GROUP, STREAM_FIELD
 from protocols.messages import SPECIALIST_SENDS
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
@@ -142,24 +143,32 @@ class Router:
                     registry_changed.add(agent)
             else:
                 engine_msgs.append(msg)
-        if engine_msgs or bad:
-            await self.driver.step(lambda e: self._apply(e, engine_msgs, bad))
-        for d, cause, detail in bad:
-            self.metrics.dead_letters.labels(cause).inc()
-            self.metrics.violations.labels(_cause_label(cause)).inc()
-            await self.transport.dead_letter(d, f"{cause}: {detail}", group=HUB_GROUP)
         if routed:
             forwards.append((self.keys.audit, _audit_entry(routed)))
             for mt, n in Counter(m.message_type for m in routed).items():
                 self.metrics.routed.labels(mt.value).inc(n)
+        for d, cause, detail in bad:
+            self.metrics.dead_letters.labels(cause).inc()
+            self.metrics.violations.labels(_cause_label(cause)).inc()
+            await self.transport.dead_letter(d, f"{cause}: {detail}", group=HUB_GROUP)
         await self.registry.save(registry_changed)
         dead = {id(d) for d, _, _ in bad}  # dead_letter acknowledged those already
         done = [d for d in batch if id(d) not in dead]
-        await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
+        if engine_msgs or bad:
+            # one fenced write: the engine's effects, the forwards, the audit and the XACKs
+            raw = [*_xadds(forwards), *_xacks(done)]
+            await self.driver.step(lambda e: self._apply(e, engine_msgs, bad, raw))
+        else:
+            await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
 
     def _apply(
-        self, engine: Engine, messages: list[Envelope], bad: list[tuple[Delivery, str, str]]
+        self,
+        engine: Engine,
+        messages: list[Envelope],
+        bad: list[tuple[Delivery, str, str]],
+        raw: list[list[Any]],
     ) -> None:
+        engine.out.raw.extend(raw)
         for msg in messages:
             if msg.message_type in inputs.ENGINE_TYPES:
                 inputs.handle(engine, msg)
@@ -193,6 +202,20 @@ class Router:
         self._seen[message_id] = None
         if len(self._seen) > SEEN_CAPACITY:
             self._seen.popitem(last=False)
+
+
+def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:
+    return [
+        ["XADD", stream, "*", STREAM_FIELD, (m if isinstance(m, bytes) else encode(m)).decode()]
+        for stream, m in items
+    ]
+
+
+def _xacks(deliveries: list[Delivery]) -> list[list[Any]]:
+    by_stream: dict[str, list[str]] = {}
+    for d in deliveries:
+        by_stream.setdefault(d.stream, []).append(d.entry_id)
+    return [["XACK", stream, HUB_GROUP, *ids] for stream, ids in by_stream.items()]
 
 
 def _audit_entry(messages: list[Envelope]) -> bytes:

@@ -40,6 +40,7 @@ class HubSettings(Settings):
     hub_id: str = ""
     lease_ms: int = 5_000
     command_timeout_s: float = 10.0
+    early_warning: bool = True  # off only to measure what early warning saves (bench/cues.py)
 
 
 class Hub:
@@ -64,6 +65,7 @@ class Hub:
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
             contract_of=self.registry.contract_of, on_commit=self._observe,
+            early_warning=settings.early_warning,
         )  # fmt: skip
         self.router = Router(
             self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id

@@ -148,6 +148,7 @@ class StateStore:
             ops.append(["ZADD", sk.escalations, str(esc.created_at), esc.id])
         for run_id, key, entry in out.context:
             ops.append(["HSET", sk.context(run_id), key, json.dumps(entry, default=str)])
+        ops.extend(out.raw)
         if out.resources_changed:
             ops.append(["SET", sk.resources, json.dumps(engine.book.dump())])
         if out.paused_changed:

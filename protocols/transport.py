@@ -60,11 +60,21 @@ def connect(url: str, **options: Any) -> Redis:
     # One immediate retry on a fresh connection covers a pooled socket that a server
     # restart broke; longer outages are the Transport's (tenacity, with backoff).
     options.setdefault("retry", Retry(NoBackoff(), 1))
+    # Name ourselves in CLIENT SETINFO: redis-py would otherwise read package metadata
+    # on every new connection (a visible cost when replicas open many).
+    if _DriverInfo is not None:
+        options.setdefault("driver_info", _DriverInfo(name="callboard", lib_version="1"))
     if _pack_command is not None and url.startswith("redis://"):
         options.setdefault("connection_class", _PackedConnection)
     pool = aioredis.BlockingConnectionPool.from_url(url, **options)
     return aioredis.Redis.from_pool(pool)
 
+
+_DriverInfo: Any
+try:  # redis-py >= 8
+    from redis.driver_info import DriverInfo as _DriverInfo
+except ImportError:  # pragma: no cover
+    _DriverInfo = None
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:  # hiredis packs commands in C: half the cost of a pipelined XADD on the hub's hot path
@@ -218,6 +228,12 @@ class Transport:
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         """Run `fn` with retries on connection loss and errors translated."""
+        with _translated(op):
+            try:  # the common case costs one call: the retry machinery only after a failure
+                return await fn()
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
         retrying = AsyncRetrying(
             stop=stop_after_delay(self.retry_s),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),

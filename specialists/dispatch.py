@@ -165,8 +165,8 @@ class Dispatcher:
         # Registered before the first await: a STANDBY handled right behind must find it.
         self.preps[key] = self.rt.spawn(self._prepare(key, cue))
         ack = self.reply(m, MessageType.ACK_WARNING, AckWarning(attempt=p.attempt), cue_id=p.cue_id)
-        await self.rt.transport.publish(self.rt.out, ack)
-        return True
+        await self._answer(d, ack)
+        return False
 
     async def _prepare(self, key: CueKey, cue: Cue) -> None:
         try:
@@ -187,10 +187,13 @@ class Dispatcher:
         cue.ready_check = list(p.ready_check)
         ready, reason = await self._readiness(key, cue)
         ack = AckStandby(attempt=p.attempt, ready=ready, reason=reason)
-        await self.rt.transport.publish(
-            self.rt.out, self.reply(m, MessageType.ACK_STANDBY, ack, cue_id=p.cue_id)
-        )
-        return True
+        await self._answer(d, self.reply(m, MessageType.ACK_STANDBY, ack, cue_id=p.cue_id))
+        return False
+
+    async def _answer(self, d: Delivery, answer: Envelope) -> None:
+        """Publish the answer and XACK the entry in one round trip, the XADD first (as the
+        router does); the handler then returns False: the entry is settled."""
+        await self.rt.transport.publish_many([(self.rt.out, answer)], ack=[d], group=self.rt.group)
 
     async def _readiness(self, key: CueKey, cue: Cue) -> tuple[bool, str]:
         prep = self.preps.get(key)

@@ -48,9 +48,11 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
             except Exception as exc:
                 await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
                 return True
-        await rt.transport.publish_many([(rt.out, raw) for raw in batch])
+        # the XACK rides with the completion (one round trip); the marker still covers a
+        # pipeline cut after the XADDs, as it covered a crash before the XACK
+        await rt.transport.publish_many([(rt.out, raw) for raw in batch], ack=[d], group=rt.group)
         await cue.mark_done(COMPLETED)
-        return True
+        return False
 
 
 def _reply(dp: Dispatcher, m: Envelope, cue: Cue, mt: MessageType, payload: Any) -> Envelope:

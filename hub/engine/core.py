@@ -41,6 +41,8 @@ ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
 class Engine:
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
+    early_warning: bool = True  # warn a successor when its last predecessor is GO'd
+
     def __init__(
         self,
         keys: Keys,
@@ -317,6 +319,8 @@ class Engine:
 
     def _warn_successors_early(self, run: RunState, cue_id: str) -> None:
         """Warn a successor whose last unfinished predecessor has just been GO'd."""
+        if not self.early_warning:
+            return
         plan = self.plans[run.run_id]
         for succ in plan.succs[cue_id]:
             scr, scue = run.cues[succ], plan.cues[succ]

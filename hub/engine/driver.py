@@ -24,12 +24,12 @@ from hub.engine.plan import Plan
 from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
 from hub.store import StateStore
-from protocols.codec import Envelope
 from protocols.contracts import Contract
 from protocols.errors import NotFound
 from protocols.keys import Keys
 
 log = logging.getLogger(__name__)
+LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
 R = TypeVar("R")
 
 
@@ -42,14 +42,20 @@ class Driver:
         lease_value: Callable[[], str | None],
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
         on_commit: Callable[[Outbox], None] | None = None,
+        early_warning: bool = True,
     ) -> None:
         self.store = store
         self.cuelists = cuelists
         self.keys = keys
         self.lease_value = lease_value
+        self.early_warning = early_warning
         self.engine = Engine(keys, contract_of=contract_of)
+        self.engine.early_warning = early_warning
         self.on_commit = on_commit
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # engine mutations (synchronous) and taking the outbox
+        self._commit_lock = asyncio.Lock()  # one fenced write at a time, in order
+        self._applied = 0  # steps applied to the engine
+        self._durable = 0  # steps covered by a finished commit
         self._timers: list[Timer] = []
         self._wake = asyncio.Event()
         self._plans: dict[tuple[str, str], Plan] = {}
@@ -57,8 +63,10 @@ class Driver:
     # -- state ----------------------------------------------------------------------------
     async def load(self) -> int:
         """Resume every active run from Redis (after a restart or a leader change)."""
-        async with self._lock:
+        async with self._commit_lock, self._lock:
+            previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
+            self.engine.early_warning = self.early_warning
             book = await self.store.resources()
             if book:
                 self.engine.book = ResourceBook.load(book)
@@ -70,8 +78,22 @@ class Driver:
                 if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
                     self.engine.escalations.by_id[esc.id] = esc
                     self.engine.escalations.by_slot.setdefault(esc.slot, esc.id)
+            await self._fail_lost(previous)
             await self._commit(self.engine.take())
             return len(runs)
+
+    async def _fail_lost(self, previous: Engine) -> None:
+        """Runs this hub was running whose state Redis no longer has (it came back empty,
+        taking the leader lease along): fail them with that reason instead of forgetting."""
+        for run_id, run in previous.runs.items():
+            if run_id in self.engine.runs or await self.store.run(run_id) is not None:
+                continue
+            log.error("run %s: its state is gone from Redis; failing it", run_id)
+            self.engine.adopt(run, previous.plans[run_id])
+            if run.status.done:  # failed in memory already, the write was refused
+                self.engine.out.finished.add(run_id)
+            else:
+                self.engine.abort(run_id, LOST_REASON)
 
     async def plan(self, name: str, version: str) -> Plan:
         key = (name, version)
@@ -81,14 +103,32 @@ class Driver:
         return self._plans[key]
 
     async def step(self, fn: Callable[[Engine], R]) -> R:
-        """Run `fn` on the engine and commit what it produced, as one step."""
+        """Run `fn` on the engine; return once what it produced is committed.
+
+        Group commit: steps that arrive while a write is in flight are committed together
+        by the next one, so concurrent inputs (router batches, operator commands, timers)
+        share fenced writes instead of queueing one round trip each.
+        """
+        failure: BaseException | None = None
         async with self._lock:
             try:
                 result = fn(self.engine)
-            finally:
-                out = self.engine.take()
-                await self._commit(out)
-            return result
+            except BaseException as exc:  # its partial effects are still committed
+                failure = exc
+            self._applied += 1
+            mine = self._applied
+        await self._flush(mine)
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _flush(self, upto: int) -> None:
+        async with self._commit_lock:
+            if self._durable >= upto:
+                return  # a write that started after this step already carried it
+            covered = self._applied
+            await self._commit(self.engine.take())  # serialised before its first await
+            self._durable = covered
 
     async def _commit(self, out: Outbox) -> None:
         lease = self.lease_value()
@@ -109,16 +149,6 @@ class Driver:
             self.on_commit(out)
 
     # -- inputs ---------------------------------------------------------------------------
-    async def handle(self, messages: list[Envelope]) -> None:
-        def apply(engine: Engine) -> None:
-            for msg in messages:
-                if msg.message_type in inputs.ENGINE_TYPES:
-                    inputs.handle(engine, msg)
-                else:
-                    inputs.specialist_escalation(engine, msg)
-
-        await self.step(apply)
-
     async def start_run(
         self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool
     ) -> RunState:
@@ -128,7 +158,7 @@ class Driver:
         plan = await self.plan(name, version)
         if dry:
             run, out = dry_run(plan, run_id, params, self.keys)
-            async with self._lock:
+            async with self._commit_lock, self._lock:
                 self.engine.runs[run_id] = run
                 await self._commit(out)
             return run

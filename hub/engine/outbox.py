@@ -29,11 +29,12 @@ class Outbox:
     dirty: set[str] = field(default_factory=set)  # run ids whose document changed
     finished: set[str] = field(default_factory=set)
     timers: list[Timer] = field(default_factory=list)
+    raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last
     resources_changed: bool = False
     paused_changed: bool = False
 
     def __bool__(self) -> bool:
         return bool(
             self.messages or self.events or self.escalations or self.context or self.dirty
-            or self.timers or self.resources_changed or self.paused_changed
+            or self.timers or self.raw or self.resources_changed or self.paused_changed
         )  # fmt: skip

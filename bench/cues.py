@@ -1,0 +1,252 @@
+"""Cue benchmark: the engine's three-phase call, chains, concurrent runs and direct cues,
+each beside a baseline measured in the same run on the same (embedded) server.
+
+  (a) cycle time (WARNING sent -> every target has its GO) and GO skew (first to last
+      target receiving GO, stamped at the receivers as XREADGROUP returns) for 10 and 50
+      agents that ack at once. Baseline: a bare barrier on streams (a coordinator in this
+      process XADDs the warning to N inboxes, waits for N acks on one stream, XADDs
+      standby, waits, XADDs GO to all in one pipeline). The target rows use the same raw
+      agent code speaking callboard's protocol, so the difference is the hub; the SDK rows
+      use echo specialists (one process hosts all agents, on both sides). Bare, raw and
+      SDK calls alternate, so all three meet the same load on a shared machine.
+  (b) a 20-cue auto_follow chain, 200 ms preparation and 100 ms execution per cue (and the
+      reverse), with early warning and without (HubSettings.early_warning=False).
+  (c) 1,000 runs of a 5-cue cuelist started at once, on echo agents with tiny delays (and
+      on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU.
+  (d) 5,000 `coordination: direct` cues through one echo specialist process, one run per
+      job (what a user replacing `task.delay()` does: POST /v1/runs per job; also as one
+      run of 5,000 entry cues), against Celery (solo pool, Redis broker on the same
+      server, its own worker process) running 5,000 no-op tasks.
+
+The hub runs in its own process (its RSS is its own) and is driven through the command
+stream the REST API uses. Every process and key the bench creates is removed before it
+exits. `--profile DIR` writes cProfile stats of each hub and agents process.
+
+    python bench/cues.py [--only a,b,c,d] [--repeats 30] [--direct-concurrency 1,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._cues_host import celery_noops
+from bench._cues_run import Harness, Row
+from callboard.embedded import EmbeddedServer
+from protocols.states import Coordination
+from protocols.transport import connect
+
+
+def call_cuelist(name: str, agents: list[str]) -> dict[str, object]:
+    action = {"prepare_ms": 0, "execute_ms": 0}
+    return {"cuelist": name, "cues": [{"id": "CALL", "target_agents": agents, "action": action}]}
+
+
+def chain_cuelist(
+    name: str, agent: str, n: int, prepare_ms: int, execute_ms: int
+) -> dict[str, object]:
+    cues = [
+        {
+            "id": f"C{i:02d}", "target_agents": [agent],
+            "action": {"prepare_ms": prepare_ms, "execute_ms": execute_ms},
+            "auto_follow": f"C{i + 1:02d}" if i < n else None,
+        }
+        for i in range(1, n + 1)
+    ]  # fmt: skip
+    return {"cuelist": name, "cues": cues}
+
+
+def five_cuelist(name: str) -> dict[str, object]:
+    """A small DAG: F1 -> (F2 auto-follow, F3 depends_on) -> F4 -> F5, on five agents."""
+    act = {"prepare_ms": 1, "execute_ms": 2}
+    patient = {"ack_timeout_s": 120, "standby_timeout_s": 120, "go_timeout_s": 120}
+    cues = [
+        {"id": "F1", "target_agents": ["w1"], "action": act, "auto_follow": "F2"},
+        {"id": "F2", "target_agents": ["w2"], "action": act},
+        {"id": "F3", "target_agents": ["w3"], "action": act, "depends_on": ["F1"]},
+        {"id": "F4", "target_agents": ["w4"], "action": act, "depends_on": ["F2", "F3"]},
+        {"id": "F5", "target_agents": ["w5"], "action": act, "depends_on": ["F4"]},
+    ]
+    return {"cuelist": name, "defaults": patient, "cues": cues}
+
+
+def direct_cuelist(name: str, agent: str, count: int) -> dict[str, object]:
+    """`count` independent direct cues, every one an entry cue."""
+    direct = Coordination.DIRECT.value
+    cues = [{"id": f"J{i:05d}", "target_agents": [agent], "coordination": direct}
+            for i in range(count)]  # fmt: skip
+    return {"cuelist": name, "start": [c["id"] for c in cues], "cues": cues}
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+# -- (a) --------------------------------------------------------------------------------------
+
+
+async def part_a(h: Harness, sizes: list[int], repeats: int) -> list[Row]:
+    rows = []
+    for n in sizes:
+        r = await h.barrier(n, repeats, call_cuelist)
+        (bc, bs), (rc, rs), (sc, ss) = (_medians(x) for x in (r.bare, r.raw, r.sdk))
+        bare = f"bare barrier {ms(bc)}"
+        raw90, bare90 = _p90(r.raw, 0), _p90(r.bare, 0)
+        rows += [
+            Row(f"(a) {n} agents: cycle WARNING->all GO (median of {repeats})",
+                ms(rc), bare, f"{rc / bc:.2f}x", "<= 1.50x", rc / bc <= 1.5),
+            Row(f"(a) {n} agents: GO skew first->last receiver (median)",
+                ms(rs), f"bare barrier {ms(bs)}", f"{(rs - bs) * 1000:+.2f} ms", "<= +1.00 ms",
+                rs - bs <= 0.001),
+            Row(f"(a) {n} agents: cycle p90", ms(raw90), f"bare barrier {ms(bare90)}",
+                f"{raw90 / bare90:.2f}x", "", None),
+            Row(f"(a) {n} agents, SDK echo agents: cycle (median)", ms(sc), bare,
+                f"{sc / bc:.2f}x", "", None),
+            Row(f"(a) {n} agents, SDK echo agents: GO skew (median)", ms(ss),
+                f"bare barrier {ms(bs)}", f"{(ss - bs) * 1000:+.2f} ms", "", None),
+        ]  # fmt: skip
+        if r.spans:
+            hub, agents = (statistics.median(sum(s[i::2]) for s in r.spans) for i in (0, 1))
+            rows.append(Row(f"(a) {n} agents, SDK echo agents: cycle spent in hub | agents",
+                            f"hub {ms(hub)}", f"agents {ms(agents)}", "", "", None))  # fmt: skip
+    return rows
+
+
+def _medians(calls: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(c for c, _ in calls), statistics.median(s for _, s in calls)
+
+
+def _p90(calls: list[tuple[float, float]], i: int) -> float:
+    values = sorted(c[i] for c in calls)
+    return values[max(int(len(values) * 0.9) - 1, 0)]
+
+
+# -- (b) --------------------------------------------------------------------------------------
+
+
+async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]:
+    """Early warning looks one cue ahead (SPEC: a cue is warned when its last predecessor is
+    GO'd), so a chain takes P + (N-1)*max(P, E) + E: P + N*E only when P <= E."""
+    rows = []
+    with_early = await h.chain(n, shapes, True, chain_cuelist)
+    without = await h.chain(n, shapes, False, chain_cuelist)
+    for (prepare_ms, execute_ms), early, late in zip(shapes, with_early, without, strict=True):
+        p, e = prepare_ms / 1000, execute_ms / 1000
+        ahead, serial = p + (n - 1) * max(p, e) + e, n * (p + e)
+        rows += [
+            Row(f"(b) {n}-cue chain P={prepare_ms} E={execute_ms} ms: with | without early warning",
+                f"{early:.2f} s", f"without {late:.2f} s", f"{early / late:.2f}x",
+                f"P+N*E={p + n * e:.1f} s vs N(P+E)={serial:.1f} s", None),
+            Row("(b)   with: vs P+(N-1)max(P,E)+E | without: vs N(P+E)",
+                f"{ahead:.1f} s +{(early - ahead) * 1000 / n:.1f} ms/cue",
+                f"{serial:.1f} s +{(late - serial) * 1000 / n:.1f} ms/cue", "", "", None),
+        ]  # fmt: skip
+    return rows
+
+
+# -- (c) --------------------------------------------------------------------------------------
+
+
+async def part_c(h: Harness, runs: int) -> list[Row]:
+    rows = []
+    for raw, who in ((False, "SDK echo agents"), (True, "raw protocol agents")):
+        r = await h.many_runs(runs, five_cuelist, raw)
+        rows += [
+            Row(f"(c) {runs:,} concurrent runs x 5 cues, {who}: runs/s",
+                f"{r['runs_per_s']:,.0f}", f"{r['runs_per_s'] * 5:,.0f} cues/s", "", "", None),
+            Row("(c)   median run latency; CPU busy: hub | agents process",
+                f"{r['latency_p50_s']:.2f} s",
+                f"hub {r['hub_cpu']:.0%} | agents {r['agents_cpu']:.0%}", "", "", None),
+            Row("(c)   hub RSS: idle -> peak during",
+                f"{r['rss_idle_mb']:.0f} -> {r['rss_peak_mb']:.0f} MB",
+                f"+{r['rss_peak_mb'] - r['rss_idle_mb']:.0f} MB", "", "", None),
+        ]  # fmt: skip
+    return rows
+
+
+# -- (d) --------------------------------------------------------------------------------------
+
+
+async def part_d(h: Harness, jobs: int, concurrencies: list[int]) -> list[Row]:
+    celery = await celery_noops(h.server, jobs)
+    rows = []
+    for concurrency in concurrencies:
+        for one_run in (False, True):
+            r = await h.direct_cues(jobs, concurrency, direct_cuelist, one_run)
+            ratio = r["per_s"] / celery
+            how = f"one run of {jobs:,} entry cues" if one_run else f"{jobs:,} one-cue runs"
+            headline, target = concurrency == concurrencies[0] and not one_run, ">= 5.00x"
+            rows += [
+                Row(f"(d) {jobs:,} direct cues, 1 echo process (concurrency {concurrency}), "
+                    f"{how}: cues/s", f"{r['per_s']:,.0f}", f"Celery solo {celery:,.0f}/s",
+                    f"{ratio:.2f}x", target if headline else "", ratio >= 5 if headline else None),
+                Row("(d)   CPU per cue: hub | echo (busy)",
+                    f"hub {r['hub_cpu_us']:,.0f} us ({r['hub_busy']:.0%})",
+                    f"echo {r['echo_cpu_us']:,.0f} us ({r['echo_busy']:.0%})", "", "", None),
+            ]  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ("measure", "callboard", "baseline", "ratio", "target", "")
+    cells = [head] + [
+        (r.name, r.value, r.baseline, r.ratio, r.target,
+         "" if r.ok is None else ("ok" if r.ok else "MISSED"))
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for i, c in enumerate(cells):
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+async def main(args: argparse.Namespace) -> None:
+    parts = set(args.only.split(","))
+    rows: list[Row] = []
+    started = time.monotonic()
+    with EmbeddedServer() as server:
+        async with Harness(server, args.profile) as h:
+            print(f"server {server.binary} on {server.url}", file=sys.stderr)
+            if "a" in parts:
+                sizes = [int(n) for n in args.agents.split(",")]
+                rows += await part_a(h, sizes, args.repeats)
+            if "b" in parts:
+                rows += await part_b(h, 20, [(200, 100), (100, 200)])
+            if "c" in parts:
+                rows += await part_c(h, args.runs)
+            if "d" in parts:
+                concurrencies = [int(c) for c in args.direct_concurrency.split(",")]
+                rows += await part_d(h, args.jobs, concurrencies)
+        left = await leftover_keys(server)
+    print_table(rows)
+    print(f"\n(total {time.monotonic() - started:.0f} s; keys left behind: {left})")
+
+
+async def leftover_keys(server: EmbeddedServer) -> int:
+    """Keys still on the bench's server once every part cleaned up (databases 0 and 1)."""
+    total = 0
+    for db in (0, 1):
+        client = connect(f"{server.url.rsplit('/', 1)[0]}/{db}")
+        total += await client.dbsize()
+        await client.aclose()
+    return total
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="a,b,c,d", help="parts to run, e.g. a,d")
+    parser.add_argument("--repeats", type=int, default=30, help="cue calls per size in (a)")
+    parser.add_argument("--agents", default="10,50", help="agent counts in (a)")
+    parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in (c)")
+    parser.add_argument("--jobs", type=int, default=5000, help="direct cues / Celery tasks (d)")
+    parser.add_argument("--direct-concurrency", default="1", help="echo slots in (d), e.g. 1,8")
+    parser.add_argument("--profile", default=None, help="dump the hub's cProfile stats here")
+    asyncio.run(main(parser.parse_args()))

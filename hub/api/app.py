@@ -25,10 +25,18 @@ from hub.api.routes import (
     runs,
     wiring,
 )
+from hub.api.schemas import CuelistErrorPublic, ErrorPublic
 from hub.registry import Registry
 from hub.service import Hub
 
 log = logging.getLogger(__name__)
+# What every secured route may also answer, as errors.py shapes it (documented, so clients
+# and schema-driven tests know): no or a wrong key, a body that does not parse, bad input.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorPublic, "description": "the body could not be parsed"},
+    401: {"model": ErrorPublic, "description": "missing or wrong API key"},
+    422: {"model": CuelistErrorPublic, "description": "invalid request"},
+}
 RESTART_DELAY_S = 1.0
 STOP_TIMEOUT_S = 10.0
 
@@ -80,6 +88,6 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     app.include_router(health.router)
     secured = [Depends(require_api_key)]
     for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
-        app.include_router(module.router, prefix="/v1", dependencies=secured)
-    app.include_router(metrics.router, dependencies=secured)
+        app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
+    app.include_router(metrics.router, dependencies=secured, responses=ERRORS)
     return app

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from protocols.errors import (
     CallboardError,
@@ -98,7 +99,20 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
 async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    return _json(exc.status_code, detail, dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette names only the first route on the path
+        headers["Allow"] = _allowed(request)
+    return _json(exc.status_code, detail, headers)
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route on this path answers (RFC 9110: the Allow of a 405)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

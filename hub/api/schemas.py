@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols.ids import rfc3339
+from protocols.messages import Channel, MessageType
 
 
 def ts(epoch: float | None) -> str | None:
@@ -238,8 +239,14 @@ class EscalationResolve(In):
     note: str | None = Field(None, max_length=4000)
 
 
+_BROADCASTS: list[Any] = [m.value for m in MessageType if m.channel is Channel.BROADCAST]
+
+
 class BroadcastCreate(In):
-    message_type: str = Field(description="a broadcast.* type")
+    message_type: str = Field(
+        description="a broadcast.* type",
+        json_schema_extra={"enum": _BROADCASTS},
+    )
     payload: dict[str, Any] = Field(default_factory=dict)
 
 

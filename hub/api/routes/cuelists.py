@@ -16,6 +16,7 @@ from hub.api.schemas import (
     CuelistStored,
     CuelistSummary,
     CuelistVersionPublic,
+    ErrorPublic,
     ValidationPublic,
     ts,
 )
@@ -53,6 +54,8 @@ async def _report(request: Request, strict: bool) -> Any:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise _refuse("json", f"the body is not JSON: {exc}") from None
+        except RecursionError:  # json's C decoder gives up on deep nesting this way
+            raise _refuse("too_large", "the JSON body is nested too deeply") from None
         if not isinstance(data, dict):
             raise _refuse("json", "a cuelist must be a JSON object")
         return validation.validate_data(data, strict=strict)
@@ -134,7 +137,7 @@ async def list_cuelists(hub: HubDep) -> CuelistsPublic:
     return CuelistsPublic(data=data, count=len(data))
 
 
-@router.get("/{name}", response_model=CuelistPublic, responses={404: {"model": CuelistErrorPublic}})
+@router.get("/{name}", response_model=CuelistPublic, responses={404: {"model": ErrorPublic}})
 async def get_cuelist(hub: HubDep, name: Annotated[str, Path(max_length=200)]) -> CuelistPublic:
     described = await hub.cuelists.describe(name)
     versions = [

@@ -33,6 +33,13 @@ router = APIRouter(prefix="/runs", tags=["runs"])
 Name = Annotated[str, Path(min_length=1, max_length=200)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
 REFUSED: dict[int | str, dict[str, Any]] = {**NOT_FOUND, 409: {"model": ErrorPublic}}
+# The event stream's errors are JSON, not text/event-stream: documented by hand.
+_ERROR_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorPublic"}}}
+JSON_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": what, "content": _ERROR_JSON}
+    for code, what in [(400, "bad request"), (401, "missing or wrong API key"),
+                       (404, "no such run"), (422, "invalid request")]
+}  # fmt: skip
 
 
 async def _call(hub: Hub, op: str, **args: Any) -> Any:
@@ -119,7 +126,7 @@ async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> 
     return CancelPublic(run_id=run.run_id, status=result["status"])
 
 
-@router.get("/{run_id}/events", response_class=EventSourceResponse, responses=NOT_FOUND)
+@router.get("/{run_id}/events", response_class=EventSourceResponse, responses=JSON_ERRORS)
 async def events(
     run: RunDep,
     hub: HubDep,

@@ -1,0 +1,159 @@
+"""Run the fault suite (tests/faults) and write its measured figures into RELIABILITY.md.
+
+    python scripts/reliability.py [PYTEST ARGS...]
+
+Each test appends one JSON line {row, fault, promise, measured, passed, test} to the file
+named by CALLBOARD_RELIABILITY_OUT (see tests/faults/conftest.py); this script sets it,
+runs pytest, and renders the lines as a table with the command that reproduces each row.
+Exit status is pytest's: a broken promise fails the script as well as the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "RELIABILITY.md"
+ENV = "CALLBOARD_RELIABILITY_OUT"
+
+HEAD = """\
+# Reliability and security figures
+
+Measured by the fault suite in `tests/faults/`: real processes (hub, specialists), a real
+Redis started by each test on a free loopback port, faults injected for real (kill -9,
+SIGSTOP, Redis restarts, garbage on the streams, hostile HTTP bodies). Every row is a test
+that fails when its promise breaks; `scripts/test` (CI) runs them all (marked `slow`).
+Regenerate this page with:
+
+    python scripts/reliability.py
+
+Last run: {when}, {machine}; {redis}; fault suite {duration:.0f} s; {passed}/{total} rows kept
+their promise.
+
+| # | fault | promise | measured | kept | reproduce |
+|---|---|---|---|---|---|
+"""
+
+NOTES = """
+## How the sizes were scaled for CI
+
+The suite must run in a few minutes on a 2-core box, so some figures are measured at a
+smaller size than the issue names; the promise checked is the same.
+
+- Row 1: 3 replicas with `CALLBOARD_CONCURRENCY=100`, 100 direct tasks of 4 s each;
+  idle limit 1 s, claim interval 0.2 s. Reclaim time is measured from the kill to the
+  live replica's `status.started`, so it includes the time the entry needed to become idle.
+- Row 2: the holder starts alone and takes the task; a plain replica joins while the work
+  runs. The control holder is `tests.faults.agents:NoRenew`, the same specialist with
+  claim renewal switched off (and its own reclaiming, which would reset the idle time as
+  a renewal does); its task must be stolen, or the test fails.
+- Row 3: `CALLBOARD_MAX_DELIVERIES=3`. The exit-poison kills each replica that takes it (a
+  supervisor in the test restarts it); the raise-poison raises `Retry` every time.
+- Row 5: WARNING and completion are held open by freezing (SIGSTOP) one of the five agents
+  while the hub is killed; it is resumed before the new hub starts.
+- Row 7: ~500 msg/s for 6 s (about 3,000 messages), Redis restarted (SIGTERM, which
+  flushes the AOF) 2.5 s in. "Back" is the first successful write of each client after
+  Redis answered again; for the specialists it is their first message after it.
+- Row 9: the issue asks for a 20 s freeze; the test freezes the leader for 6 s, four times
+  its 1.5 s lease, which exercises the same path (lease expiry, takeover, a stale leader
+  waking up) in a third of the time. `CALLBOARD_LEASE_MS=20000`-scale runs behave the
+  same, only slower. The stale leader usually notices its lost lease before its first
+  write; the test also replays its old fencing token against the commit script, which
+  must refuse it.
+- Row 11: 100 examples per operation (schemathesis default checks; config in
+  `tests/faults/schemathesis.toml`, which only tells two checks that a schema-valid
+  cuelist can still be refused with 422 and that `/v1/cuelists/validate` answers 200 by
+  contract). `CALLBOARD_FUZZ_EXAMPLES=N` changes the size.
+- Row 12: `MAX_CUES` (10,000) is the documented cuelist limit, so the oversized cuelist
+  has 10,001 cues. The 10 MB upload with a Content-Length is answered before a byte of
+  its body is sent; the chunked one is cut off after the 1 MiB limit (what was sent beyond
+  it sat in socket buffers, never read: see the RSS figure).
+
+## What the rows found (fixed in the code, not in the rows)
+
+- Row 7: a Redis restart crashed the hub's command reader, so the hub gave up its
+  leadership and waited out its own lease before leading again (engine stopped ~1 lease).
+  The reader now rides out connection loss (and recreates its group after a wipe).
+- Row 8: when Redis came back empty, the leader lease went with the data, the hub's
+  write failing the runs was refused as stale, and it re-led from an empty Redis: the
+  runs vanished (404) instead of failing. On taking the lead, the hub now fails the runs
+  it was running whose state Redis no longer has, with that reason.
+- Row 12: deeply nested JSON sent to `POST /v1/cuelists` (and `/validate`) was a 500; it
+  is a 422 `too_large` now.
+- Row 11: 401, 400 and the error shape of 422 were undocumented on every secured route;
+  the event stream documented its JSON errors as `text/event-stream`; a 405 named only one
+  of the path's methods in `Allow`; `message_type` of a broadcast was not an enum.
+"""
+
+
+def _row_key(row: dict[str, Any]) -> int:
+    return int(row.get("row", 99))  # stable: a row's cases stay in the order they ran
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _redis_version() -> str:
+    sys.path.insert(0, str(ROOT))
+    from callboard.embedded import server_binary
+
+    try:
+        out = subprocess.run(
+            [server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        )
+    except OSError:
+        return "Redis version unknown"
+    words = dict(w.split("=", 1) for w in out.stdout.split() if "=" in w)
+    return f"redis-server {words.get('v', '?')}"
+
+
+def render(rows: list[dict[str, Any]], duration_s: float) -> str:
+    rows = sorted(rows, key=_row_key)
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs"
+    text = HEAD.format(
+        when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=machine,
+        redis=_redis_version(),
+        duration=duration_s,
+        passed=sum(1 for r in rows if r.get("passed")),
+        total=len(rows),
+    )
+    for r in rows:
+        label = f"{r['row']}" + (f" ({r['phase']})" if r.get("phase") else "")
+        command = f"`pytest '{r['test']}'`"
+        kept = "yes" if r.get("passed") else "**NO**"
+        cells = [label, r.get("fault", ""), r.get("promise", ""), r.get("measured", "")]
+        text += "| " + " | ".join(_cell(c) for c in cells) + f" | {kept} | {command} |\n"
+    return text + NOTES
+
+
+def main(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory(prefix="callboard-reliability-") as tmp:
+        lines = Path(tmp) / "rows.jsonl"
+        env = {**os.environ, ENV: str(lines)}
+        began = time.monotonic()
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "tests/faults", *argv], cwd=ROOT, env=env
+        )
+        duration = time.monotonic() - began
+        rows = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
+    if not rows:
+        print("no figures were recorded", file=sys.stderr)
+        return code or 1
+    OUT.write_text(render(rows, duration))
+    print(f"wrote {OUT.relative_to(ROOT)}: {len(rows)} rows in {duration:.0f} s")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,88 @@
+"""Row 3: poison messages beside 1,000 healthy ones. One kills the replica that takes it,
+every time; one makes the handler raise every time. Each is dead-lettered after exactly
+`max_deliveries` deliveries (tries), with the reason; all 1,000 healthy ones complete."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+
+from callboard.embedded import EmbeddedServer
+from protocols.keys import Keys
+from protocols.messages import MessageType
+from tests.e2e.procs import Procs
+from tests.faults.agents import EXIT_CODE, execs_key
+from tests.faults.conftest import Figure
+from tests.faults.tools import assign, dead_letters, messages, of_type, spawn_agent
+from tests.helpers import eventually_sync
+
+pytestmark = pytest.mark.slow
+
+AGENT = "fx-poison"
+HEALTHY = 1000
+MAX_DELIVERIES = 3
+DEADLINE_S = 60
+
+
+def test_poison_is_dead_lettered_after_max_deliveries_and_healthy_work_completes(
+    procs: Procs, redis_server: EmbeddedServer, figure: Figure
+) -> None:
+    keys = Keys(procs.env["CALLBOARD_PREFIX"])
+    r = redis.Redis.from_url(redis_server.url)
+    env = {"CALLBOARD_MAX_DELIVERIES": str(MAX_DELIVERIES), "CALLBOARD_CONCURRENCY": "50"}
+    live = {name: spawn_agent(procs, AGENT, name, **env) for name in ("r0", "r1")}
+    born = len(live)
+    tasks = [assign(AGENT, "row3", f"H{i:04}") for i in range(HEALTHY)]
+    tasks.insert(HEALTHY // 2, assign(AGENT, "row3", "EXIT", poison="exit", crash_after_ms=300))
+    tasks.insert(HEALTHY // 2, assign(AGENT, "row3", "RAISE", poison="retry"))
+    pipe = r.pipeline(transaction=False)
+    for raw in tasks:
+        pipe.xadd(keys.inbox(AGENT), {"m": raw})
+    pipe.execute()
+
+    crashes = 0
+
+    def supervise() -> list[tuple[str, dict[str, object]]] | None:
+        """Restart a replica the poison killed; done when all is settled."""
+        nonlocal crashes, born
+        for name, proc in list(live.items()):
+            if proc.poll() is not None:
+                assert proc.returncode == EXIT_CODE, procs.log(f"{AGENT}-{name}")
+                crashes += 1
+                assert crashes <= MAX_DELIVERIES + 1, "poison delivered too often"
+                del live[name]
+                live[f"r{born}"] = spawn_agent(procs, AGENT, f"r{born}", **env)
+                born += 1
+        rows = messages(r, keys.out(AGENT))
+        done = {m["cue_id"] for m in of_type(rows, MessageType.STATUS_COMPLETED)}
+        settled = len(done) >= HEALTHY and len(dead_letters(r, keys)) >= 2
+        return rows if settled else None
+
+    rows = eventually_sync(supervise, DEADLINE_S, interval_s=0.1, message="poison settled")
+    letters = {letter["entry_id"]: letter for letter in dead_letters(r, keys)}
+    inbox = {entry_id: m["cue_id"] for entry_id, m in messages(r, keys.inbox(AGENT))}
+    by_cue = {inbox[entry_id]: letter for entry_id, letter in letters.items()}
+    execs = {k.decode(): int(v) for k, v in r.hgetall(execs_key(keys, AGENT)).items()}
+    done_count = Counter(m["cue_id"] for m in of_type(rows, MessageType.STATUS_COMPLETED))
+    exit_letter, raise_letter = by_cue.get("EXIT", {}), by_cue.get("RAISE", {})
+    figure(
+        row=3,
+        fault=f"poison (process exits / handler raises every time) beside {HEALTHY} healthy",
+        promise=f"dead-lettered after exactly max_deliveries={MAX_DELIVERIES}; "
+        f"all {HEALTHY} healthy complete",
+        measured=f"exit-poison: {crashes} crashes, dead letter deliveries="
+        f"{exit_letter.get('deliveries')} ({exit_letter.get('reason')!r}); raise-poison: "
+        f"{execs.get('row3:RAISE')} tries ({raise_letter.get('reason')!r}); "
+        f"healthy completed {len([c for c in done_count if c.startswith('H')])}/{HEALTHY}",
+    )
+    assert sorted(by_cue) == ["EXIT", "RAISE"], by_cue
+    assert crashes == MAX_DELIVERIES
+    assert execs["row3:EXIT"] == MAX_DELIVERIES
+    assert exit_letter["deliveries"] == str(MAX_DELIVERIES)
+    assert exit_letter["reason"] == f"poison: delivered {MAX_DELIVERIES} times"
+    assert execs["row3:RAISE"] == MAX_DELIVERIES
+    assert raise_letter["reason"].startswith(f"gave up after {MAX_DELIVERIES} tries")
+    assert {f"H{i:04}" for i in range(HEALTHY)} <= set(done_count)
+    r.close()

@@ -8,7 +8,10 @@ write is refused whole, so nothing it decided after losing the lease takes effec
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,14 +20,21 @@ from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
 from protocols.codec import encode
 from protocols.errors import StaleLeader
+from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
-from protocols.transport import Redis
+from protocols.transport import Redis, is_transient
 
 EVENTS_MAXLEN = 5_000
+COMMIT_RETRY_S = 10.0
+COMMIT_ID_TTL_MS = 120_000
+log = logging.getLogger(__name__)
 
 _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('STALE leader lease lost')
+end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+  return -1  -- this commit was applied before its reply was lost: never apply it twice
 end
 local ops = cjson.decode(ARGV[2])
 for i = 1, #ops do redis.call(unpack(ops[i])) end
@@ -112,16 +122,30 @@ class StateStore:
         self._commit = client.register_script(_COMMIT)
 
     async def commit(self, out: Outbox, engine: Any, lease_value: str) -> None:
-        """Write one engine step atomically under the leader's fencing token."""
+        """Write one engine step atomically under the leader's fencing token.
+
+        A lost connection is retried for up to COMMIT_RETRY_S; each commit carries its own
+        id, checked inside the script, so a retry of a write whose reply was lost is not
+        applied twice (no GO sent twice)."""
         ops = self.ops(out, engine)
         if not ops:
             return
-        try:
-            await self._commit(keys=[self.sk.leader], args=[lease_value, json.dumps(ops)])
-        except Exception as exc:
-            if "STALE" in str(exc):
-                raise StaleLeader("leader lease lost: state write refused") from None
-            raise
+        keys = [self.sk.leader, self.sk.keys.state("hub", "commit", new_id())]
+        args = [lease_value, json.dumps(ops), COMMIT_ID_TTL_MS]
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        delay_s = 0.05
+        while True:
+            try:
+                await self._commit(keys=keys, args=args)
+                return
+            except Exception as exc:
+                if "STALE" in str(exc):
+                    raise StaleLeader("leader lease lost: state write refused") from None
+                if not is_transient(exc) or time.monotonic() + delay_s > deadline:
+                    raise
+                log.warning("state write: %s; retrying in %.2fs", exc, delay_s)
+                await asyncio.sleep(delay_s)  # back off while Redis comes back
+                delay_s = min(delay_s * 2, 1.0)
 
     def ops(self, out: Outbox, engine: Any) -> list[list[Any]]:
         sk = self.sk

@@ -36,7 +36,7 @@ from protocols.errors import DecodeError, ProtocolError, StateLost, TransportErr
 from protocols.ids import rfc3339, utcnow
 from protocols.keys import STREAM_FIELD, Keys
 
-__all__ = ["Delivery", "Redis", "Transport", "connect"]
+__all__ = ["Delivery", "Redis", "Transport", "connect", "is_transient"]
 
 T = TypeVar("T")
 DEFAULT_RETRY_S = 10.0
@@ -144,6 +144,12 @@ def _translated(op: str) -> Iterator[None]:
         raise TransportError(f"{op}: Redis unreachable: {exc}") from exc
     except rx.RedisError as exc:
         raise TransportError(f"{op}: {exc}") from exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Is `exc` a lost or refused connection, worth retrying (for code that uses the client
+    directly, such as the hub's state store, without importing redis)?"""
+    return _transient(exc)
 
 
 def _transient(exc: BaseException) -> bool:

@@ -7,62 +7,30 @@ change and the messages it causes are recorded together or not at all.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
-from hub.engine.escalations import Escalation, EscalationBook
-from hub.engine.outbox import ARBITRATION, Outbox, Timer
+from hub.engine.alerts import AlertsMixin
+from hub.engine.base import _missing, _waiting_reason
+from hub.engine.contest import ContestMixin
+from hub.engine.outbox import Timer
 from hub.engine.plan import Plan
-from hub.engine.resources import Claim, ResourceBook
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
-from protocols.codec import make
-from protocols.contracts import Contract
-from protocols.errors import Conflict, NotFound
-from protocols.keys import Keys
+from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import (
-    ConflictStrategy,
-    ConflictType,
     Coordination,
     CueState,
     FiredBy,
     OnFailure,
     Phase,
     RunStatus,
-    Severity,
     TargetState,
 )
 
-ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
 
-
-class Engine:
+class Engine(ContestMixin, AlertsMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
-
-    early_warning: bool = True  # warn a successor when its last predecessor is GO'd
-
-    def __init__(
-        self,
-        keys: Keys,
-        *,
-        clock: Callable[[], float] = time.time,
-        contract_of: Callable[[str], Contract | None] = lambda agent: None,
-    ) -> None:
-        self.keys = keys
-        self.clock = clock
-        self.contract_of = contract_of
-        self.runs: dict[str, RunState] = {}
-        self.plans: dict[str, Plan] = {}  # by run id
-        self.book = ResourceBook()
-        self.escalations = EscalationBook()
-        self.paused: str | None = None  # reason GOs are paused (critical escalation)
-        self.out = Outbox()
-
-    def take(self) -> Outbox:
-        out, self.out = self.out, Outbox()
-        return out
 
     # -- run lifecycle --------------------------------------------------------------------
     def start_run(self, plan: Plan, run_id: str, params: dict[str, Any], dry: bool) -> RunState:
@@ -373,275 +341,3 @@ class Engine:
         for succ in self.plans[run.run_id].succs[cue_id]:
             self.evaluate(run, succ)
         self._check_done(run)
-
-    # -- resources ------------------------------------------------------------------------
-    def _claim(self, run: RunState, cue_id: str) -> bool:
-        plan, cr = self.plans[run.run_id], run.cues[cue_id]
-        cue = plan.cues[cue_id]
-        if not cue.resources:
-            return True
-        strategy = ConflictStrategy(plan.strategy)
-        claim = Claim(
-            run.run_id, cue_id, tuple(cue.resources), cue.priority, strategy,
-            agents=tuple(cue.target_agents),
-        )  # fmt: skip
-        outcome = self.book.claim(claim)
-        self.out.resources_changed = True
-        if outcome.granted:
-            cr.holds = list(cue.resources)
-            return True
-        names = ", ".join(f"{h.run_id}/{h.cue_id}" for h in outcome.blocked_by) or "a waiter ahead"
-        res = ", ".join(cue.resources)
-        self._set(run, cue_id, cr.state, f"waiting for resource {res} held by {names}")
-        self._clear_deadline(cr)
-        run.record.waits.append(f"{cue_id}: resource {res} held by {names}")
-        for victim in outcome.preempt:
-            self._preempt(victim, by=claim)
-        if outcome.arbitrate:
-            self._open_conflict(run, cue_id, claim, outcome.blocked_by)
-        if outcome.preempt:
-            self._retry_waiters([claim])
-        return False
-
-    def _preempt(self, victim: Claim, by: Claim) -> None:
-        """Priority: a lower cue not yet GO'd is stood down and re-queued."""
-        run = self.runs.get(victim.run_id)
-        if run is None:
-            self.book.release(victim.holder)
-            return
-        cue_id = victim.cue_id
-        why = f"stood down for higher-priority {by.run_id}/{by.cue_id}"
-        run.record.conflicts.append(f"{cue_id}: {why}")
-        self._stand_down(run, cue_id, why)
-        self._clear_deadline(run.cues[cue_id])
-        self.book.release(victim.holder)
-        run.cues[cue_id].holds = []
-        self.book.waiting[victim.holder] = victim  # re-queued behind the winner
-        self._set(run, cue_id, CueState.WAITING, f"re-queued: {why}")
-
-    def _release(self, run: RunState, cue_id: str) -> None:
-        cr = run.cues[cue_id]
-        if not cr.holds and (run.run_id, cue_id) not in self.book.waiting:
-            return
-        cr.holds = []
-        self.out.resources_changed = True
-        self._retry_waiters(self.book.release((run.run_id, cue_id)))
-
-    def _release_run(self, run: RunState) -> None:
-        self.out.resources_changed = True
-        self._retry_waiters(self.book.forget_run(run.run_id))
-
-    def _retry_waiters(self, waiters: list[Claim]) -> None:
-        for claim in waiters:
-            run = self.runs.get(claim.run_id)
-            if run is None or run.status.done:
-                self.book.waiting.pop(claim.holder, None)
-                continue
-            cr = run.cues[claim.cue_id]
-            if cr.state is CueState.WAITING and cr.fired_by is not None:
-                self.fire(run, claim.cue_id, cr.fired_by)  # re-queued: call it again
-            elif cr.state is CueState.WARNING and _all(cr, TargetState.PREPARED):
-                self._to_standby(run, claim.cue_id)
-            elif cr.state in (CueState.PENDING, CueState.WAITING):
-                self.evaluate(run, claim.cue_id)
-
-    def _open_conflict(self, run: RunState, cue_id: str, claim: Claim, held: list[Claim]) -> None:
-        plan = self.plans[run.run_id]
-        rivals = [claim, *held]
-        winner = max(rivals, key=lambda c: (c.priority, -c.seq))
-        agents = sorted({a for c in rivals for a in c.agents})
-        payload = p.EscalationConflict(
-            severity=Severity.MEDIUM, cause=f"conflict:{','.join(claim.resources)}",
-            detail=f"{cue_id} wants {', '.join(claim.resources)} held by "
-            + ", ".join(f"{c.run_id}/{c.cue_id}" for c in held),
-            agents_involved=agents, conflict_type=ConflictType.RESOURCE,
-            resource_in_question=", ".join(claim.resources), proposed_resolution="arbitration",
-            suggested_winner=winner.agents[0] if winner.agents else None,
-            cues_involved=[f"{c.run_id}/{c.cue_id}" for c in rivals],
-        )  # fmt: skip
-        esc = self.escalate(run, cue_id, T.ESCALATION_CONFLICT, payload)
-        esc.payload["suggested_winner_cue"] = f"{winner.run_id}/{winner.cue_id}"
-        timeout = float(getattr(plan.cuelist, "arbitration_timeout_s", 30.0))
-        at = self.clock() + timeout
-        self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
-
-    def resolve(self, esc_id: str, winner: str | None, note: str = "") -> Escalation:
-        """A binding operator decision; for a conflict `winner` is `run/cue` or a cue id."""
-        esc = self.escalations.get(esc_id)
-        if esc is None:
-            raise NotFound(f"no open escalation {esc_id}")
-        if esc.status == "resolved":
-            raise Conflict(f"escalation {esc_id} is already resolved")
-        esc.status = "resolved"
-        esc.resolution = {"winner": winner, "note": note, "at": self.clock()}
-        esc.updated_at = self.clock()
-        self.out.escalations[esc.id] = esc
-        if esc.type is T.ESCALATION_CONFLICT and winner:
-            self._apply_arbitration(esc, winner)
-        if self.paused and esc.severity is Severity.CRITICAL:
-            self.resume(f"escalation {esc_id} resolved")
-        return esc
-
-    def _apply_arbitration(self, esc: Escalation, winner: str) -> None:
-        holder = _holder(winner, esc.run_id)
-        rivals = [_holder(c, esc.run_id) for c in esc.payload.get("cues_involved", [])]
-        if holder not in rivals:
-            raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
-        claim = self.book.waiting.get(holder)
-        for r in claim.resources if claim else ():
-            self.book.prefer(r, holder)
-            current = self.book.holder_of(r)
-            if current is not None and current.holder != holder and not current.went:
-                self._preempt(current, by=claim)  # type: ignore[arg-type]
-        if claim is not None:
-            self._retry_waiters([claim])
-
-    def arbitration_timeout(self, run: RunState, cue_id: str) -> None:
-        """No decision in time: fall back to priority."""
-        claim = self.book.waiting.get((run.run_id, cue_id))
-        if claim is None:
-            return
-        claim.strategy = ConflictStrategy.PRIORITY
-        run.record.conflicts.append(f"{cue_id}: arbitration timed out, priority decides")
-        outcome_claim = self.book.waiting.pop(claim.holder)
-        if self._claim_again(run, outcome_claim):
-            self._retry_waiters([outcome_claim])
-
-    def _claim_again(self, run: RunState, claim: Claim) -> bool:
-        outcome = self.book.claim(claim)
-        for victim in outcome.preempt:
-            self._preempt(victim, by=claim)
-        return outcome.granted or bool(outcome.preempt)
-
-    # -- helpers --------------------------------------------------------------------------
-    def escalate(self, run: RunState | None, cue_id: str | None, mt: T, payload: Any) -> Escalation:
-        """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
-        now = self.clock()
-        esc = Escalation(
-            type=mt, severity=payload.severity, run_id=run.run_id if run else None,
-            cue_id=cue_id, cause=payload.cause or mt.value, detail=payload.detail,
-            payload=payload.model_dump(mode="json"), created_at=now, updated_at=now,
-        )  # fmt: skip
-        esc, new = self.escalations.raise_(esc)
-        self.out.escalations[esc.id] = esc
-        if run is not None:
-            if new:
-                run.record.escalations.append(esc.id)
-            self._event(run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value)
-        if new and esc.severity in (Severity.HIGH, Severity.CRITICAL):
-            text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
-            self._broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))
-        if new and esc.severity is Severity.CRITICAL:
-            self.pause(f"critical escalation {esc.id}")
-        return esc
-
-    def pause(self, reason: str) -> None:
-        if self.paused is None:
-            self.paused = reason
-            self.out.paused_changed = True
-            self._broadcast(T.BROADCAST_PAUSE, p.BroadcastPause(reason=reason))
-
-    def resume(self, reason: str) -> None:
-        if self.paused is None:
-            return
-        self.paused = None
-        self.out.paused_changed = True
-        self._broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
-        for run in list(self.runs.values()):
-            if run.status is RunStatus.HOLDING:
-                run.status, run.hold_reason = RunStatus.RUNNING, None
-                self._event(run, "run", status=run.status.value)
-            for cue_id, cr in run.cues.items():
-                if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
-                    self._go(run, cue_id)
-
-    def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
-        run.cues[cue_id].reason = reason
-        if run.status is RunStatus.RUNNING:
-            run.status, run.hold_reason = RunStatus.HOLDING, reason
-            self._event(run, "run", status=run.status.value, reason=reason)
-        self._dirty(run)
-
-    def _broadcast(self, mt: T, payload: p.Payload) -> None:
-        self.out.messages.append((self.keys.broadcast, make(mt, payload)))
-
-    def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
-        targets = tuple(self.plans[run.run_id].cues[cue_id].target_agents)
-        for agent in targets:
-            msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
-            self.out.messages.append((self.keys.inbox(agent), msg))
-        run.record.messages_out += len(targets)
-
-    def _stand_down(self, run: RunState, cue_id: str, reason: str) -> None:
-        cr = run.cues[cue_id]
-        if cr.state not in ACTIVE:
-            return
-        payload = p.CoordStanddown(cue_id=cue_id, attempt=max(cr.attempt, 1), reason=reason)
-        self._send_all(run, cue_id, T.COORD_STANDDOWN, payload)
-        cr.targets = {a: TargetState.STOOD_DOWN for a in cr.targets}
-        cr.early = False
-
-    def _deadline(self, run: RunState, cue_id: str, phase: Phase, seconds: float) -> None:
-        cr = run.cues[cue_id]
-        cr.deadline, cr.deadline_phase = self.clock() + seconds, phase
-        self.out.timers.append(Timer(cr.deadline, run.run_id, cue_id, cr.attempt, phase.value))
-
-    @staticmethod
-    def _clear_deadline(cr: CueRun) -> None:
-        cr.deadline = cr.deadline_phase = None
-
-    def _set(
-        self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any
-    ) -> None:
-        cr = run.cues[cue_id]
-        changed = cr.state is not state
-        cr.state, cr.reason = state, reason
-        if "root" in extra:
-            cr.error = extra["root"]
-        self._dirty(run)
-        if changed:
-            self._event(
-                run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt
-            )
-
-    def _event(self, run: RunState, kind: str, **data: Any) -> None:
-        self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
-
-    def _dirty(self, run: RunState) -> None:
-        self.out.dirty.add(run.run_id)
-
-    def _run(self, run_id: str) -> RunState:
-        run = self.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no active run {run_id}")
-        return run
-
-    def _cue(self, run: RunState, cue_id: str) -> CueRun:
-        cr = run.cues.get(cue_id)
-        if cr is None:
-            raise NotFound(f"run {run.run_id} has no cue {cue_id}")
-        return cr
-
-
-def _all(cr: CueRun, state: TargetState) -> bool:
-    return bool(cr.targets) and all(s is state for s in cr.targets.values())
-
-
-def _missing(what: T, cr: CueRun) -> str:
-    return f"waiting for {what.value} from {', '.join(sorted(cr.targets))}"
-
-
-def _waiting_reason(preds: list[str], flags: list[str]) -> str:
-    parts = []
-    if preds:
-        parts.append("predecessors " + ", ".join(preds))
-    if flags:
-        parts.append("conditions " + ", ".join(flags))
-    return "waiting for " + " and ".join(parts)
-
-
-def _holder(ref: str, default_run: str | None) -> tuple[str, str]:
-    if "/" in ref:
-        run_id, cue_id = ref.split("/", 1)
-        return (run_id, cue_id)
-    return (default_run or "", ref)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hub.engine.core import Engine, _all
+from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
@@ -256,4 +256,4 @@ def specialist_escalation(engine: Engine, msg: Envelope) -> None:
     engine.escalate(run, msg.cue_id, msg.message_type, msg.payload)
 
 
-__all__ = ["ENGINE_TYPES", "_all", "handle", "on_timer", "specialist_escalation", "violation"]
+__all__ = ["ENGINE_TYPES", "handle", "on_timer", "specialist_escalation", "violation"]

@@ -1,0 +1,144 @@
+"""What every part of the run engine shares: its state, the outbox, and small helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hub.engine.escalations import EscalationBook
+from hub.engine.outbox import Outbox, Timer
+from hub.engine.plan import Plan
+from hub.engine.resources import ResourceBook
+from hub.engine.state import CueRun, RunState
+from protocols import payloads as p
+from protocols.codec import make
+from protocols.contracts import Contract
+from protocols.errors import NotFound
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from protocols.states import (
+    CueState,
+    FiredBy,
+    Phase,
+    TargetState,
+)
+
+ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
+
+
+class EngineBase:
+    """State of the engine and the helpers its parts (core, contest, alerts) share."""
+
+    early_warning: bool = True  # warn a successor when its last predecessor is GO'd
+
+    def __init__(
+        self,
+        keys: Keys,
+        *,
+        clock: Callable[[], float] = time.time,
+        contract_of: Callable[[str], Contract | None] = lambda agent: None,
+    ) -> None:
+        self.keys = keys
+        self.clock = clock
+        self.contract_of = contract_of
+        self.runs: dict[str, RunState] = {}
+        self.plans: dict[str, Plan] = {}  # by run id
+        self.book = ResourceBook()
+        self.escalations = EscalationBook()
+        self.paused: str | None = None  # reason GOs are paused (critical escalation)
+        self.out = Outbox()
+
+    def take(self) -> Outbox:
+        out, self.out = self.out, Outbox()
+        return out
+
+    def _broadcast(self, mt: T, payload: p.Payload) -> None:
+        self.out.messages.append((self.keys.broadcast, make(mt, payload)))
+
+    def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
+        targets = tuple(self.plans[run.run_id].cues[cue_id].target_agents)
+        for agent in targets:
+            msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
+            self.out.messages.append((self.keys.inbox(agent), msg))
+        run.record.messages_out += len(targets)
+
+    def _stand_down(self, run: RunState, cue_id: str, reason: str) -> None:
+        cr = run.cues[cue_id]
+        if cr.state not in ACTIVE:
+            return
+        payload = p.CoordStanddown(cue_id=cue_id, attempt=max(cr.attempt, 1), reason=reason)
+        self._send_all(run, cue_id, T.COORD_STANDDOWN, payload)
+        cr.targets = {a: TargetState.STOOD_DOWN for a in cr.targets}
+        cr.early = False
+
+    def _deadline(self, run: RunState, cue_id: str, phase: Phase, seconds: float) -> None:
+        cr = run.cues[cue_id]
+        cr.deadline, cr.deadline_phase = self.clock() + seconds, phase
+        self.out.timers.append(Timer(cr.deadline, run.run_id, cue_id, cr.attempt, phase.value))
+
+    @staticmethod
+    def _clear_deadline(cr: CueRun) -> None:
+        cr.deadline = cr.deadline_phase = None
+
+    def _set(
+        self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any
+    ) -> None:
+        cr = run.cues[cue_id]
+        changed = cr.state is not state
+        cr.state, cr.reason = state, reason
+        if "root" in extra:
+            cr.error = extra["root"]
+        self._dirty(run)
+        if changed:
+            self._event(
+                run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt
+            )
+
+    def _event(self, run: RunState, kind: str, **data: Any) -> None:
+        self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
+
+    def _dirty(self, run: RunState) -> None:
+        self.out.dirty.add(run.run_id)
+
+    def _run(self, run_id: str) -> RunState:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise NotFound(f"no active run {run_id}")
+        return run
+
+    def _cue(self, run: RunState, cue_id: str) -> CueRun:
+        cr = run.cues.get(cue_id)
+        if cr is None:
+            raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+        return cr
+
+    # -- implemented by core.Engine; declared so each part reads on its own ---------------
+    def evaluate(self, run: RunState, cue_id: str) -> None:
+        raise NotImplementedError
+
+    def fire(self, run: RunState, cue_id: str, by: FiredBy, early: bool = False) -> None:
+        raise NotImplementedError
+
+    def _to_standby(self, run: RunState, cue_id: str) -> None:
+        raise NotImplementedError
+
+    def _go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
+        raise NotImplementedError
+
+
+def _all(cr: CueRun, state: TargetState) -> bool:
+    return bool(cr.targets) and all(s is state for s in cr.targets.values())
+
+
+def _missing(what: T, cr: CueRun) -> str:
+    return f"waiting for {what.value} from {', '.join(sorted(cr.targets))}"
+
+
+def _waiting_reason(preds: list[str], flags: list[str]) -> str:
+    parts = []
+    if preds:
+        parts.append("predecessors " + ", ".join(preds))
+    if flags:
+        parts.append("conditions " + ", ".join(flags))
+    return "waiting for " + " and ".join(parts)

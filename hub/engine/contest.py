@@ -1,0 +1,151 @@
+"""Resources contested by cues of any run: claims, pre-emption, arbitration (SPEC §5)."""
+
+from __future__ import annotations
+
+from hub.engine.base import EngineBase, _all
+from hub.engine.escalations import Escalation
+from hub.engine.outbox import ARBITRATION, Timer
+from hub.engine.resources import Claim
+from hub.engine.state import RunState
+from protocols import payloads as p
+from protocols.errors import Conflict
+from protocols.messages import MessageType as T
+from protocols.states import (
+    ConflictStrategy,
+    ConflictType,
+    CueState,
+    Severity,
+    TargetState,
+)
+
+
+class ContestMixin(EngineBase):
+    """The engine's part that claims and releases resources under the conflict strategy."""
+
+    def _claim(self, run: RunState, cue_id: str) -> bool:
+        plan, cr = self.plans[run.run_id], run.cues[cue_id]
+        cue = plan.cues[cue_id]
+        if not cue.resources:
+            return True
+        strategy = ConflictStrategy(plan.strategy)
+        claim = Claim(
+            run.run_id, cue_id, tuple(cue.resources), cue.priority, strategy,
+            agents=tuple(cue.target_agents),
+        )  # fmt: skip
+        outcome = self.book.claim(claim)
+        self.out.resources_changed = True
+        if outcome.granted:
+            cr.holds = list(cue.resources)
+            return True
+        names = ", ".join(f"{h.run_id}/{h.cue_id}" for h in outcome.blocked_by) or "a waiter ahead"
+        res = ", ".join(cue.resources)
+        self._set(run, cue_id, cr.state, f"waiting for resource {res} held by {names}")
+        self._clear_deadline(cr)
+        run.record.waits.append(f"{cue_id}: resource {res} held by {names}")
+        for victim in outcome.preempt:
+            self._preempt(victim, by=claim)
+        if outcome.arbitrate:
+            self._open_conflict(run, cue_id, claim, outcome.blocked_by)
+        if outcome.preempt:
+            self._retry_waiters([claim])
+        return False
+
+    def _preempt(self, victim: Claim, by: Claim) -> None:
+        """Priority: a lower cue not yet GO'd is stood down and re-queued."""
+        run = self.runs.get(victim.run_id)
+        if run is None:
+            self.book.release(victim.holder)
+            return
+        cue_id = victim.cue_id
+        why = f"stood down for higher-priority {by.run_id}/{by.cue_id}"
+        run.record.conflicts.append(f"{cue_id}: {why}")
+        self._stand_down(run, cue_id, why)
+        self._clear_deadline(run.cues[cue_id])
+        self.book.release(victim.holder)
+        run.cues[cue_id].holds = []
+        self.book.waiting[victim.holder] = victim  # re-queued behind the winner
+        self._set(run, cue_id, CueState.WAITING, f"re-queued: {why}")
+
+    def _release(self, run: RunState, cue_id: str) -> None:
+        cr = run.cues[cue_id]
+        if not cr.holds and (run.run_id, cue_id) not in self.book.waiting:
+            return
+        cr.holds = []
+        self.out.resources_changed = True
+        self._retry_waiters(self.book.release((run.run_id, cue_id)))
+
+    def _release_run(self, run: RunState) -> None:
+        self.out.resources_changed = True
+        self._retry_waiters(self.book.forget_run(run.run_id))
+
+    def _retry_waiters(self, waiters: list[Claim]) -> None:
+        for claim in waiters:
+            run = self.runs.get(claim.run_id)
+            if run is None or run.status.done:
+                self.book.waiting.pop(claim.holder, None)
+                continue
+            cr = run.cues[claim.cue_id]
+            if cr.state is CueState.WAITING and cr.fired_by is not None:
+                self.fire(run, claim.cue_id, cr.fired_by)  # re-queued: call it again
+            elif cr.state is CueState.WARNING and _all(cr, TargetState.PREPARED):
+                self._to_standby(run, claim.cue_id)
+            elif cr.state in (CueState.PENDING, CueState.WAITING):
+                self.evaluate(run, claim.cue_id)
+
+    def _open_conflict(self, run: RunState, cue_id: str, claim: Claim, held: list[Claim]) -> None:
+        plan = self.plans[run.run_id]
+        rivals = [claim, *held]
+        winner = max(rivals, key=lambda c: (c.priority, -c.seq))
+        agents = sorted({a for c in rivals for a in c.agents})
+        payload = p.EscalationConflict(
+            severity=Severity.MEDIUM, cause=f"conflict:{','.join(claim.resources)}",
+            detail=f"{cue_id} wants {', '.join(claim.resources)} held by "
+            + ", ".join(f"{c.run_id}/{c.cue_id}" for c in held),
+            agents_involved=agents, conflict_type=ConflictType.RESOURCE,
+            resource_in_question=", ".join(claim.resources), proposed_resolution="arbitration",
+            suggested_winner=winner.agents[0] if winner.agents else None,
+            cues_involved=[f"{c.run_id}/{c.cue_id}" for c in rivals],
+        )  # fmt: skip
+        esc = self.escalate(run, cue_id, T.ESCALATION_CONFLICT, payload)
+        esc.payload["suggested_winner_cue"] = f"{winner.run_id}/{winner.cue_id}"
+        timeout = float(getattr(plan.cuelist, "arbitration_timeout_s", 30.0))
+        at = self.clock() + timeout
+        self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
+
+    def _apply_arbitration(self, esc: Escalation, winner: str) -> None:
+        holder = _holder(winner, esc.run_id)
+        rivals = [_holder(c, esc.run_id) for c in esc.payload.get("cues_involved", [])]
+        if holder not in rivals:
+            raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
+        claim = self.book.waiting.get(holder)
+        for r in claim.resources if claim else ():
+            self.book.prefer(r, holder)
+            current = self.book.holder_of(r)
+            if current is not None and current.holder != holder and not current.went:
+                self._preempt(current, by=claim)  # type: ignore[arg-type]
+        if claim is not None:
+            self._retry_waiters([claim])
+
+    def arbitration_timeout(self, run: RunState, cue_id: str) -> None:
+        """No decision in time: fall back to priority."""
+        claim = self.book.waiting.get((run.run_id, cue_id))
+        if claim is None:
+            return
+        claim.strategy = ConflictStrategy.PRIORITY
+        run.record.conflicts.append(f"{cue_id}: arbitration timed out, priority decides")
+        outcome_claim = self.book.waiting.pop(claim.holder)
+        if self._claim_again(run, outcome_claim):
+            self._retry_waiters([outcome_claim])
+
+    def _claim_again(self, run: RunState, claim: Claim) -> bool:
+        outcome = self.book.claim(claim)
+        for victim in outcome.preempt:
+            self._preempt(victim, by=claim)
+        return outcome.granted or bool(outcome.preempt)
+
+
+def _holder(ref: str, default_run: str | None) -> tuple[str, str]:
+    if "/" in ref:
+        run_id, cue_id = ref.split("/", 1)
+        return (run_id, cue_id)
+    return (default_run or "", ref)

@@ -135,19 +135,11 @@ class Hub:
         if not self.leading.is_set():
             return
         runs = list(self.driver.engine.runs)
-        lost = (
-            [
-                r
-                for r, raw in zip(
-                    runs,
-                    await self.transport.client.mget([self.sk.run(r) for r in runs]),
-                    strict=True,
-                )
-                if raw is None
-            ]
-            if runs
-            else []
-        )
+        async with self.transport.client.pipeline(transaction=False) as pipe:
+            for run_id in runs:
+                pipe.exists(self.sk.run(run_id))
+            present = await pipe.execute()
+        lost = [r for r, there in zip(runs, present, strict=True) if not there]
         if not lost:
             return
         reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"

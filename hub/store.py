@@ -17,7 +17,7 @@ from typing import Any
 
 from hub.engine.escalations import Escalation
 from hub.engine.outbox import Outbox
-from hub.engine.state import RunState
+from hub.engine.state import CueRun, RunState
 from protocols.codec import encode
 from protocols.errors import StaleLeader
 from protocols.ids import new_id
@@ -25,6 +25,8 @@ from protocols.keys import STREAM_FIELD, Keys
 from protocols.transport import Redis, is_transient
 
 EVENTS_MAXLEN = 5_000
+HEADER, CUE = "h", "c:"  # a run's hash: its header, and one field per cue
+HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 COMMIT_RETRY_S = 10.0
 COMMIT_ID_TTL_MS = 120_000
 log = logging.getLogger(__name__)
@@ -113,6 +115,27 @@ class StateKeys:
         return self.keys.state("schedule", name)
 
 
+def run_fields(key: str, run: RunState, cue_ids: Any) -> list[list[Any]]:
+    """HSET operations for a run: its header, and the named cues, one field each. A step
+    writes only the cues it touched, so a 10,000-cue run costs what it changed."""
+    fields: list[Any] = [HEADER, run.model_dump_json(exclude={"cues"})]
+    for cue_id in cue_ids:
+        fields += [CUE + cue_id, run.cues[cue_id].model_dump_json()]
+    return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+
+
+def read_run(fields: dict[bytes, bytes]) -> RunState | None:
+    """A run back from its hash (None when there is none)."""
+    header = fields.get(HEADER.encode())
+    if header is None:
+        return None
+    run = RunState.model_validate_json(header)
+    for cue_id in run.cue_ids:
+        raw = fields.get((CUE + cue_id).encode())
+        run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()
+    return run
+
+
 class StateStore:
     """Reads and the fenced commit of engine state."""
 
@@ -150,11 +173,14 @@ class StateStore:
     def ops(self, out: Outbox, engine: Any) -> list[list[Any]]:
         sk = self.sk
         ops: list[list[Any]] = []
+        cues_of: dict[str, list[str]] = {}
+        for run_id, cue_id in out.dirty_cues:
+            cues_of.setdefault(run_id, []).append(cue_id)
         for run_id in sorted(out.dirty):
             run: RunState | None = engine.runs.get(run_id)
             if run is None:
                 continue
-            ops.append(["SET", sk.run(run_id), run.model_dump_json()])
+            ops.extend(run_fields(sk.run(run_id), run, cues_of.get(run_id, ())))
             if run.status.done:
                 ops.append(["SREM", sk.active_runs, run_id])
             else:
@@ -184,8 +210,7 @@ class StateStore:
 
     # -- reads ----------------------------------------------------------------------------
     async def run(self, run_id: str) -> RunState | None:
-        raw = await self.client.get(self.sk.run(run_id))
-        return RunState.model_validate_json(raw) if raw else None
+        return read_run(await self.client.hgetall(self.sk.run(run_id)))
 
     async def active_run_ids(self) -> list[str]:
         return sorted(m.decode() for m in await self.client.smembers(self.sk.active_runs))
@@ -193,8 +218,16 @@ class StateStore:
     async def runs(self, run_ids: list[str]) -> list[RunState]:
         if not run_ids:
             return []
-        raws = await self.client.mget([self.sk.run(r) for r in run_ids])
-        return [RunState.model_validate_json(r) for r in raws if r]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(self.sk.run(run_id))
+            found = [read_run(fields) for fields in await pipe.execute()]
+        return [run for run in found if run is not None]
+
+    async def save_run(self, run: RunState) -> None:
+        """Write a whole run outside the engine (tools and tests; the engine commits)."""
+        for op in run_fields(self.sk.run(run.run_id), run, list(run.cues)):
+            await self.client.execute_command(*op)
 
     async def recent_run_ids(self, limit: int = 100) -> list[str]:
         ids = await self.client.zrevrange(self.sk.all_runs, 0, limit - 1)

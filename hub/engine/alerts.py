@@ -51,6 +51,7 @@ class AlertsMixin(EngineBase):
         if run is not None:
             if new:
                 run.record.escalations.append(esc.id)
+                self._dirty(run)
             self._event(run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value)
         if new and esc.severity in (Severity.HIGH, Severity.CRITICAL):
             text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
@@ -84,4 +85,4 @@ class AlertsMixin(EngineBase):
         if run.status is RunStatus.RUNNING:
             run.status, run.hold_reason = RunStatus.HOLDING, reason
             self._event(run, "run", status=run.status.value, reason=reason)
-        self._dirty(run)
+        self._dirty(run, cue_id)

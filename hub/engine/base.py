@@ -89,7 +89,7 @@ class EngineBase:
         cr.state, cr.reason = state, reason
         if "root" in extra:
             cr.error = extra["root"]
-        self._dirty(run)
+        self._dirty(run, cue_id)
         if changed:
             self._event(
                 run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt
@@ -98,8 +98,12 @@ class EngineBase:
     def _event(self, run: RunState, kind: str, **data: Any) -> None:
         self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
 
-    def _dirty(self, run: RunState) -> None:
+    def _dirty(self, run: RunState, cue_id: str | None = None) -> None:
+        """Mark what must be written: the run's header, and the cue when one is named.
+        Every change to a CueRun must name its cue here (or go through `_set`)."""
         self.out.dirty.add(run.run_id)
+        if cue_id is not None:
+            self.out.dirty_cues.add((run.run_id, cue_id))
 
     def _run(self, run_id: str) -> RunState:
         run = self.runs.get(run_id)

@@ -133,6 +133,7 @@ class ContestMixin(EngineBase):
             return
         claim.strategy = ConflictStrategy.PRIORITY
         run.record.conflicts.append(f"{cue_id}: arbitration timed out, priority decides")
+        self._dirty(run)
         outcome_claim = self.book.waiting.pop(claim.holder)
         if self._claim_again(run, outcome_claim):
             self._retry_waiters([outcome_claim])

@@ -38,7 +38,7 @@ class Engine(ContestMixin, AlertsMixin):
         run = RunState(
             run_id=run_id, cuelist=plan.name, version=plan.version, dry=dry,
             params=params, created_at=now, started_at=now,
-            cues={cue_id: CueRun() for cue_id in plan.order},
+            cues={cue_id: CueRun() for cue_id in plan.order}, cue_ids=list(plan.order),
         )  # fmt: skip
         self.adopt(run, plan)
         self._event(run, "run", status=run.status.value)
@@ -51,8 +51,8 @@ class Engine(ContestMixin, AlertsMixin):
         """Take charge of a run (new, or loaded after a restart or a leader change)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
-        self._dirty(run)
         for cue_id, cr in run.cues.items():
+            self._dirty(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
@@ -132,6 +132,7 @@ class Engine(ContestMixin, AlertsMixin):
             return
         if early:  # the predecessor it was warned for has completed
             cr.early = False
+            self._dirty(run, cue_id)
             if all(s is TargetState.PREPARED for s in cr.targets.values()):
                 self._to_standby(run, cue_id)
             return

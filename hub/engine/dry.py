@@ -99,5 +99,6 @@ def _merge(into: Outbox, out: Outbox) -> None:
     into.escalations.update(out.escalations)
     into.context.extend(out.context)
     into.dirty |= out.dirty
+    into.dirty_cues |= out.dirty_cues
     into.finished |= out.finished
     into.messages.extend(out.messages)

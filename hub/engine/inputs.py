@@ -83,12 +83,12 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         return
     if mt is T.STATUS_BLOCKED:
         cr.reason = f"{agent} blocked: {msg.payload.reason}"  # type: ignore[attr-defined]
-        engine._dirty(run)
+        engine._dirty(run, cue_id)
         return
     if mt is T.ACK_STANDBY and not msg.payload.ready:  # type: ignore[attr-defined]
         cr.not_ready[agent] = msg.payload.reason or "not ready"  # type: ignore[attr-defined]
         cr.reason = f"{agent} not ready: {cr.not_ready[agent]}"
-        engine._dirty(run)
+        engine._dirty(run, cue_id)
         return
     if mt is T.STATUS_COMPLETED:
         cr.result[agent] = msg.payload.result  # type: ignore[attr-defined]
@@ -96,7 +96,7 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)
     cr.targets[agent] = new_target
-    engine._dirty(run)
+    engine._dirty(run, cue_id)
     _advance(engine, run, cue_id, cr)
 
 
@@ -163,6 +163,7 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
             engine.fail_attempt(run, cue_id, f"handoff rejected: {problem}")
         return
     cr.handoff_ok = True
+    engine._dirty(run, cue_id)
     run.handoffs[body.to_agent] = body.handoff_context.model_dump(mode="json")
     forwarded = msg.model_copy(update={"target_agents": (body.to_agent,)})
     engine.out.messages.append((engine.keys.inbox(body.to_agent), forwarded))

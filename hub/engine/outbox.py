@@ -26,7 +26,8 @@ class Outbox:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (run_id, event)
     escalations: dict[str, Escalation] = field(default_factory=dict)
     context: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    dirty: set[str] = field(default_factory=set)  # run ids whose document changed
+    dirty: set[str] = field(default_factory=set)  # run ids whose header changed
+    dirty_cues: set[tuple[str, str]] = field(default_factory=set)  # (run id, cue id) changed
     finished: set[str] = field(default_factory=set)
     timers: list[Timer] = field(default_factory=list)
     raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last

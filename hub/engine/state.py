@@ -60,7 +60,8 @@ class RunState(BaseModel):
     completed_at: float | None = None
     hold_reason: str | None = None
     conditions: list[str] = Field(default_factory=list)
-    cues: dict[str, CueRun] = Field(default_factory=dict)
+    cues: dict[str, CueRun] = Field(default_factory=dict)  # stored one hash field per cue
+    cue_ids: list[str] = Field(default_factory=list)  # their order, kept in the header
     handoffs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # receiver -> context
     record: RunRecord = Field(default_factory=RunRecord)
 

@@ -9,6 +9,7 @@ from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
+from hub.store import read_run, run_fields
 from protocols import payloads as p
 from protocols.codec import Envelope, make
 from protocols.keys import Keys
@@ -31,6 +32,7 @@ class Sim:
         self.timers: list[Timer] = []
         self.sent: list[tuple[str, Envelope]] = []  # (agent or "*", message)
         self.outs: list[Outbox] = []
+        self.persisted: dict[str, dict[bytes, bytes]] = {}  # what the store would hold
 
     def start(self, run_id: str = "r1", plan: Plan | None = None) -> RunState:
         run = self.engine.start_run(plan or self.plans[0], run_id, {}, dry=False)
@@ -45,6 +47,23 @@ class Sim:
             agent = stream.removeprefix(inbox) if stream.startswith(inbox) else "*"
             self.sent.append((agent, msg))
         self.timers.extend(out.timers)
+        self._persist_and_compare(out)
+
+    def _persist_and_compare(self, out: Outbox) -> None:
+        """Apply the writes the store would make, then check every run reads back exactly as
+        it is in memory: a CueRun changed without being marked dirty fails here."""
+        for run_id in out.dirty:
+            run = self.engine.runs.get(run_id)
+            if run is None:
+                continue
+            cues = [c for r, c in out.dirty_cues if r == run_id]
+            stored = self.persisted.setdefault(run_id, {})
+            for op in run_fields("key", run, cues):
+                items = op[2:]
+                pairs = zip(items[::2], items[1::2], strict=True)
+                stored.update((k.encode(), v.encode()) for k, v in pairs)
+        for run_id, run in self.engine.runs.items():
+            assert read_run(self.persisted.get(run_id, {})) == run, f"{run_id}: stale write"
 
     def take_sent(self, mt: T | None = None) -> list[tuple[str, Envelope]]:
         picked = [(a, m) for a, m in self.sent if mt is None or m.message_type is mt]

@@ -33,7 +33,7 @@ class Harness:
     async def _start(self, name: str, version: str, run_id: str) -> None:
         self.started.append(run_id)
         run = RunState(run_id=run_id, cuelist=name, version=version, created_at=T0)
-        await self.client.set(self.sk.run(run_id), run.model_dump_json())
+        await self.store.save_run(run)
 
     async def submit(self, overlap: str) -> None:
         text = f'cuelist: nightly\nschedule: "* * * * *"\noverlap: {overlap}\n'
@@ -45,7 +45,7 @@ class Harness:
         run = await self.store.run(self.started[-1])
         assert run is not None
         run.status = RunStatus.SUCCESS
-        await self.client.set(self.sk.run(run.run_id), run.model_dump_json())
+        await self.store.save_run(run)
 
 
 @pytest.fixture

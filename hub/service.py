@@ -23,10 +23,10 @@ from hub.scheduler import Scheduler
 from hub.store import StateKeys, StateStore
 from protocols.codec import make
 from protocols.errors import StaleLeader
-from protocols.ids import new_id
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
+from protocols.states import CueState, Phase
 from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -159,10 +159,28 @@ class Hub:
             if esc.count == 1:
                 self.metrics.escalations.labels(esc.type.value, esc.severity.value).inc()
         for run_id, event in out.events:
-            if event.get("type") == "run" and event.get("status") not in ("running", "holding"):
+            kind = event.get("type")
+            if kind == "run" and event.get("status") not in ("running", "holding"):
                 self.metrics.runs.labels(event["status"]).inc()
-            del run_id
+            elif kind == "cue":
+                self._observe_phase(run_id, event)
         self.metrics.active_runs.set(len(self.driver.engine.runs))
+
+    def _observe_phase(self, run_id: str, event: dict[str, Any]) -> None:
+        """A cue left a phase: record how long it spent there."""
+        run = self.driver.engine.runs.get(run_id)
+        cr = run.cues.get(event.get("cue", "")) if run else None
+        if cr is None:
+            return
+        spans = {
+            CueState.STANDBY.value: (Phase.WARNING, cr.warned_at, cr.standby_at),
+            CueState.GO.value: (Phase.STANDBY, cr.standby_at, cr.go_at),
+            CueState.COMPLETED.value: (Phase.GO, cr.go_at, cr.completed_at),
+            CueState.FAILED.value: (Phase.GO, cr.go_at, cr.completed_at),
+        }
+        phase, since, until = spans.get(event.get("state", ""), (None, None, None))
+        if phase is not None and since is not None and until is not None and until >= since:
+            self.metrics.phase.labels(phase.value).observe(until - since)
 
     # -- commands the leader serves -------------------------------------------------------
     def _handlers(self) -> dict[str, Any]:
@@ -215,7 +233,3 @@ class Hub:
             "start_run": start_run, "go": go, "condition": condition, "cancel": cancel,
             "resolve": resolve, "broadcast": broadcast,
         }  # fmt: skip
-
-
-def new_run_id() -> str:
-    return new_id()

@@ -141,12 +141,12 @@ class Driver:
             heapq.heappush(self._timers, timer)
         if out.timers:
             self._wake.set()
+        if self.on_commit is not None:
+            self.on_commit(out)
         for run_id in out.finished:
             self.engine.runs.pop(run_id, None)
             self.engine.plans.pop(run_id, None)
             self.engine.escalations.forget_run(run_id)
-        if self.on_commit is not None:
-            self.on_commit(out)
 
     # -- inputs ---------------------------------------------------------------------------
     async def start_run(

@@ -79,3 +79,15 @@ def test_example_runs_to_completion(api: httpx.Client, path: Path) -> None:
     assert events[-1]["event"] == "run" and events[-1]["status"] == run["status"]
     assert sum(run["record"]["counts"].values()) == len(doc["cues"])
     assert run["status"] in ("success", "partial"), run
+
+
+def test_metrics_report_cue_phase_durations(api: httpx.Client) -> None:
+    """After the examples ran (same hub), every phase has observed durations."""
+    run_id = api.post("/v1/runs", json={"cuelist": "build-test-deploy"}).json()["run_id"]
+    eventually_sync(lambda: api.get(f"/v1/runs/{run_id}").json()["status"] in DONE, 30)
+    text = api.get("/metrics").text
+    for phase in ("warning", "standby", "go"):
+        line = f'callboard_cue_phase_seconds_count{{phase="{phase}"}}'
+        counts = [float(x.split()[-1]) for x in text.splitlines() if x.startswith(line)]
+        assert counts and counts[0] > 0, f"no {phase} durations in /metrics"
+    assert "callboard_messages_routed_total" in text

@@ -71,3 +71,21 @@ def test_no_module_outside_protocols_spells_a_message_type() -> None:
                 if value in wire:
                     offenders.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
     assert offenders == [], "spell these through protocols.messages.MessageType"
+
+
+def test_only_the_transport_imports_redis() -> None:
+    """Redis errors are translated in one place; everything else goes through it."""
+    offenders = []
+    for folder in ("protocols", "hub", "specialists", "callboard"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.is_relative_to(ROOT / "protocols" / "transport"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                if any(n == "redis" or n.startswith("redis.") for n in names):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

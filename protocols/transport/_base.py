@@ -1,0 +1,89 @@
+"""The Transport's construction and its one retrying, error-translating call."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+from protocols.keys import Keys
+from protocols.transport._client import (
+    DEFAULT_RETRY_S,
+    OnStateLost,
+    Redis,
+    T,
+    _transient,
+    _translated,
+    connect,
+)
+
+
+class _TransportBase:
+    """Streams I/O for one process. Safe to share between asyncio tasks."""
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        *,
+        max_message_bytes: int = 256 * 1024,
+        max_deliveries: int = 5,
+        on_state_lost: OnStateLost | None = None,
+        retry_s: float = DEFAULT_RETRY_S,
+    ) -> None:
+        self._client = client
+        self.keys = keys
+        self.max_message_bytes = max_message_bytes
+        self.max_deliveries = max_deliveries
+        self.on_state_lost = on_state_lost
+        self.retry_s = retry_s
+        self._owns_client = False
+
+    @classmethod
+    def from_url(cls, url: str, keys: Keys, **options: Any) -> Any:
+        names = ("max_message_bytes", "max_deliveries", "on_state_lost", "retry_s")
+        own = {name: options.pop(name) for name in names if name in options}
+        transport = cls(connect(url, **options), keys, **own)
+        transport._owns_client = True
+        return transport
+
+    @property
+    def client(self) -> Redis:
+        """The underlying client, for hub state stores (they never import redis)."""
+        return self._client
+
+    async def close(self) -> None:
+        # A client passed in belongs to the caller; one made by from_url is ours.
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _block(self, block_ms: int | None) -> int | None:
+        """`block_ms`, kept under the client's read timeout if it has one (0 is forever)."""
+        kwargs = getattr(self._client.connection_pool, "connection_kwargs", {})
+        timeout_s = kwargs.get("socket_timeout")
+        if block_ms is None or not isinstance(timeout_s, (int, float)):
+            return block_ms
+        limit_ms = max(1, int(timeout_s * 1000) - 500)
+        return limit_ms if block_ms == 0 else min(block_ms, limit_ms)
+
+    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run `fn` with retries on connection loss and errors translated."""
+        with _translated(op):
+            try:  # the common case costs one call: the retry machinery only after a failure
+                return await fn()
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
+        retrying = AsyncRetrying(
+            stop=stop_after_delay(self.retry_s),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        )
+
+        async def attempt() -> T:
+            return await fn()
+
+        with _translated(op):
+            return await retrying(attempt)

@@ -1,0 +1,163 @@
+"""The Redis client, its errors translated in one place, and what a read hands out."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+from redis.asyncio import Redis as Redis  # re-exported: the client type, for callers
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from protocols.codec import Envelope
+from protocols.errors import ProtocolError, StateLost, TransportError
+from protocols.keys import STREAM_FIELD
+
+T = TypeVar("T")
+DEFAULT_RETRY_S = 10.0
+_FIELD = STREAM_FIELD.encode()
+_NOT_RETRIED = (rx.AuthenticationError, rx.AuthorizationError, rx.ExternalAuthProviderError)
+
+
+def connect(url: str, **options: Any) -> Redis:
+    """An asyncio Redis client (hiredis parser when installed), bytes responses."""
+    options["decode_responses"] = False
+    # No read timeout: blocking reads hold their socket for `block_ms` (redis-py's
+    # default of 5 s would cut them off). Keepalive and resets detect a dead server.
+    options.setdefault("socket_timeout", None)
+    options.setdefault("socket_keepalive", True)
+    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("health_check_interval", 30)
+    # A pool that waits for a free connection instead of failing; blocking reads each
+    # hold one, so the cap is generous.
+    options.setdefault("max_connections", 512)
+    options.setdefault("timeout", 10.0)
+    # One immediate retry on a fresh connection covers a pooled socket that a server
+    # restart broke; longer outages are the Transport's (tenacity, with backoff).
+    options.setdefault("retry", Retry(NoBackoff(), 1))
+    # Name ourselves in CLIENT SETINFO: redis-py would otherwise read package metadata
+    # on every new connection (a visible cost when replicas open many).
+    if _DriverInfo is not None:
+        options.setdefault("driver_info", _DriverInfo(name="callboard", lib_version="1"))
+    if _pack_command is not None and url.startswith("redis://"):
+        options.setdefault("connection_class", _PackedConnection)
+    pool = aioredis.BlockingConnectionPool.from_url(url, **options)
+    return aioredis.Redis.from_pool(pool)
+
+
+_DriverInfo: Any
+try:  # redis-py >= 8
+    from redis.driver_info import DriverInfo as _DriverInfo
+except ImportError:  # pragma: no cover
+    _DriverInfo = None
+
+_pack_command: Callable[[tuple[Any, ...]], bytes] | None
+try:  # hiredis packs commands in C: half the cost of a pipelined XADD on the hub's hot path
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pragma: no cover - hiredis is a dependency
+    _pack_command = None
+
+
+class _PackedConnection(aioredis.Connection):
+    """A TCP connection whose commands are packed by hiredis instead of in Python."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        head = args[0]
+        if isinstance(head, str) and " " in head:  # "CONFIG GET", "XINFO CONSUMERS"...
+            args = (*head.split(), *args[1:])
+        try:
+            return [_pack_command(args)]  # type: ignore[misc]  # only used when importable
+        except TypeError:  # an argument type hiredis does not take: the Python packer
+            return super().pack_command(*args)
+
+    def pack_commands(self, commands: Any) -> list[bytes]:
+        return [b"".join(chunk for args in commands for chunk in self.pack_command(*args))]
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One stream entry handed to a consumer: decoded, or with the reason it is not."""
+
+    stream: str
+    entry_id: str
+    raw: bytes
+    deliveries: int = 1  # how many times the group has delivered this entry
+    message: Envelope | None = None
+    error: ProtocolError | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _ids_by_stream(deliveries: Sequence[Delivery]) -> dict[str, list[str]]:
+    by_stream: dict[str, list[str]] = {}
+    for delivery in deliveries:
+        by_stream.setdefault(delivery.stream, []).append(delivery.entry_id)
+    return by_stream
+
+
+OnStateLost = Callable[[str, str], Awaitable[None]]  # (stream, group) recreated after NOGROUP
+
+
+class _GroupMissing(StateLost):
+    """NOGROUP: the stream or its group is gone (Redis restarted empty, key deleted)."""
+
+
+def _is_group_missing(exc: rx.ResponseError) -> bool:
+    text = str(exc)
+    return text.startswith("NOGROUP") or "stream key no longer exists" in text
+
+
+@contextmanager
+def _translated(op: str) -> Iterator[None]:
+    """The one place redis-py errors become protocols.errors (like httpx's mapping)."""
+    try:
+        yield
+    except rx.ResponseError as exc:
+        if _is_group_missing(exc):
+            raise _GroupMissing(f"{op}: {exc}") from exc
+        raise TransportError(f"{op}: {exc}") from exc
+    except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+        raise TransportError(f"{op}: Redis unreachable: {exc}") from exc
+    except rx.RedisError as exc:
+        raise TransportError(f"{op}: {exc}") from exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Is `exc` a lost or refused connection, worth retrying (for code that uses the client
+    directly, such as the hub's state store, without importing redis)?"""
+    return _transient(exc)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, _NOT_RETRIED):
+        return False
+    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, ConnectionError))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _stream_replies(response: Any) -> list[tuple[str, list[Any]]]:
+    """XREAD/XREADGROUP replies as [(stream, [(id, fields)])], whatever shape redis-py gave."""
+    if not response:
+        return []
+    pairs = response.items() if isinstance(response, dict) else response
+    out = []
+    for key, entries in pairs:
+        if entries and isinstance(entries[0], list) and len(entries) == 1:
+            entries = entries[0]  # RESP3 wraps the entry list once more
+        out.append((_text(key), list(entries or [])))
+    return out

@@ -1,0 +1,313 @@
+"""Publishing and consuming: XADD, XREADGROUP, XACK, reclaim, renew, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from functools import partial
+from typing import Any
+
+from redis import exceptions as rx
+
+from protocols import codec
+from protocols.codec import Envelope
+from protocols.errors import DecodeError, ProtocolError
+from protocols.ids import rfc3339, utcnow
+from protocols.keys import STREAM_FIELD
+from protocols.transport._client import (
+    _FIELD,
+    Delivery,
+    _bytes,
+    _GroupMissing,
+    _id_key,
+    _ids_by_stream,
+    _stream_replies,
+    _text,
+    _translated,
+)
+from protocols.transport._upkeep import _Upkeep
+
+
+class Transport(_Upkeep):
+    """Streams I/O for one process. Safe to share between asyncio tasks."""
+
+    # -- publishing ----------------------------------------------------------------------
+    async def publish(self, stream: str, message: Envelope | bytes) -> str:
+        """XADD one message; returns the entry id."""
+        data = message if isinstance(message, bytes) else codec.encode(message)
+        # No MAXLEN here: approximate trimming could drop pending entries; see `trim`.
+        entry_id = await self._call("XADD", lambda: self._client.xadd(stream, {_FIELD: data}))
+        return _text(entry_id)
+
+    async def publish_many(
+        self,
+        items: Sequence[tuple[str, Envelope | bytes]],
+        *,
+        ack: Sequence[Delivery] = (),
+        group: str | None = None,
+    ) -> list[str]:
+        """XADD many messages in one pipelined round trip, in order; with `ack` and `group`,
+        the XACK of those deliveries rides in the same round trip, after the XADDs."""
+        if not items and not ack:
+            return []
+        encoded = [(s, m if isinstance(m, bytes) else codec.encode(m)) for s, m in items]
+        by_stream = _ids_by_stream(ack) if group is not None else {}
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream, data in encoded:
+                    pipe.xadd(stream, {_FIELD: data})
+                for stream, ids in by_stream.items():
+                    pipe.xack(stream, group or "", *ids)
+                return await pipe.execute()
+
+        replies = await self._call("XADD", send)
+        return [_text(entry_id) for entry_id in replies[: len(encoded)]]
+
+    # -- consuming -----------------------------------------------------------------------
+    async def ensure_group(self, stream: str, group: str, start_id: str = "0") -> None:
+        """XGROUP CREATE ... MKSTREAM; an existing group is not an error."""
+        await self._create_groups([stream], group, start_id)
+
+    async def _create_groups(self, streams: Sequence[str], group: str, start_id: str) -> list[str]:
+        """Create `group` on each stream (MKSTREAM); returns the streams it was missing on."""
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream in streams:
+                    pipe.xgroup_create(stream, group, start_id, mkstream=True)
+                return await pipe.execute(raise_on_error=False)
+
+        created = []
+        for stream, reply in zip(streams, await self._call("XGROUP CREATE", send), strict=True):
+            if isinstance(reply, rx.ResponseError) and str(reply).startswith("BUSYGROUP"):
+                continue
+            if isinstance(reply, Exception):
+                with _translated("XGROUP CREATE"):
+                    raise reply
+            created.append(stream)
+        return created
+
+    async def _recover(self, streams: Sequence[str], group: str) -> None:
+        """After NOGROUP: recreate the group from the start and report each recreation."""
+        for stream in await self._create_groups(streams, group, "0"):
+            if self.on_state_lost is not None:
+                await self.on_state_lost(stream, group)
+
+    async def read_group(
+        self,
+        streams: Sequence[str],
+        group: str,
+        consumer: str,
+        *,
+        count: int = 100,
+        block_ms: int | None = 1000,
+    ) -> list[Delivery]:
+        """New entries for `consumer` (XREADGROUP >), decoded. Recreates missing groups."""
+        if not streams:
+            return []
+        wanted: dict[Any, Any] = dict.fromkeys(streams, ">")
+        block_ms = self._block(block_ms)
+
+        def send() -> Awaitable[Any]:
+            return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
+
+        try:
+            response = await self._call("XREADGROUP", send)
+        except _GroupMissing:
+            await self._recover(list(wanted), group)
+            try:
+                response = await self._call("XREADGROUP", send)
+            except _GroupMissing:
+                return []  # deleted again meanwhile: the next read recovers
+        return [
+            self._delivery(stream, entry_id, fields, 1)
+            for stream, entries in _stream_replies(response)
+            for entry_id, fields in entries
+        ]
+
+    def _delivery(self, stream: str, entry_id: Any, fields: Any, deliveries: int) -> Delivery:
+        """Decode one entry; a bad one becomes a Delivery with `.error` and its raw bytes."""
+        pairs = (
+            list(fields.items())
+            if isinstance(fields, dict)
+            else list(zip(fields[::2], fields[1::2], strict=True))
+        )
+        values = [_bytes(v) for k, v in pairs if _bytes(k) == _FIELD]
+        problem = ""
+        if not values:
+            problem = f"entry has no {STREAM_FIELD!r} field"
+        elif len(pairs) != 1:
+            others = sorted({_text(k) for k, _ in pairs} - {STREAM_FIELD})
+            problem = f"entry has unexpected fields {others or [STREAM_FIELD]}"
+        delivery = Delivery(stream, _text(entry_id), values[0] if values else b"", deliveries)
+        if problem:
+            if not values:  # keep every byte we got, in a stable form
+                delivery.raw = b"\n".join(_bytes(k) + b"=" + _bytes(v) for k, v in pairs)
+            delivery.extra["fields"] = {_text(k): _bytes(v) for k, v in pairs}
+            delivery.error = DecodeError(problem, delivery.raw)
+            return delivery
+        try:
+            delivery.message = codec.decode(delivery.raw, max_bytes=self.max_message_bytes)
+        except ProtocolError as exc:
+            delivery.error = exc
+        return delivery
+
+    async def ack(self, deliveries: Sequence[Delivery], group: str) -> None:
+        """XACK the deliveries (pipelined across streams)."""
+        by_stream = _ids_by_stream(deliveries)
+        if not by_stream:
+            return
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream, ids in by_stream.items():
+                    pipe.xack(stream, group, *ids)
+                return await pipe.execute()
+
+        await self._call("XACK", send)
+
+    async def reclaim(
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, count: int = 100
+    ) -> list[Delivery]:
+        """XAUTOCLAIM entries idle past `min_idle_ms` to `consumer`. Entries delivered more
+        than `max_deliveries` times are dead-lettered (reason, raw bytes) and acked instead."""
+        try:
+            claimed, deleted = await self._autoclaim(stream, group, consumer, min_idle_ms, count)
+            counts = await self._delivery_counts(stream, group, consumer, [i for i, _ in claimed])
+        except _GroupMissing:
+            await self._recover([stream], group)
+            return []
+        if deleted:  # XDEL'd or trimmed while pending: nothing left to deliver
+            await self._call("XACK", lambda: self._client.xack(stream, group, *deleted))
+        fresh: list[Delivery] = []
+        poison: list[tuple[Delivery, str]] = []
+        for entry_id, fields in claimed:
+            if entry_id not in counts:
+                continue  # acked by its previous owner in the meantime
+            # XAUTOCLAIM counted itself as a delivery; consumers have had one fewer.
+            delivery = self._delivery(stream, entry_id, fields, counts[entry_id])
+            if counts[entry_id] > self.max_deliveries:
+                delivery.deliveries -= 1
+                poison.append((delivery, f"poison: delivered {delivery.deliveries} times"))
+            else:
+                fresh.append(delivery)
+        if poison:
+            await self._dead_letter_many(poison, group)
+        return fresh
+
+    async def _autoclaim(
+        self, stream: str, group: str, consumer: str, min_idle_ms: int, count: int
+    ) -> tuple[list[tuple[str, Any]], list[str]]:
+        """Walk the XAUTOCLAIM cursor until `count` entries are claimed or the PEL ends."""
+        claimed: list[tuple[str, Any]] = []
+        deleted: list[str] = []
+        cursor = "0-0"
+        while len(claimed) < count:
+            want = count - len(claimed)
+            claim = partial(
+                self._client.xautoclaim, stream, group, consumer, min_idle_ms, cursor, count=want
+            )
+            reply = await self._call("XAUTOCLAIM", claim)
+            cursor = _text(reply[0])
+            for entry_id, fields in reply[1]:
+                if fields is None:  # Redis 6.2 reports a deleted entry in place
+                    deleted.append(_text(entry_id))
+                else:
+                    claimed.append((_text(entry_id), fields))
+            if len(reply) > 2:  # Redis >= 7: ids of entries deleted while pending
+                deleted.extend(_text(i) for i in reply[2])
+            if cursor == "0-0":
+                break
+        return claimed, deleted
+
+    async def _delivery_counts(
+        self, stream: str, group: str, consumer: str, entry_ids: list[str]
+    ) -> dict[str, int]:
+        """Delivery counters of entries `consumer` owns, with one XPENDING range call."""
+        if not entry_ids:
+            return {}
+        ordered = sorted(entry_ids, key=_id_key)
+        wanted = set(entry_ids)
+        # The range may also hold older claims of this consumer; ask for a few more, and
+        # look up one by one (one more round trip) whatever the range did not reach.
+        n = len(ordered) * 2 + 64
+        rows = await self._call(
+            "XPENDING",
+            lambda: self._client.xpending_range(
+                stream, group, ordered[0], ordered[-1], n, consumer
+            ),
+        )
+        counts = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        missing = [i for i in ordered if i not in counts]
+        if missing and len(rows) >= n:
+
+            async def send() -> list[Any]:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for entry_id in missing:
+                        pipe.xpending_range(stream, group, entry_id, entry_id, 1, consumer)
+                    return await pipe.execute()
+
+            for found in await self._call("XPENDING", send):
+                counts.update({_text(r["message_id"]): int(r["times_delivered"]) for r in found})
+        return {i: c for i, c in counts.items() if i in wanted}
+
+    async def renew(self, stream: str, group: str, consumer: str, entry_ids: Sequence[str]) -> None:
+        """Reset the idle time of entries `consumer` is still working on (XCLAIM ... JUSTID),
+        so a slow but alive replica keeps its claim and nobody steals it."""
+        if not entry_ids:
+            return
+        # JUSTID leaves the delivery counter alone. Caveat: an entry that was already
+        # reclaimed by another consumer is claimed back; delivery is at least once anyway.
+        try:
+            await self._call(
+                "XCLAIM",
+                lambda: self._client.xclaim(
+                    stream, group, consumer, 0, list(entry_ids), justid=True
+                ),
+            )
+        except _GroupMissing:
+            await self._recover([stream], group)
+
+    async def dead_letter(self, delivery: Delivery, reason: str, group: str | None = None) -> str:
+        """Copy the entry to the dead-letter stream with its reason; XACK it in `group`."""
+        return (await self._dead_letter_many([(delivery, reason)], group))[0]
+
+    async def _dead_letter_many(
+        self, items: Sequence[tuple[Delivery, str]], group: str | None
+    ) -> list[str]:
+        at = rfc3339(utcnow())
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for delivery, reason in items:
+                    entry = {
+                        "reason": reason,
+                        "stream": delivery.stream,
+                        "entry_id": delivery.entry_id,
+                        "group": group or "",
+                        "deliveries": str(delivery.deliveries),
+                        "raw": delivery.raw,
+                        "at": at or "",
+                    }
+                    pipe.xadd(self.keys.dead, entry)  # type: ignore[arg-type]
+                    if group:
+                        pipe.xack(delivery.stream, group, delivery.entry_id)
+                return await pipe.execute()
+
+        replies = await self._call("DEAD-LETTER", send)
+        step = 2 if group else 1
+        return [_text(entry_id) for entry_id in replies[::step]]
+
+    # -- broadcast -----------------------------------------------------------------------
+    async def read_broadcast(self, last_id: str, *, block_ms: int | None = 1000) -> list[Delivery]:
+        """Broadcast entries after `last_id` (plain XREAD, no group: every replica sees all)."""
+        stream, block_ms = self.keys.broadcast, self._block(block_ms)
+        response = await self._call(
+            "XREAD",
+            lambda: self._client.xread({stream: last_id}, count=1000, block=block_ms),
+        )
+        return [
+            self._delivery(key, entry_id, fields, 1)
+            for key, entries in _stream_replies(response)
+            for entry_id, fields in entries
+        ]

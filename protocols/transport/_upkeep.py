@@ -1,0 +1,146 @@
+"""Inspection and upkeep of streams: consumers, pending counts, dead letters, trimming."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocols.errors import TransportError
+from protocols.transport._base import _TransportBase
+from protocols.transport._client import (
+    _bytes,
+    _GroupMissing,
+    _id_key,
+    _text,
+)
+
+
+class _Upkeep(_TransportBase):
+    """The part of the Transport that inspects and trims streams."""
+
+    async def dead_letters(self, count: int = 100) -> list[dict[str, Any]]:
+        """The newest dead letters first, as dicts (`raw` as bytes, `raw_text` for display)."""
+        rows = await self._call(
+            "XREVRANGE", lambda: self._client.xrevrange(self.keys.dead, count=count)
+        )
+        letters = []
+        for entry_id, fields in rows or []:
+            data = {_text(k): _bytes(v) for k, v in (fields or {}).items()}
+            raw = data.pop("raw", b"")
+            letter: dict[str, Any] = {k: v.decode(errors="replace") for k, v in data.items()}
+            letter["id"] = _text(entry_id)
+            letter["deliveries"] = int(letter.get("deliveries") or 0)
+            letter["raw"] = raw
+            letter["raw_text"] = raw.decode(errors="replace")
+            letters.append(letter)
+        return letters
+
+    async def broadcast_tail(self) -> str:
+        """The id of the newest broadcast entry ("0-0" if none): read after it for new ones."""
+        rows = await self._call(
+            "XREVRANGE", lambda: self._client.xrevrange(self.keys.broadcast, count=1)
+        )
+        return _text(rows[0][0]) if rows else "0-0"
+
+    async def consumers(self, stream: str, group: str) -> dict[str, dict[str, int]]:
+        """XINFO CONSUMERS: {consumer: {"pending": n, "idle_ms": n, "inactive_ms": n}}."""
+        try:
+            rows = await self._call(
+                "XINFO CONSUMERS", lambda: self._client.xinfo_consumers(stream, group)
+            )
+        except _GroupMissing:
+            return {}
+        except TransportError as exc:
+            if "no such key" in str(exc):
+                return {}
+            raise
+        out = {}
+        for row in rows:
+            idle = int(row["idle"])
+            # `inactive` (since the last successful read) is reported from Redis 7.2 on.
+            inactive = row.get("inactive")
+            out[_text(row["name"])] = {
+                "pending": int(row["pending"]),
+                "idle_ms": idle,
+                "inactive_ms": idle if inactive is None or int(inactive) < 0 else int(inactive),
+                # before 7.2, `idle` counts only successful reads: a replica blocked in
+                # XREADGROUP looks idle, so idle time says nothing about liveness there
+                "idle_is_liveness": int(inactive is not None),
+            }
+        return out
+
+    async def ensure_consumer(self, stream: str, group: str, consumer: str) -> None:
+        """XGROUP CREATECONSUMER: list a replica in its group before it reads anything."""
+        await self._call(
+            "XGROUP CREATECONSUMER",
+            lambda: self._client.xgroup_createconsumer(stream, group, consumer),
+        )
+
+    async def pending_count(self, stream: str, group: str) -> int:
+        """How many entries `group` has delivered and not yet acked (0 if it is missing)."""
+        try:
+            summary = await self._call("XPENDING", lambda: self._client.xpending(stream, group))
+        except _GroupMissing:
+            return 0
+        return int(summary["pending"])
+
+    async def stream_info(self, stream: str) -> dict[str, Any] | None:
+        """{length, first_id, last_id, groups}, or None when the stream does not exist."""
+        try:
+            info = await self._call("XINFO STREAM", lambda: self._client.xinfo_stream(stream))
+        except TransportError as exc:
+            if "no such key" in str(exc):
+                return None
+            raise
+        first, last = info.get("first-entry"), info.get("last-entry")
+        return {
+            "length": int(info["length"]),
+            "first_id": _text(first[0]) if first else None,
+            "last_id": _text(info["last-generated-id"]),
+            "last_entry_id": _text(last[0]) if last else None,
+            "groups": int(info["groups"]),
+        }
+
+    async def trim(self, stream: str, *, maxlen: int) -> int:
+        """Trim to about `maxlen` entries, never past the oldest entry any group still has
+        pending or has not yet been delivered. Returns the number of entries removed."""
+        length = await self._call("XLEN", lambda: self._client.xlen(stream))
+        excess = int(length) - maxlen
+        if excess <= 0:
+            return 0
+        cutoff = await self._floor(stream)
+        if cutoff is not None and cutoff <= (0, 0):
+            return 0
+        # The id of the oldest entry to keep, fetched from whichever end is nearer.
+        if excess < maxlen:
+            rows = await self._call("XRANGE", lambda: self._client.xrange(stream, count=excess + 1))
+        else:
+            rows = await self._call(
+                "XREVRANGE", lambda: self._client.xrevrange(stream, count=maxlen)
+            )
+        if not rows:
+            return 0
+        keep = _id_key(_text(rows[-1][0]))
+        cutoff = keep if cutoff is None else min(cutoff, keep)
+        minid = f"{cutoff[0]}-{cutoff[1]}"
+        removed = await self._call(
+            "XTRIM", lambda: self._client.xtrim(stream, minid=minid, approximate=False)
+        )
+        return int(removed)
+
+    async def _floor(self, stream: str) -> tuple[int, int] | None:
+        """The oldest id any group still needs (pending or undelivered); None if no groups."""
+        groups = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
+        if not groups:
+            return None
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for g in groups:
+                    pipe.xpending(stream, g["name"])
+                return await pipe.execute()
+
+        floor = min(_id_key(_text(g["last-delivered-id"])) for g in groups)
+        for summary in await self._call("XPENDING", send):
+            if summary["pending"] and summary["min"] is not None:
+                floor = min(floor, _id_key(_text(summary["min"])))
+        return floor

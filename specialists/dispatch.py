@@ -27,7 +27,7 @@ from protocols.payloads import (
 from protocols.transport import Delivery
 from specialists.cue import Cue
 from specialists.errors import Reject, Retry
-from specialists.work import run_work
+from specialists.work import _fail, run_work
 
 if TYPE_CHECKING:
     from specialists.runtime import Runtime
@@ -87,6 +87,8 @@ class Dispatcher:
         self.spec = rt.spec
         self.seen = Seen()
         self.cues: OrderedDict[CueKey, Cue] = OrderedDict()
+        self.working: dict[CueKey, asyncio.Task[Any]] = {}  # GO/assign work in progress
+        self.stood_down: dict[CueKey, str] = {}  # work the hub called off, with its reason
         self.preps: dict[CueKey, asyncio.Task[None]] = {}
         self._awaited: set[CueKey] = set()
         self._routes: dict[MessageType, Callable[[Delivery, Envelope], Awaitable[bool]]] = {
@@ -225,6 +227,10 @@ class Dispatcher:
             prep = self.preps.pop(key, None)
             if prep is not None:
                 prep.cancel()
+            work = self.working.get(key)
+            if work is not None:  # the run was cancelled or the cue pre-empted: stop working
+                self.stood_down[key] = p.reason or "stood down"
+                work.cancel()
             cue = self.cues.pop(key)
             try:
                 await self.spec.standdown(cue, p.reason)
@@ -240,9 +246,21 @@ class Dispatcher:
         cue.context.clear()
         cue.context.update(p.context)
         self.preps.pop(key, None)
+        task = asyncio.current_task()
+        if task is not None:
+            self.working[key] = task
         try:
             return await run_work(self, d, m, cue)
+        except asyncio.CancelledError:
+            reason = self.stood_down.pop(key, None)
+            if reason is None:
+                raise  # shutting down: the entry stays pending for another replica
+            if task is not None:
+                task.uncancel()  # the cancel was ours and is handled: report, then ack
+            await _fail(self, m, cue, f"stood down: {reason}")
+            return True  # settled: acknowledge it
         finally:
+            self.working.pop(key, None)
             self.cues.pop(key, None)
 
     # -- task.handoff, status.request, broadcasts ----------------------------------------

@@ -330,3 +330,18 @@ def test_bad_names_are_refused(settings: Settings) -> None:
         Specialist("Agent A", "r1", settings)
     with pytest.raises(ValueError, match="replica"):
         Specialist(AGENT, "r:1", settings)
+
+
+async def test_standdown_stops_work_in_progress_and_reports_it(
+    start: Starter, hub: HubSide
+) -> None:
+    """A cancelled run stands down a GO'd cue: the work stops, is reported, is settled."""
+    await start(Scripted)
+    await hub.go("CUE-1", block=True)
+    await hub.wait(M.STATUS_STARTED, "CUE-1")
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="CUE-1", reason="run cancelled"))
+    (failed,) = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert failed.payload.error == "stood down: run cancelled"  # type: ignore[attr-defined]
+    assert Scripted.running == 0  # the execute hook was interrupted, not left running
+    await eventually(lambda: _zero(hub))  # acknowledged: not redelivered to anyone
+    assert not await hub.of(M.STATUS_COMPLETED)

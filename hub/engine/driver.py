@@ -74,6 +74,7 @@ class Driver:
             runs = await self.store.runs(await self.store.active_run_ids())
             for run in runs:
                 self.engine.adopt(run, await self.plan(run.cuelist, run.version))
+            self._release_orphans()
             for esc in await self.store.escalations(limit=1000):
                 if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
                     self.engine.escalations.by_id[esc.id] = esc
@@ -81,6 +82,16 @@ class Driver:
             await self._fail_lost(previous)
             await self._commit(self.engine.take())
             return len(runs)
+
+    def _release_orphans(self) -> None:
+        """Leases die with the hub that held them: a claim whose run is no longer being run
+        (it ended, or its state is gone) is dropped, and waiters behind it move up."""
+        book = self.engine.book
+        holders = {c.run_id for c in book.held.values()} | {h[0] for h in book.waiting}
+        for run_id in sorted(holders - set(self.engine.runs)):
+            log.warning("releasing resources held for run %s, which is not running", run_id)
+            self.engine._retry_waiters(book.forget_run(run_id))
+            self.engine.out.resources_changed = True
 
     async def _fail_lost(self, previous: Engine) -> None:
         """Runs this hub was running whose state Redis no longer has (it came back empty,

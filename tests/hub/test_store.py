@@ -30,3 +30,23 @@ async def test_commit_is_fenced_and_applied_once(real_redis: Any, keys: Keys) ->
     with pytest.raises(Exception, match="STALE"):
         await _script(store, keys.state("hub", "commit", "c2"), "hub-a:6", go)  # old token
     assert await real_redis.xlen(stream) == 1
+
+
+async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
+    real_redis: Any, keys: Keys
+) -> None:
+    from hub.cuelists import CuelistStore
+    from hub.engine.driver import Driver
+    from hub.engine.resources import Claim, ResourceBook
+    from protocols.states import ConflictStrategy
+
+    store = StateStore(real_redis, keys)
+    book = ResourceBook()
+    book.claim(Claim("gone-run", "CUE-1", ("runner",), 5, ConflictStrategy.PRIORITY))
+    await real_redis.set(store.sk.resources, json.dumps(book.dump()))
+    await real_redis.set(store.sk.leader, "hub-b:2")
+    driver = Driver(store, CuelistStore(real_redis, keys), keys, lambda: "hub-b:2")
+    await driver.load()
+    assert driver.engine.book.holder_of("runner") is None
+    saved = json.loads(await real_redis.get(store.sk.resources))
+    assert saved["held"] == {}  # and the release is written, fenced like any state

@@ -40,6 +40,9 @@ class HubSettings(Settings):
     hub_id: str = ""
     lease_ms: int = 5_000
     command_timeout_s: float = 10.0
+    # One event stream lasts at most this long; clients resume with Last-Event-ID (the
+    # SSE way), so no connection is held forever by a run that never ends.
+    sse_max_s: float = 300.0
     early_warning: bool = True  # off only to measure what early warning saves (bench/cues.py)
 
 

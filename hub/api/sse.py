@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,7 +34,9 @@ def _public(event: dict[str, Any]) -> dict[str, Any]:
 async def follow(
     hub: Hub, run_id: str, after: str, stopping: asyncio.Event
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """(entry id, event) pairs after `after`; ends after the run's final event or on shutdown."""
+    """(entry id, event) pairs after `after`; ends after the run's final event, on shutdown,
+    or after `sse_max_s` (the client resumes from its Last-Event-ID)."""
+    deadline = time.monotonic() + hub.settings.sse_max_s
     last = after
     while True:  # replay what is there
         batch = await hub.store.events(run_id, last, count=BATCH)
@@ -46,7 +49,7 @@ async def follow(
             break
     key = hub.sk.events(run_id)
     client = hub.transport.client
-    while not stopping.is_set():
+    while not stopping.is_set() and time.monotonic() < deadline:
         rows: Any = await client.xread({key: last}, count=BATCH, block=BLOCK_MS)
         if not rows:
             run = await hub.store.run(run_id)

@@ -31,7 +31,10 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 @pytest.fixture
 def hub(redis_server: EmbeddedServer, tmp_path: Path) -> Iterator[str]:
-    procs = Procs(child_env(redis_server, CALLBOARD_API_KEY=KEY), tmp_path)
+    # event streams of runs that never end (no specialists here) close after 10 s, under
+    # schemathesis's 20 s request timeout; clients resume them with Last-Event-ID
+    env = child_env(redis_server, CALLBOARD_API_KEY=KEY, CALLBOARD_SSE_MAX_S="10")
+    procs = Procs(env, tmp_path)
     try:
         yield procs.hub()
     finally:

@@ -8,6 +8,10 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 1024 * 1024
+# An over-limit body up to this size is read and discarded (never kept) before the 413, so
+# a client still uploading gets the answer instead of a reset connection; a larger one is
+# refused at once and the connection closed.
+DRAIN_MAX_BYTES = 4 * MAX_BODY_BYTES
 
 
 class BodyTooLarge(HTTPException):
@@ -29,12 +33,23 @@ class BodyLimitMiddleware:
             headers={"Connection": "close"},
         )
 
+    async def _drain(self, receive: Receive, seen: int) -> None:
+        while seen <= DRAIN_MAX_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         length = Headers(scope=scope).get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            if int(length) <= DRAIN_MAX_BYTES:
+                await self._drain(receive, 0)
             await self._too_large()(scope, receive, send)
             return
         seen = 0
@@ -60,4 +75,5 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if started:
                 raise
+            await self._drain(receive, seen)
             await self._too_large()(scope, receive, send)

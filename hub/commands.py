@@ -16,18 +16,13 @@ from typing import Any
 from hub.store import StateKeys
 from protocols.errors import CallboardError, Conflict, EngineError, NotFound, TransportError
 from protocols.ids import new_id
-from protocols.transport import Redis
+from protocols.transport import Redis, is_group_missing, is_transient
 
 log = logging.getLogger(__name__)
 
 GROUP = "engine"
 REPLY_TTL_S = 60
 RETRY_S = 0.5
-
-
-def _redis_trouble(exc: Exception) -> bool:
-    """A Redis error or a lost connection (the client's errors are not imported here)."""
-    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] == "redis"
 
 
 _ERRORS: dict[str, type[EngineError]] = {"not_found": NotFound, "conflict": Conflict}
@@ -79,9 +74,10 @@ class CommandServer:
             except Exception as exc:
                 # A Redis restart must not cost the hub its leadership: wait and read again
                 # (recreating the group if Redis came back empty). Anything else is a bug.
-                if not _redis_trouble(exc):
+                lost_group = is_group_missing(exc)
+                if not (lost_group or is_transient(exc)):
                     raise
-                ready = ready and "NOGROUP" not in str(exc)
+                ready = ready and not lost_group
                 log.warning("commands: %s; retrying", exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), RETRY_S)

@@ -137,12 +137,7 @@ class Hub:
         """Redis came back empty: the runs it held are gone; fail them now, never hang."""
         if not self.leading.is_set():
             return
-        runs = list(self.driver.engine.runs)
-        async with self.transport.client.pipeline(transaction=False) as pipe:
-            for run_id in runs:
-                pipe.exists(self.sk.run(run_id))
-            present = await pipe.execute()
-        lost = [r for r, there in zip(runs, present, strict=True) if not there]
+        lost = await self.store.missing_runs(list(self.driver.engine.runs))
         if not lost:
             return
         reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"

@@ -212,6 +212,16 @@ class StateStore:
     async def run(self, run_id: str) -> RunState | None:
         return read_run(await self.client.hgetall(self.sk.run(run_id)))
 
+    async def missing_runs(self, run_ids: list[str]) -> list[str]:
+        """Which of these runs Redis no longer holds (one pipelined EXISTS)."""
+        if not run_ids:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.exists(self.sk.run(run_id))
+            present = await pipe.execute()
+        return [r for r, there in zip(run_ids, present, strict=True) if not there]
+
     async def active_run_ids(self) -> list[str]:
         return sorted(m.decode() for m in await self.client.smembers(self.sk.active_runs))
 

@@ -25,7 +25,7 @@ from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
 from hub.store import StateStore
 from protocols.contracts import Contract
-from protocols.errors import NotFound
+from protocols.errors import NotFound, StaleLeader
 from protocols.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,11 @@ class Driver:
     async def _fail_lost(self, previous: Engine) -> None:
         """Runs this hub was running whose state Redis no longer has (it came back empty,
         taking the leader lease along): fail them with that reason instead of forgetting."""
-        for run_id, run in previous.runs.items():
-            if run_id in self.engine.runs or await self.store.run(run_id) is not None:
-                continue
+        gone = await self.store.missing_runs(
+            [r for r in previous.runs if r not in self.engine.runs]
+        )
+        for run_id in gone:
+            run = previous.runs[run_id]
             log.error("run %s: its state is gone from Redis; failing it", run_id)
             self.engine.adopt(run, previous.plans[run_id])
             if run.status.done:  # failed in memory already, the write was refused
@@ -144,8 +146,6 @@ class Driver:
     async def _commit(self, out: Outbox) -> None:
         lease = self.lease_value()
         if lease is None:
-            from protocols.errors import StaleLeader
-
             raise StaleLeader("not the leader")
         await self.store.commit(out, self.engine, lease)
         for timer in out.timers:

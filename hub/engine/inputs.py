@@ -231,9 +231,7 @@ def on_timer(engine: Engine, timer: Timer) -> None:
         return  # superseded by a later deadline
     phase = cr.deadline_phase
     cue = engine.plans[run.run_id].cues[timer.cue_id]
-    goal = {Phase.WARNING: TargetState.PREPARED, Phase.STANDBY: TargetState.READY}.get(
-        phase, TargetState.COMPLETED
-    )
+    goal = _goal(CueState(phase.value))  # a phase is named as its cue state
     waiting = sorted(a for a, s in cr.targets.items() if s is not goal)
     seconds = {Phase.WARNING: cue.ack_timeout_s, Phase.STANDBY: cue.standby_timeout_s}.get(
         phase, cue.go_timeout_s

@@ -17,7 +17,13 @@ back through `reclaim`.
 
 from __future__ import annotations
 
-from protocols.transport._client import Delivery, Redis, connect, is_transient
+from protocols.transport._client import (
+    Delivery,
+    Redis,
+    connect,
+    is_group_missing,
+    is_transient,
+)
 from protocols.transport._streams import Transport
 
-__all__ = ["Delivery", "Redis", "Transport", "connect", "is_transient"]
+__all__ = ["Delivery", "Redis", "Transport", "connect", "is_group_missing", "is_transient"]

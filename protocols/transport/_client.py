@@ -131,6 +131,11 @@ def is_transient(exc: BaseException) -> bool:
     return _transient(exc)
 
 
+def is_group_missing(exc: BaseException) -> bool:
+    """Is `exc` a NOGROUP: the stream or its group is gone (Redis came back empty)?"""
+    return isinstance(exc, rx.ResponseError) and _is_group_missing(exc)
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, _NOT_RETRIED):
         return False

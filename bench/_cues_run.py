@@ -190,6 +190,9 @@ class Harness:
         env.update(REDIS_URL=self.url, CALLBOARD_PREFIX=prefix, CALLBOARD_LOG_LEVEL="WARNING")
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent,
                 "--concurrency", str(concurrency)]  # fmt: skip
+        if self.profile_dir:
+            profile = str(Path(self.profile_dir) / f"echo-{prefix.rstrip(':')}.prof")
+            argv[1:1] = ["-m", "cProfile", "-o", profile]
         with tempfile.TemporaryFile() as log:
             proc = spawn(argv, env, log)
             self.procs.append(proc)
@@ -433,17 +436,22 @@ class Harness:
                 else (warm_name, warm_version)
             )
             run_ids = [new_id() for _ in range(1 if one_run else jobs)]
-            cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic())
+            server = self.server.proc.pid if self.server.proc else 0
+            cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), cpu_s(server))
             t0 = time.time()
             await self.start_many(prefix, name, version, run_ids)
             await self.wait_idle(prefix, 600)
             wall = time.monotonic() - cpu0[2]
             hub_cpu, echo_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(echo.pid) - cpu0[1]
+            redis_cpu = cpu_s(server) - cpu0[3]
             runs = await self.finished(prefix, run_ids)
+        first_go = min(min(g["at"] for g in cr.gos) for r in runs for cr in r.cues.values())
         return {
             "per_s": jobs / (max(r.completed_at for r in runs) - t0),
+            "first_go_s": first_go - t0,
             "hub_cpu_us": hub_cpu / jobs * 1e6, "echo_cpu_us": echo_cpu / jobs * 1e6,
             "hub_busy": hub_cpu / wall, "echo_busy": echo_cpu / wall,
+            "redis_cpu_us": redis_cpu / jobs * 1e6, "redis_busy": redis_cpu / wall,
         }  # fmt: skip
 
 

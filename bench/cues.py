@@ -187,9 +187,12 @@ async def part_d(h: Harness, jobs: int, concurrencies: list[int]) -> list[Row]:
                 Row(f"(d) {jobs:,} direct cues, 1 echo process (concurrency {concurrency}), "
                     f"{how}: cues/s", f"{r['per_s']:,.0f}", f"Celery solo {celery:,.0f}/s",
                     f"{ratio:.2f}x", target if headline else "", ratio >= 5 if headline else None),
-                Row("(d)   CPU per cue: hub | echo (busy)",
+                Row("(d)   CPU per cue: hub | echo | Redis (busy)",
                     f"hub {r['hub_cpu_us']:,.0f} us ({r['hub_busy']:.0%})",
-                    f"echo {r['echo_cpu_us']:,.0f} us ({r['echo_busy']:.0%})", "", "", None),
+                    f"echo {r['echo_cpu_us']:,.0f} us ({r['echo_busy']:.0%})",
+                    f"Redis {r['redis_cpu_us']:,.0f} us ({r['redis_busy']:.0%})", "", None),
+                Row("(d)   from the start to the first GO", f"{r['first_go_s'] * 1000:,.0f} ms",
+                    "", "", "", None),
             ]  # fmt: skip
     return rows
 

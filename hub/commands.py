@@ -94,14 +94,27 @@ class CommandServer:
             # own pending first (a restarted leader finishes what it had read), then new ones
             for start in ("0", ">"):
                 rows = await self.client.xreadgroup(
-                    GROUP, self.consumer, {self.sk.commands: start}, count=50,
+                    GROUP, self.consumer, {self.sk.commands: start}, count=100,
                     block=None if start == "0" else 500,
                 )  # fmt: skip
-                # a batch is served concurrently: its engine steps share fenced writes
+                # a batch is served concurrently: its engine steps share fenced writes, and
+                # its answers go back in one round trip
                 entries = [entry for _, batch in rows or [] for entry in batch]
-                await asyncio.gather(*(self._serve(i, f) for i, f in entries))
+                if entries:
+                    answers = await asyncio.gather(*(self._serve(f) for _, f in entries))
+                    await self._answer([i for i, _ in entries], answers)
 
-    async def _serve(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+    async def _answer(self, entry_ids: list[bytes], answers: list[tuple[str, Any]]) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command_id, answer in answers:
+                pipe.rpush(self.sk.reply(command_id), json.dumps(answer, default=str))
+                pipe.expire(self.sk.reply(command_id), REPLY_TTL_S)
+            pipe.xack(self.sk.commands, GROUP, *entry_ids)
+            pipe.xdel(self.sk.commands, *entry_ids)
+            await pipe.execute()
+
+    async def _serve(self, fields: dict[bytes, bytes]) -> tuple[str, Any]:
+        """(command id, answer) for one command."""
         command_id = fields.get(b"id", b"").decode()
         op = fields.get(b"op", b"").decode()
         try:
@@ -118,9 +131,4 @@ class CommandServer:
             if type(exc).__name__ == "StaleLeader":
                 raise
             answer = {"ok": False, "error": "engine", "detail": str(exc)}
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.rpush(self.sk.reply(command_id), json.dumps(answer, default=str))
-            pipe.expire(self.sk.reply(command_id), REPLY_TTL_S)
-            pipe.xack(self.sk.commands, GROUP, entry_id)
-            pipe.xdel(self.sk.commands, entry_id)
-            await pipe.execute()
+        return command_id, answer

@@ -206,7 +206,7 @@ class Router:
 
 def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:
     return [
-        ["XADD", stream, "*", STREAM_FIELD, (m if isinstance(m, bytes) else encode(m)).decode()]
+        ["XADD", stream, "*", STREAM_FIELD, m if isinstance(m, bytes) else encode(m)]
         for stream, m in items
     ]
 

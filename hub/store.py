@@ -25,7 +25,7 @@ from protocols.keys import STREAM_FIELD, Keys
 from protocols.transport import Redis, is_transient
 
 EVENTS_MAXLEN = 5_000
-HEADER, CUE = "h", "c:"  # a run's hash: its header, and one field per cue
+HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 COMMIT_RETRY_S = 10.0
 COMMIT_ID_TTL_MS = 120_000
@@ -35,13 +35,28 @@ _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('STALE leader lease lost')
 end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
   return -1  -- this commit was applied before its reply was lost: never apply it twice
 end
-local ops = cjson.decode(ARGV[2])
-for i = 1, #ops do redis.call(unpack(ops[i])) end
-return #ops
+-- then the operations, flat: a word count, then the words of one command, and so on
+local i, last, done = 3, #ARGV, 0
+while i <= last do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i, done = i + n + 1, done + 1
+end
+return done
 """
+
+
+def _flat(ops: list[list[Any]]) -> list[Any]:
+    """The script's operation words: each command preceded by its length (no JSON to build
+    here and to decode in Lua: values go as they are, packed by hiredis)."""
+    words: list[Any] = []
+    for op in ops:
+        words.append(len(op))
+        words.extend(op)
+    return words
 
 
 @dataclass(frozen=True)
@@ -115,12 +130,15 @@ class StateKeys:
         return self.keys.state("schedule", name)
 
 
-def run_fields(key: str, run: RunState, cue_ids: Any) -> list[list[Any]]:
-    """HSET operations for a run: its header, and the named cues, one field each. A step
-    writes only the cues it touched, so a 10,000-cue run costs what it changed."""
-    fields: list[Any] = [HEADER, run.model_dump_json(exclude={"cues"})]
+def run_fields(key: str, run: RunState, cue_ids: Any, fresh: bool = False) -> list[list[Any]]:
+    """HSET operations for a run: its header, and the named cues, one field each; `fresh`
+    (a new or adopted run) adds the cue order, which never changes. A step writes only the
+    cues it touched, so a 10,000-cue run costs what it changed."""
+    fields: list[Any] = [HEADER, run.model_dump_json(exclude={"cues"}, exclude_defaults=True)]
+    if fresh:
+        fields += [ORDER, json.dumps(list(run.cues))]
     for cue_id in cue_ids:
-        fields += [CUE + cue_id, run.cues[cue_id].model_dump_json()]
+        fields += [CUE + cue_id, run.cues[cue_id].model_dump_json(exclude_defaults=True)]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
 
 
@@ -130,7 +148,7 @@ def read_run(fields: dict[bytes, bytes]) -> RunState | None:
     if header is None:
         return None
     run = RunState.model_validate_json(header)
-    for cue_id in run.cue_ids:
+    for cue_id in json.loads(fields.get(ORDER.encode(), b"[]")):
         raw = fields.get((CUE + cue_id).encode())
         run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()
     return run
@@ -154,7 +172,7 @@ class StateStore:
         if not ops:
             return
         keys = [self.sk.leader, self.sk.keys.state("hub", "commit", new_id())]
-        args = [lease_value, json.dumps(ops), COMMIT_ID_TTL_MS]
+        args = [lease_value, COMMIT_ID_TTL_MS, *_flat(ops)]
         deadline = time.monotonic() + COMMIT_RETRY_S
         delay_s = 0.05
         while True:
@@ -180,14 +198,15 @@ class StateStore:
             run: RunState | None = engine.runs.get(run_id)
             if run is None:
                 continue
-            ops.extend(run_fields(sk.run(run_id), run, cues_of.get(run_id, ())))
+            cues = cues_of.get(run_id, ())
+            ops.extend(run_fields(sk.run(run_id), run, cues, run_id in out.fresh))
             if run.status.done:
                 ops.append(["SREM", sk.active_runs, run_id])
             else:
                 ops.append(["SADD", sk.active_runs, run_id])
             ops.append(["ZADD", sk.all_runs, "NX", str(run.created_at), run_id])
         for stream, message in out.messages:
-            ops.append(["XADD", stream, "*", STREAM_FIELD, encode(message).decode()])
+            ops.append(["XADD", stream, "*", STREAM_FIELD, encode(message)])
         for run_id, event in out.events:
             ops.append([
                 "XADD", sk.events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
@@ -236,7 +255,7 @@ class StateStore:
 
     async def save_run(self, run: RunState) -> None:
         """Write a whole run outside the engine (tools and tests; the engine commits)."""
-        for op in run_fields(self.sk.run(run.run_id), run, list(run.cues)):
+        for op in run_fields(self.sk.run(run.run_id), run, list(run.cues), fresh=True):
             await self.client.execute_command(*op)
 
     async def recent_run_ids(self, limit: int = 100) -> list[str]:

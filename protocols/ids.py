@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from datetime import UTC, datetime
 
 _last_ms = 0
 _seq = 0
+# Random bits from a generator seeded from the OS once per process (and again in a forked
+# child): uniqueness rests on time and sequence plus 62 random bits, not on secrecy.
+_rng = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
 
 
 def new_id() -> str:
@@ -23,7 +28,7 @@ def new_id() -> str:
     else:
         _seq = 0
     _last_ms = ms
-    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF
+    rand = _rng.getrandbits(62)
     value = (ms << 80) | (0x7 << 76) | (_seq << 64) | (0b10 << 62) | rand
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -11,6 +11,7 @@ from protocols.codec import Envelope
 from protocols.keys import Keys
 from protocols.payloads import Artifact, HandoffContext, TaskHandoff
 from protocols.transport import Redis
+from specialists.batching import Coalescer
 from specialists.context import ContextReader
 
 
@@ -84,6 +85,11 @@ class DoneMarkers:
         self._keys = keys
         self._agent = agent_id
         self.ttl_s = ttl_s
+        self._exists: Coalescer[str, bool] = Coalescer(self._any_marked, "done-markers")
+
+    def set_command(self, token: str) -> list[Any]:
+        """The SET of `mark`, to ride in another round trip (see Transport.publish_many)."""
+        return ["SET", self._keys.done(self._agent, token), b"1", "NX", "EX", self.ttl_s]
 
     async def mark(self, token: str, ttl_s: int | None = None) -> bool:
         """True when this call set the marker, False when it was already there."""
@@ -91,7 +97,12 @@ class DoneMarkers:
         return bool(await self._client.set(key, b"1", nx=True, ex=ttl_s or self.ttl_s))
 
     async def is_marked(self, token: str) -> bool:
-        return bool(await self._client.exists(self._keys.done(self._agent, token)))
+        """Whether `token` is marked; concurrent checks share one MGET."""
+        return await self._exists(token)
+
+    async def _any_marked(self, tokens: list[str]) -> list[bool]:
+        values = await self._client.mget([self._keys.done(self._agent, t) for t in tokens])
+        return [value is not None for value in values]
 
     async def clear(self, token: str) -> None:
         await self._client.delete(self._keys.done(self._agent, token))

@@ -123,11 +123,11 @@ class Dispatcher:
             return
         key = _once_key(m)
         if key is not None and not self.seen.first(key):  # a duplicate: nothing to do
-            await rt.transport.ack([d], rt.group)
+            await rt.send(ack=[d])
             return
         try:
             if await route(d, m):
-                await rt.transport.ack([d], rt.group)
+                await rt.send(ack=[d])
         except Abandon:
             log.info("left %s unacknowledged for another replica", d.entry_id)
             self.seen.forget(key)
@@ -195,7 +195,7 @@ class Dispatcher:
     async def _answer(self, d: Delivery, answer: Envelope) -> None:
         """Publish the answer and XACK the entry in one round trip, the XADD first (as the
         router does); the handler then returns False: the entry is settled."""
-        await self.rt.transport.publish_many([(self.rt.out, answer)], ack=[d], group=self.rt.group)
+        await self.rt.send(answer, ack=[d])
 
     async def _readiness(self, key: CueKey, cue: Cue) -> tuple[bool, str]:
         prep = self.preps.get(key)
@@ -306,7 +306,7 @@ class Dispatcher:
         report = StatusReport(
             replica=self.spec.replica, state=rt.state, in_flight=rt.busy, detail=detail
         )
-        await rt.transport.publish(rt.out, self.reply(m, MessageType.STATUS_REPORT, report))
+        await rt.send(self.reply(m, MessageType.STATUS_REPORT, report))
         return True
 
     async def broadcast(self, d: Delivery) -> None:

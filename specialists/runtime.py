@@ -4,16 +4,20 @@ reclaim a dead replica's work, follow broadcasts, and drain on stop."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from protocols.codec import Envelope
 from protocols.errors import TransportError
 from protocols.messages import MessageType
 from protocols.payloads import StatusOffline, StatusOnline
 from protocols.transport import Delivery, Transport
+from specialists.batching import Coalescer
 from specialists.context import ContextReader
 from specialists.cue import DoneMarkers
 from specialists.dispatch import Abandon, Dispatcher
@@ -22,6 +26,27 @@ if TYPE_CHECKING:
     from specialists.base import Specialist
 
 log = logging.getLogger("callboard.specialists")
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Messages for this replica's out stream, raw commands after them, and XACKs last.
+
+    A write that `settles` a piece of work (its completion or failure) drops a write of the
+    same batch that is `superseded` by it (its status.started): the outcome says it started.
+    """
+
+    messages: Sequence[Envelope | bytes] = ()
+    ack: Sequence[Delivery] = ()
+    then: Sequence[Sequence[Any]] = ()
+    settles: Hashable | None = None
+    superseded: Hashable | None = None
+    later: Callable[[], Envelope] | None = None  # a message made only if it is written
+
+    def out(self, settled: set[Hashable]) -> list[Envelope | bytes]:
+        if self.superseded is not None and self.superseded in settled:
+            return []
+        return [*self.messages, self.later()] if self.later is not None else list(self.messages)
 
 
 class Runtime:
@@ -39,8 +64,11 @@ class Runtime:
         self.consumer = spec.replica
         self.markers = DoneMarkers(transport.client, keys, spec.agent_id, spec.done_ttl_s)
         self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
+        self.prefetch = max(spec.settings.prefetch or 4 * spec.concurrency, spec.concurrency)
+        self.writes: Coalescer[Write, None] = Coalescer(self._write, "out")
         self.busy = 0  # work items executing
         self.waiting = 0  # work items read but waiting for a slot or for resume
+        self.settling = 0  # work items done, their outcome being written
         self.paused = False
         self.in_flight: dict[str, Delivery] = {}  # entry id -> delivery still ours to ack
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -48,13 +76,43 @@ class Runtime:
         self.closed = asyncio.Event()  # drained: every loop ends
         self.stop_reason = "stopped"
         self._change = asyncio.Event()
+        self._slot_queue: collections.deque[asyncio.Future[None]] = collections.deque()
         self.crash: BaseException | None = None
         self.dispatch = Dispatcher(self)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        *messages: Envelope | bytes,
+        ack: Sequence[Delivery] = (),
+        then: Sequence[Sequence[Any]] = (),
+        settles: Hashable | None = None,
+    ) -> None:
+        """Write to the out stream (and XACK `ack`) in the next atomic batch; every write of
+        the replica goes this way, so they land in the order they were made."""
+        await self.writes(Write(messages, ack, then, settles=settles))
+
+    def post(self, make: Callable[[], Envelope], superseded: Hashable | None = None) -> None:
+        """Queue the message `make()` returns, made when written, without waiting for the
+        write (a failure is logged)."""
+        self.writes.post(Write(later=make, superseded=superseded))
+
+    async def _write(self, batch: list[Write]) -> list[None]:
+        settled = {w.settles for w in batch if w.settles is not None}
+        await self.transport.publish_many(
+            [(self.out, m) for w in batch for m in w.out(settled)],
+            ack=[d for w in batch for d in w.ack],
+            group=self.group,
+            then=[c for w in batch for c in w.then],
+            atomic=True,
+        )
+        return [None] * len(batch)
 
     # -- state shared with the dispatcher ------------------------------------------------
 
     def changed(self) -> None:
-        """Wake everything waiting for a slot, a resume or a stop."""
+        """Wake the loops waiting for room to read, a resume or a stop."""
         self._change.set()
         self._change = asyncio.Event()
 
@@ -72,16 +130,19 @@ class Runtime:
             log.info("%s/%s stopping: %s", self.group, self.consumer, reason)
             self.stop_reason = reason
             self.stopping.set()
+            self._wake_slots()
             self.changed()
 
     def pause(self, paused: bool) -> None:
         self.paused = paused
+        self._wake_slots()
         self.changed()
 
     @contextlib.asynccontextmanager
     async def work_slot(self) -> AsyncIterator[None]:
         """Hold one of the `concurrency` slots; wait while paused or full. Work not started
-        when a stop comes is abandoned: it stays pending for another replica to reclaim."""
+        when a stop comes is abandoned: it stays pending for another replica to reclaim.
+        A freed slot wakes one waiter, first come first served (not every waiter)."""
         self.waiting += 1
         try:
             while True:
@@ -89,7 +150,13 @@ class Runtime:
                     raise Abandon
                 if not self.paused and self.busy < self.spec.concurrency:
                     break
-                await self.wait_change()
+                turn = asyncio.get_running_loop().create_future()
+                self._slot_queue.append(turn)
+                try:
+                    await turn
+                finally:
+                    if not turn.done():  # cancelled while queued
+                        self._slot_queue.remove(turn)
         finally:
             self.waiting -= 1
         self.busy += 1
@@ -97,15 +164,26 @@ class Runtime:
             yield
         finally:
             self.busy -= 1
+            self._wake_slots(1)
             self.changed()
 
+    def _wake_slots(self, n: int | None = None) -> None:
+        """Let the first `n` waiters for a slot (all, when None) look again."""
+        while self._slot_queue and (n is None or n > 0):
+            turn = self._slot_queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                n = None if n is None else n - 1
+
     def read_budget(self) -> int:
-        """How many entries to take now: free slots, but at least one while no work waits,
-        so acks keep flowing while every slot is busy."""
-        free = self.spec.concurrency - self.busy
-        if self.waiting >= max(1, free):
-            return 0
-        return max(1, free - self.waiting)
+        """How many entries to take now: room up to `prefetch` held (running or queued for a
+        slot; work done and only being written does not count). While work is queued, wait
+        until half the room is free, so reads come in batches; with nothing queued, take at
+        least one, so acks keep flowing while every slot is busy."""
+        room = self.prefetch - len(self.in_flight) + self.settling
+        if not self.waiting:
+            return max(room, 1)
+        return room if room * 2 >= self.prefetch else 0
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -169,13 +247,8 @@ class Runtime:
             for task in (*loops, *self.tasks):
                 task.cancel()
             await asyncio.gather(*loops, *self.tasks, return_exceptions=True)
-        await t.publish(
-            self.out,
-            self.dispatch.message(
-                MessageType.STATUS_OFFLINE,
-                StatusOffline(replica=spec.replica, reason=self.stop_reason),
-            ),
-        )
+        offline = StatusOffline(replica=spec.replica, reason=self.stop_reason)
+        await self.send(self.dispatch.message(MessageType.STATUS_OFFLINE, offline))
         await spec.teardown()
         await self.context_reader.aclose()
         log.info("%s/%s offline", self.group, self.consumer)

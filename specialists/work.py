@@ -1,5 +1,5 @@
 """Running a GO or task.assign: started, the author's `execute`, then context, handoff and
-completion in one batch; `Retry`, `Reject` and failures reported as SPEC §5 expects."""
+completion in one atomic write; `Retry`, `Reject` and failures reported as SPEC §5 expects."""
 
 from __future__ import annotations
 
@@ -19,13 +19,22 @@ COMPLETED = "__completed__"  # done-marker set once an attempt's completion is p
 
 
 async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
-    """Execute `cue` once; True when the entry is to be acked, False when it was settled."""
+    """Execute `cue` once; True when the entry is to be acked, False when it was settled.
+
+    The slot is held for `execute` only: the completion is written (with the XACK and the
+    done-marker, atomically) while the next piece of work already runs, and writes made
+    meanwhile share one round trip. status.started goes out unless the outcome is ready
+    before it could be written; then the outcome alone says it (see `Write`)."""
     rt, spec = dp.rt, dp.spec
-    if await cue.already_done(COMPLETED):  # finished by a replica that died before its XACK
+    # Done already, by a replica that died before its XACK? Only an entry delivered before can
+    # be (or any entry, once a lost consumer group was made again and replays old entries).
+    again = d.deliveries > 1 or rt.transport.groups_recreated
+    if again and await cue.already_done(COMPLETED):
         return True
     async with rt.work_slot():
         started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
-        await rt.transport.publish(rt.out, _reply(dp, m, cue, MessageType.STATUS_STARTED, started))
+        work = (m.run_id, cue.cue_id, cue.attempt)
+        rt.post(lambda: _reply(dp, m, cue, MessageType.STATUS_STARTED, started), superseded=work)
         tries = d.deliveries
         while True:
             try:
@@ -48,11 +57,13 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
             except Exception as exc:
                 await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
                 return True
-        # the XACK rides with the completion (one round trip); the marker still covers a
-        # pipeline cut after the XADDs, as it covered a crash before the XACK
-        await rt.transport.publish_many([(rt.out, raw) for raw in batch], ack=[d], group=rt.group)
-        await cue.mark_done(COMPLETED)
-        return False
+    marker = rt.markers.set_command(cue.token(COMPLETED))
+    rt.settling += 1
+    try:
+        await rt.send(*batch, ack=[d], then=[marker], settles=work)
+    finally:
+        rt.settling -= 1
+    return False
 
 
 def _reply(dp: Dispatcher, m: Envelope, cue: Cue, mt: MessageType, payload: Any) -> Envelope:
@@ -100,4 +111,4 @@ async def _fail(dp: Dispatcher, m: Envelope, cue: Cue, error: str) -> None:
         batch = _encoded(dp, [*_context(dp, m, cue, cue.pending_context), *messages])
     except (ValueError, TypeError):  # the context cannot go: report the failure alone
         batch = _encoded(dp, messages)
-    await dp.rt.transport.publish_many([(dp.rt.out, raw) for raw in batch])
+    await dp.rt.send(*batch, settles=(m.run_id, cue.cue_id, cue.attempt))

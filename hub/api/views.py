@@ -25,7 +25,7 @@ def record_public(run: RunState) -> RunRecordPublic:
         duration = round(run.completed_at - run.started_at, 6)
     return RunRecordPublic(
         version=run.version, started_at=ts(run.started_at), completed_at=ts(run.completed_at),
-        duration_s=duration, counts=run.counts(), fired=rec.fired, waits=rec.waits,
+        duration_s=duration, counts=run.counts(), fired=run.fired(), waits=rec.waits,
         conflicts=rec.conflicts, escalations=rec.escalations, errors=rec.errors,
         messages_in=rec.messages_in, messages_out=rec.messages_out,
         protocol_violations=rec.protocol_violations,

@@ -48,6 +48,7 @@ class EngineBase:
         self.escalations = EscalationBook()
         self.paused: str | None = None  # reason GOs are paused (critical escalation)
         self.out = Outbox()
+        self.open: dict[str, int] = {}  # run id -> cues not yet done, kept by `_set`
 
     def take(self) -> Outbox:
         out, self.out = self.out, Outbox()
@@ -86,6 +87,8 @@ class EngineBase:
     ) -> None:
         cr = run.cues[cue_id]
         changed = cr.state is not state
+        if cr.state.done is not state.done and run.run_id in self.open:
+            self.open[run.run_id] += 1 if cr.state.done else -1
         cr.state, cr.reason = state, reason
         if "root" in extra:
             cr.error = extra["root"]

@@ -38,7 +38,7 @@ class Engine(ContestMixin, AlertsMixin):
         run = RunState(
             run_id=run_id, cuelist=plan.name, version=plan.version, dry=dry,
             params=params, created_at=now, started_at=now,
-            cues={cue_id: CueRun() for cue_id in plan.order}, cue_ids=list(plan.order),
+            cues={cue_id: CueRun() for cue_id in plan.order},
         )  # fmt: skip
         self.adopt(run, plan)
         self._event(run, "run", status=run.status.value)
@@ -51,6 +51,8 @@ class Engine(ContestMixin, AlertsMixin):
         """Take charge of a run (new, or loaded after a restart or a leader change)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
+        self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
+        self.out.fresh.add(run.run_id)
         for cue_id, cr in run.cues.items():
             self._dirty(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
@@ -85,7 +87,7 @@ class Engine(ContestMixin, AlertsMixin):
         return run
 
     def _check_done(self, run: RunState) -> None:
-        if run.status.done or not all(cr.state.done for cr in run.cues.values()):
+        if run.status.done or self.open[run.run_id]:
             return
         states = [cr.state for cr in run.cues.values()]
         completed = states.count(CueState.COMPLETED)
@@ -98,6 +100,13 @@ class Engine(ContestMixin, AlertsMixin):
         else:
             status = RunStatus.FAILED
         self._finish(run, status)
+
+    def forget(self, run_id: str) -> None:
+        """Drop a finished run once its end is committed."""
+        self.runs.pop(run_id, None)
+        self.plans.pop(run_id, None)
+        self.open.pop(run_id, None)
+        self.escalations.forget_run(run_id)
 
     def _finish(self, run: RunState, status: RunStatus) -> None:
         run.status = status
@@ -211,7 +220,8 @@ class Engine(ContestMixin, AlertsMixin):
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
         if cr.fired_by is None:
-            run.record.fired.append(cue_id)
+            run.fired_count += 1
+            cr.fired_seq = run.fired_count
         cr.fired_by = by
         if cue.coordination is Coordination.DIRECT:
             if self._claim(run, cue_id):

@@ -155,9 +155,7 @@ class Driver:
         if self.on_commit is not None:
             self.on_commit(out)
         for run_id in out.finished:
-            self.engine.runs.pop(run_id, None)
-            self.engine.plans.pop(run_id, None)
-            self.engine.escalations.forget_run(run_id)
+            self.engine.forget(run_id)
 
     # -- inputs ---------------------------------------------------------------------------
     async def start_run(

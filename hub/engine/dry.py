@@ -100,5 +100,6 @@ def _merge(into: Outbox, out: Outbox) -> None:
     into.context.extend(out.context)
     into.dirty |= out.dirty
     into.dirty_cues |= out.dirty_cues
+    into.fresh |= out.fresh
     into.finished |= out.finished
     into.messages.extend(out.messages)

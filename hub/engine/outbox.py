@@ -28,6 +28,7 @@ class Outbox:
     context: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     dirty: set[str] = field(default_factory=set)  # run ids whose header changed
     dirty_cues: set[tuple[str, str]] = field(default_factory=set)  # (run id, cue id) changed
+    fresh: set[str] = field(default_factory=set)  # runs whose whole layout must be written
     finished: set[str] = field(default_factory=set)
     timers: list[Timer] = field(default_factory=list)
     raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last

@@ -18,7 +18,7 @@ class Plan:
     preds: dict[str, list[str]] = field(default_factory=dict)
     succs: dict[str, list[str]] = field(default_factory=dict)
     followed_by: dict[str, str] = field(default_factory=dict)  # cue -> its auto_follow
-    entries: list[str] = field(default_factory=list)
+    entries: frozenset[str] = frozenset()  # cues a run start fires
     order: list[str] = field(default_factory=list)  # declaration order
 
     @classmethod
@@ -35,7 +35,7 @@ class Plan:
             if cue.auto_follow:
                 plan.followed_by[cue.id] = cue.auto_follow
                 _edge(plan, cue.id, cue.auto_follow)
-        plan.entries = list(cuelist.start) if cuelist.start else plan.order[:1]
+        plan.entries = frozenset(cuelist.start if cuelist.start else plan.order[:1])
         return plan
 
     @property

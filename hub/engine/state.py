@@ -1,4 +1,4 @@
-"""The persisted state of a run and its cues: plain models, serialised as one JSON document."""
+"""The persisted state of a run and its cues: plain models, serialised as JSON documents."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class CueRun(BaseModel):
     attempt: int = 0  # bumped on every call (WARNING); retries_used counts failures only
     retries_used: int = 0
     fired_by: FiredBy | None = None
+    fired_seq: int | None = None  # 1 for the run's first cue to fire, 2 for the next...
     go_by: FiredBy | None = None  # who fired the GO of the current attempt
     early: bool = False  # warned while a predecessor was still running
     warned_at: float | None = None
@@ -43,7 +44,6 @@ class RunRecord(BaseModel):
     escalations: list[str] = Field(default_factory=list)  # escalation ids
     errors: list[str] = Field(default_factory=list)
     protocol_violations: int = 0
-    fired: list[str] = Field(default_factory=list)  # cue ids in the order they fired
     waits: list[str] = Field(default_factory=list)
     conflicts: list[str] = Field(default_factory=list)
 
@@ -61,9 +61,14 @@ class RunState(BaseModel):
     hold_reason: str | None = None
     conditions: list[str] = Field(default_factory=list)
     cues: dict[str, CueRun] = Field(default_factory=dict)  # stored one hash field per cue
-    cue_ids: list[str] = Field(default_factory=list)  # their order, kept in the header
+    fired_count: int = 0
     handoffs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # receiver -> context
     record: RunRecord = Field(default_factory=RunRecord)
+
+    def fired(self) -> list[str]:
+        """Cue ids in the order they first fired."""
+        seqs = {cue_id: cr.fired_seq for cue_id, cr in self.cues.items() if cr.fired_seq}
+        return sorted(seqs, key=seqs.__getitem__)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

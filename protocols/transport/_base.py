@@ -38,6 +38,7 @@ class _TransportBase:
         self.max_deliveries = max_deliveries
         self.on_state_lost = on_state_lost
         self.retry_s = retry_s
+        self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
         self._owns_client = False
 
     @classmethod

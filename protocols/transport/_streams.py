@@ -44,18 +44,23 @@ class Transport(_Upkeep):
         *,
         ack: Sequence[Delivery] = (),
         group: str | None = None,
+        then: Sequence[Sequence[Any]] = (),
+        atomic: bool = False,
     ) -> list[str]:
-        """XADD many messages in one pipelined round trip, in order; with `ack` and `group`,
-        the XACK of those deliveries rides in the same round trip, after the XADDs."""
-        if not items and not ack:
+        """XADD many messages in one pipelined round trip, in order; then the raw commands
+        `then` (e.g. a done-marker's SET); with `ack` and `group`, the XACK of those
+        deliveries last. `atomic` wraps it all in MULTI/EXEC: every write lands, or none."""
+        if not items and not ack and not then:
             return []
         encoded = [(s, m if isinstance(m, bytes) else codec.encode(m)) for s, m in items]
         by_stream = _ids_by_stream(ack) if group is not None else {}
 
         async def send() -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
+            async with self._client.pipeline(transaction=atomic) as pipe:
                 for stream, data in encoded:
                     pipe.xadd(stream, {_FIELD: data})
+                for command in then:
+                    pipe.execute_command(*command)
                 for stream, ids in by_stream.items():
                     pipe.xack(stream, group or "", *ids)
                 return await pipe.execute()
@@ -90,6 +95,7 @@ class Transport(_Upkeep):
     async def _recover(self, streams: Sequence[str], group: str) -> None:
         """After NOGROUP: recreate the group from the start and report each recreation."""
         for stream in await self._create_groups(streams, group, "0"):
+            self.groups_recreated += 1
             if self.on_state_lost is not None:
                 await self.on_state_lost(stream, group)
 

@@ -51,19 +51,19 @@ class Echo(Specialist):
         return max(0.0, float(value or 0)) / 1000
 
     async def prepare(self, cue: Cue) -> None:
-        await asyncio.sleep(self._ms(cue, "prepare_ms"))
+        await _pause(self._ms(cue, "prepare_ms"))
         cue.state["prepared"] = True
 
     async def ready(self, cue: Cue) -> Readiness:
         if not cue.state.get("prepared"):  # the WARNING went to another replica
-            await asyncio.sleep(self._ms(cue, "prepare_ms"))
+            await _pause(self._ms(cue, "prepare_ms"))
         if cue.action.get("ready", True) is False:
             return False, str(cue.action.get("ready_reason", "echo told not to be ready"))
         return True
 
     async def execute(self, cue: Cue) -> Result:
         action = cue.action
-        await asyncio.sleep(self._ms(cue, "execute_ms"))
+        await _pause(self._ms(cue, "execute_ms"))
         fail = action.get("fail", False)
         if fail is True or (fail == "once" and cue.attempt == 1):
             raise ScriptedFailure(f"scripted failure (fail={fail!r}, attempt {cue.attempt})")
@@ -84,6 +84,12 @@ class Echo(Specialist):
                 **{k: v for k, v in spec.items() if k in _HANDOFF_FIELDS},
             )
         return Result(result={"echo": dict(action)}, context=context, handoff=handoff)
+
+
+async def _pause(seconds: float) -> None:
+    """Sleep for the scripted time; no time at all costs no turn of the event loop."""
+    if seconds > 0:
+        await asyncio.sleep(seconds)
 
 
 _HANDOFF_FIELDS = ("work_completed", "artifacts_produced", "next_steps", "constraints")

@@ -58,7 +58,7 @@ class Sim:
                 continue
             cues = [c for r, c in out.dirty_cues if r == run_id]
             stored = self.persisted.setdefault(run_id, {})
-            for op in run_fields("key", run, cues):
+            for op in run_fields("key", run, cues, run_id in out.fresh):
                 items = op[2:]
                 pairs = zip(items[::2], items[1::2], strict=True)
                 stored.update((k.encode(), v.encode()) for k, v in pairs)

@@ -51,7 +51,7 @@ def test_three_phase_call_and_auto_follow_chain() -> None:
     sim.complete("a", "C2")
     sim.call_through("C3", ["b"])
     assert sim.run().status is RunStatus.SUCCESS
-    assert sim.run().record.fired == ["C1", "C2", "C3"]
+    assert sim.run().fired() == ["C1", "C2", "C3"]
 
 
 def test_early_warned_cue_waits_for_predecessor_before_standby() -> None:

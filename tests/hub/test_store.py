@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from hub.store import COMMIT_ID_TTL_MS, StateStore
+from hub.store import COMMIT_ID_TTL_MS, StateStore, _flat
 from protocols.keys import Keys
 
 pytestmark = pytest.mark.redis
 
 
 async def _script(store: StateStore, commit_key: str, lease: str, ops: list[list[str]]) -> Any:
-    args = [lease, json.dumps(ops), COMMIT_ID_TTL_MS]
+    args = [lease, COMMIT_ID_TTL_MS, *_flat(ops)]
     return await store._commit(keys=[store.sk.leader, commit_key], args=args)
 
 

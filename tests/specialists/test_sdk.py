@@ -85,7 +85,10 @@ async def test_go_reports_started_context_handoff_completed_in_order(
     start: Starter, hub: HubSide
 ) -> None:
     await start(Scripted)
-    go = await hub.go("CUE-1", go_context={"spec": "v1"})
+    go = await hub.go("CUE-1", go_context={"spec": "v1"}, block=True)
+    await hub.wait(M.STATUS_STARTED, "CUE-1")  # written while the work still runs
+    assert Scripted.release is not None
+    Scripted.release.set()
     await hub.wait(M.STATUS_COMPLETED, "CUE-1")
     out = [m for m in await hub.out() if m.cue_id == "CUE-1"]
     assert [m.message_type for m in out] == [
@@ -106,6 +109,19 @@ async def test_go_reports_started_context_handoff_completed_in_order(
     assert handoff.handoff_context.provided_keys() == {"impl", "work_completed"}
     assert done.model_dump() == {"attempt": 1, "result": {"tries": 1}, "replica": "r1"}
     await eventually(lambda: _zero(hub), message="GO acked")
+
+
+async def test_work_done_before_started_is_written_reports_the_outcome_alone(
+    start: Starter, hub: HubSide
+) -> None:
+    """status.started and the completion of quick work share one write: the completion
+    says it started, so status.started is left out."""
+    await start(Scripted)
+    await hub.go("CUE-1")
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    out = [m.message_type for m in await hub.out() if m.cue_id == "CUE-1"]
+    assert M.STATUS_STARTED not in out
+    assert out[-1] is M.STATUS_COMPLETED
 
 
 async def _zero(hub: HubSide) -> bool:
@@ -141,7 +157,7 @@ async def test_duplicate_go_does_nothing_but_a_new_attempt_runs(
     await hub.wait(M.ACK_WARNING, "CUE-1")
     await hub.wait(M.STATUS_COMPLETED, "CUE-1")
     await eventually(lambda: _zero(hub))
-    assert len(await hub.of(M.STATUS_STARTED)) == 1
+    assert len(await hub.of(M.STATUS_COMPLETED)) == 1  # worked once
     assert len(await hub.of(M.ACK_WARNING)) == 1
     await hub.go("CUE-1", attempt=2)
     done = await hub.wait(M.STATUS_COMPLETED, "CUE-1", n=2)

@@ -77,15 +77,16 @@ def end(proc: Any) -> None:
             proc.join(5)
 
 
-async def celery_noops(server: EmbeddedServer, jobs: int) -> float:
-    """Celery tasks per second: `jobs` no-ops sent one by one, a solo worker, Redis broker
-    (database 1 of the bench's server, flushed afterwards)."""
+async def celery_noops(server: EmbeddedServer, jobs: int, prefetch: int) -> float:
+    """Celery tasks per second: `jobs` no-ops sent one by one, a solo worker holding up to
+    `prefetch` messages, Redis broker (database 1 of the bench's server, flushed afterwards)."""
     from bench import _cues_celery as c
 
     broker = server.url.rsplit("/", 1)[0] + "/1"
     queue = f"cbbench-{uuid.uuid4().hex[:8]}"
     os.environ[c.BROKER_ENV], os.environ[c.QUEUE_ENV] = broker, queue
     c.app.conf.update(broker_url=broker, result_backend=broker, task_default_queue=queue)
+    os.environ[c.PREFETCH_ENV] = str(prefetch)
     argv = [sys.executable, "-m", "celery", "-A", "bench._cues_celery", "worker",
             "--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--loglevel=WARNING", "-Q", queue, "-n", f"{queue}@bench"]  # fmt: skip

@@ -184,12 +184,16 @@ class Harness:
             end(proc)
 
     @contextlib.asynccontextmanager
-    async def echo(self, prefix: str, agent: str, concurrency: int = 1) -> AsyncIterator[Any]:
+    async def echo(
+        self, prefix: str, agent: str, concurrency: int = 1, prefetch: int | None = None
+    ) -> AsyncIterator[Any]:
         """A real echo specialist process, as `callboard specialist echo` runs it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALLBOARD_")}
         env.update(REDIS_URL=self.url, CALLBOARD_PREFIX=prefix, CALLBOARD_LOG_LEVEL="WARNING")
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent,
                 "--concurrency", str(concurrency)]  # fmt: skip
+        if prefetch is not None:
+            argv += ["--prefetch", str(prefetch)]
         if self.profile_dir:
             profile = str(Path(self.profile_dir) / f"echo-{prefix.rstrip(':')}.prof")
             argv[1:1] = ["-m", "cProfile", "-o", profile]
@@ -419,36 +423,46 @@ class Harness:
     # -- (d) ------------------------------------------------------------------------------
     async def direct_cues(
         self, jobs: int, concurrency: int, cuelist: Callable[[str, str, int], dict[str, Any]],
-        one_run: bool,
-    ) -> dict[str, float]:  # fmt: skip
+        one_run: bool, prefetch: int,
+    ) -> list[dict[str, float]]:  # fmt: skip
         """Direct cues per second through one echo process, from the first start to the last
-        completion: `jobs` runs of a one-cue cuelist, or one run of `jobs` entry cues."""
+        completion: `jobs` runs of a one-cue cuelist; or one run of `jobs` entry cues, twice:
+        a new cuelist version (the hub compiles its plan first), then the same version."""
         prefix = self.prefix()
         async with self.hub(prefix, tag=f"d{concurrency}{'-one' if one_run else ''}") as hub, \
-                self.echo(prefix, "worker", concurrency) as echo:  # fmt: skip
+                self.echo(prefix, "worker", concurrency, prefetch) as echo:  # fmt: skip
             warm_name, warm_version = await self.put(prefix, cuelist("direct", "worker", 1))
             warm = new_id()
             await self.start(prefix, warm_name, warm_version, warm)
             await self.wait_run(prefix, warm)
-            name, version = (
-                await self.put(prefix, cuelist("direct-many", "worker", jobs))
-                if one_run
-                else (warm_name, warm_version)
-            )
-            run_ids = [new_id() for _ in range(1 if one_run else jobs)]
-            server = self.server.proc.pid if self.server.proc else 0
-            cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), cpu_s(server))
-            t0 = time.time()
-            await self.start_many(prefix, name, version, run_ids)
-            await self.wait_idle(prefix, 600)
-            wall = time.monotonic() - cpu0[2]
-            hub_cpu, echo_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(echo.pid) - cpu0[1]
-            redis_cpu = cpu_s(server) - cpu0[3]
-            runs = await self.finished(prefix, run_ids)
-        first_go = min(min(g["at"] for g in cr.gos) for r in runs for cr in r.cues.values())
+            if not one_run:
+                run_ids = [new_id() for _ in range(jobs)]
+                return [await self._direct(prefix, warm_name, warm_version, run_ids, hub, echo)]
+            name, version = await self.put(prefix, cuelist("direct-many", "worker", jobs))
+            return [
+                await self._direct(prefix, name, version, [new_id()], hub, echo, jobs)
+                for _ in range(2)
+            ]
+
+    async def _direct(
+        self, prefix: str, name: str, version: str, run_ids: list[str], hub: Any, echo: Any,
+        cues_per_run: int = 1,
+    ) -> dict[str, float]:  # fmt: skip
+        jobs = len(run_ids) * cues_per_run
+        server = self.server.proc.pid if self.server.proc else 0
+        cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), cpu_s(server))
+        t0 = time.time()
+        await self.start_many(prefix, name, version, run_ids)
+        await self.wait_idle(prefix, 600)
+        wall = time.monotonic() - cpu0[2]
+        hub_cpu, echo_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(echo.pid) - cpu0[1]
+        redis_cpu = cpu_s(server) - cpu0[3]
+        runs = await self.finished(prefix, run_ids)
+        cues = [cr for r in runs for cr in r.cues.values()]
         return {
             "per_s": jobs / (max(r.completed_at for r in runs) - t0),
-            "first_go_s": first_go - t0,
+            "first_go_s": min(g["at"] for cr in cues for g in cr.gos) - t0,
+            "first_done_s": min(cr.completed_at for cr in cues) - t0,
             "hub_cpu_us": hub_cpu / jobs * 1e6, "echo_cpu_us": echo_cpu / jobs * 1e6,
             "hub_busy": hub_cpu / wall, "echo_busy": echo_cpu / wall,
             "redis_cpu_us": redis_cpu / jobs * 1e6, "redis_busy": redis_cpu / wall,

@@ -44,6 +44,12 @@ def specialist(
     concurrency: Annotated[
         int, typer.Option("--concurrency", min=1, envvar="CALLBOARD_CONCURRENCY")
     ] = 1,
+    prefetch: Annotated[
+        int | None,
+        typer.Option(
+            "--prefetch", min=1, help="entries held at most, running or queued (4 x concurrency)"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", envvar="CALLBOARD_LOG_LEVEL")] = "INFO",
 ) -> None:
     """Run one specialist replica until SIGTERM/SIGINT or a broadcast.shutdown drains it."""
@@ -52,10 +58,11 @@ def specialist(
     )
     try:
         cls = load(kind)
+        settings = Settings() if prefetch is None else Settings(prefetch=prefetch)
         spec = cls(
             agent,
             replica,
-            Settings(),
+            settings,
             read_contract(contract) if contract else None,
             concurrency,
         )

@@ -32,6 +32,15 @@ from protocols.transport import Transport
 log = logging.getLogger(__name__)
 
 
+# The state a cue enters -> the phase it left, and the CueRun times that span that phase.
+_PHASE_LEFT: dict[str, tuple[str, str, str]] = {
+    CueState.STANDBY: (Phase.WARNING.value, "warned_at", "standby_at"),
+    CueState.GO: (Phase.STANDBY.value, "standby_at", "go_at"),
+    CueState.COMPLETED: (Phase.GO.value, "go_at", "completed_at"),
+    CueState.FAILED: (Phase.GO.value, "go_at", "completed_at"),
+}
+
+
 class HubSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="CALLBOARD_", extra="ignore")
 
@@ -166,19 +175,15 @@ class Hub:
 
     def _observe_phase(self, run_id: str, event: dict[str, Any]) -> None:
         """A cue left a phase: record how long it spent there."""
-        run = self.driver.engine.runs.get(run_id)
-        cr = run.cues.get(event.get("cue", "")) if run else None
-        if cr is None:
+        span = _PHASE_LEFT.get(event.get("state", ""))
+        run = self.driver.engine.runs.get(run_id) if span is not None else None
+        cr = run.cues.get(event.get("cue", "")) if run is not None else None
+        if span is None or cr is None:
             return
-        spans = {
-            CueState.STANDBY.value: (Phase.WARNING, cr.warned_at, cr.standby_at),
-            CueState.GO.value: (Phase.STANDBY, cr.standby_at, cr.go_at),
-            CueState.COMPLETED.value: (Phase.GO, cr.go_at, cr.completed_at),
-            CueState.FAILED.value: (Phase.GO, cr.go_at, cr.completed_at),
-        }
-        phase, since, until = spans.get(event.get("state", ""), (None, None, None))
-        if phase is not None and since is not None and until is not None and until >= since:
-            self.metrics.phase.labels(phase.value).observe(until - since)
+        phase, since_field, until_field = span
+        since, until = getattr(cr, since_field), getattr(cr, until_field)
+        if since is not None and until is not None and until >= since:
+            self.metrics.phase.labels(phase).observe(until - since)
 
     # -- commands the leader serves -------------------------------------------------------
     def _handlers(self) -> dict[str, Any]:

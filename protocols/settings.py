@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     # at-least-once delivery
     block_ms: int = 1_000
     read_count: int = 100
-    prefetch: int = 64
+    prefetch: int = 0  # entries a replica holds at most (running or queued); 0: 4 x concurrency
     min_idle_ms: int = 30_000  # an entry idle this long in a dead replica is reclaimed
     claim_interval_ms: int = 1_000
     max_deliveries: int = 5  # then the entry is dead-lettered as poison

@@ -94,9 +94,7 @@ class EngineBase:
             cr.error = extra["root"]
         self._dirty(run, cue_id)
         if changed:
-            self._event(
-                run, "cue", cue=cue_id, state=state.value, reason=reason, attempt=cr.attempt
-            )
+            self._event(run, "cue", cue=cue_id, state=state, reason=reason, attempt=cr.attempt)
 
     def _event(self, run: RunState, kind: str, **data: Any) -> None:
         self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))

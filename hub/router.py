@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic_core import to_json
 
 from hub.engine import inputs
 from hub.engine.core import Engine
@@ -220,8 +221,8 @@ def _xacks(deliveries: list[Delivery]) -> list[list[Any]]:
 
 def _audit_entry(messages: list[Envelope]) -> bytes:
     """One audit entry per routed batch, listing every message in it (id, type, who, run)."""
-    return json.dumps([
+    return to_json([
         {"id": m.message_id, "type": m.message_type.value, "from": m.from_agent,
          "to": list(m.target_agents), "run": m.run_id, "cue": m.cue_id}
         for m in messages
-    ]).encode()  # fmt: skip
+    ])  # fmt: skip

@@ -115,6 +115,7 @@ class Hub:
             asyncio.create_task(self.leadership.keep(leading_ends), name="lease"),
             asyncio.create_task(self.router.run(leading_ends), name="router"),
             asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
+            asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),
             asyncio.create_task(server.run(leading_ends), name="commands"),
             asyncio.create_task(self.scheduler.run(leading_ends), name="schedules"),
         ]

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import to_json
+
 from hub.engine.escalations import Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.state import CueRun, RunState
@@ -210,13 +212,13 @@ class StateStore:
         for run_id, event in out.events:
             ops.append([
                 "XADD", sk.events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
-                "e", json.dumps(event, default=str),
+                "e", to_json(event, fallback=str),
             ])  # fmt: skip
         for esc in out.escalations.values():
             ops.append(["SET", sk.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", sk.escalations, str(esc.created_at), esc.id])
         for run_id, key, entry in out.context:
-            ops.append(["HSET", sk.context(run_id), key, json.dumps(entry, default=str)])
+            ops.append(["HSET", sk.context(run_id), key, to_json(entry, fallback=str)])
         ops.extend(out.raw)
         if out.resources_changed:
             ops.append(["SET", sk.resources, json.dumps(engine.book.dump())])

@@ -43,6 +43,8 @@ PATTERN_NAMES.update({
 
 
 def _unique(items: list[str]) -> list[str]:
+    if len(items) < 2 or len(set(items)) == len(items):
+        return items
     seen: set[str] = set()
     for item in items:
         if item in seen:

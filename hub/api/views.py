@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from hub.api.schemas import CuePublic, RunPublic, RunRecordPublic, RunSummary, ts
-from hub.engine.state import CueRun, RunState
+from hub.engine.state import QUEUED, CueRun, RunState
+from protocols.states import CueState
 
 
 def cue_public(cr: CueRun) -> CuePublic:
     return CuePublic(
-        state=cr.state.value, reason=cr.reason, attempt=cr.attempt, retries_used=cr.retries_used,
+        state=cr.state.value, attempt=cr.attempt, retries_used=cr.retries_used,
+        reason=QUEUED if cr.reason is None and cr.state is CueState.PENDING else cr.reason,
         fired_by=cr.fired_by.value if cr.fired_by else None,
         go_by=cr.go_by.value if cr.go_by else None,
         warned_at=ts(cr.warned_at), standby_at=ts(cr.standby_at), go_at=ts(cr.go_at),

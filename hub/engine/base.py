@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,8 @@ class EngineBase:
         self.paused: str | None = None  # reason GOs are paused (critical escalation)
         self.out = Outbox()
         self.open: dict[str, int] = {}  # run id -> cues not yet done, kept by `_set`
+        # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
+        self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
     def take(self) -> Outbox:
         out, self.out = self.out, Outbox()

@@ -33,28 +33,54 @@ class Engine(ContestMixin, AlertsMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
-    def start_run(self, plan: Plan, run_id: str, params: dict[str, Any], dry: bool) -> RunState:
+    def start_run(
+        self, plan: Plan, run_id: str, params: dict[str, Any], dry: bool, chunk: int | None = None
+    ) -> RunState:
+        """Start a run: its cues are evaluated in declaration order, the first `chunk` now
+        (all when None) and the rest by `work_backlog` in later steps, so a run of 10,000
+        cues sends its first GOs at once and does not stall other runs while it starts."""
         now = self.clock()
         run = RunState(
             run_id=run_id, cuelist=plan.name, version=plan.version, dry=dry,
             params=params, created_at=now, started_at=now,
             cues={cue_id: CueRun() for cue_id in plan.order},
         )  # fmt: skip
-        self.adopt(run, plan)
+        self.adopt(run, plan, new=True)
         self._event(run, "run", status=run.status.value)
-        for cue_id in plan.order:
-            self.evaluate(run, cue_id)
-        self._check_done(run)
+        self.work_backlog(chunk)
         return run
 
-    def adopt(self, run: RunState, plan: Plan) -> None:
-        """Take charge of a run (new, or loaded after a restart or a leader change)."""
+    def work_backlog(self, limit: int | None = None) -> bool:
+        """Evaluate up to `limit` queued cues (all when None); True while more are queued."""
+        touched: dict[str, RunState] = {}
+        done = 0
+        while self.backlog and (limit is None or done < limit):
+            run_id, cue_id = self.backlog.popleft()
+            run = self.runs.get(run_id)
+            if run is None or run.cues[cue_id].state is not CueState.PENDING:
+                continue  # ended, or moved on (a predecessor's completion evaluated it)
+            done += 1
+            touched[run_id] = run
+            self.evaluate(run, cue_id)
+        for run in touched.values():
+            self._check_done(run)
+        return bool(self.backlog)
+
+    def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
+        """Take charge of a run (new, or loaded after a restart or a leader change); its
+        cues never evaluated (PENDING) join the backlog. The whole run is written again,
+        except the untouched cues of a new one (a cue not stored reads back as PENDING)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
         self.out.fresh.add(run.run_id)
+        self._dirty(run)
         for cue_id, cr in run.cues.items():
-            self._dirty(run, cue_id)
+            pending = cr.state is CueState.PENDING
+            if pending:
+                self.backlog.append((run.run_id, cue_id))
+            if not (new and pending):
+                self._dirty(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)

@@ -30,6 +30,7 @@ from protocols.keys import Keys
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
+BACKLOG_CHUNK = 256  # cues a step evaluates of a run that is starting (see Engine.start_run)
 R = TypeVar("R")
 
 
@@ -58,6 +59,7 @@ class Driver:
         self._durable = 0  # steps covered by a finished commit
         self._timers: list[Timer] = []
         self._wake = asyncio.Event()
+        self._backlog = asyncio.Event()
         self._plans: dict[tuple[str, str], Plan] = {}
 
     # -- state ----------------------------------------------------------------------------
@@ -152,6 +154,8 @@ class Driver:
             heapq.heappush(self._timers, timer)
         if out.timers:
             self._wake.set()
+        if self.engine.backlog:
+            self._backlog.set()
         if self.on_commit is not None:
             self.on_commit(out)
         for run_id in out.finished:
@@ -171,7 +175,21 @@ class Driver:
                 self.engine.runs[run_id] = run
                 await self._commit(out)
             return run
-        return await self.step(lambda e: e.start_run(plan, run_id, params, dry=False))
+        return await self.step(
+            lambda e: e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK)
+        )
+
+    async def run_backlog(self, stop: asyncio.Event) -> None:
+        """Evaluate the cues of starting runs, a chunk per step, between other steps."""
+        while not stop.is_set():
+            if self.engine.backlog:
+                await self.step(lambda e: e.work_backlog(BACKLOG_CHUNK))
+                continue
+            self._backlog.clear()
+            if self.engine.backlog:  # queued between the check and the clear
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._backlog.wait(), 1.0)
 
     async def run_timers(self, stop: asyncio.Event) -> None:
         """Fire deadlines when due; rebuilt from run state after a restart."""

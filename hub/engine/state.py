@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 from protocols.states import CueState, FiredBy, Phase, RunStatus, TargetState
 
+QUEUED = "queued: the run is starting"  # shown as the reason of a cue not yet evaluated
+
 
 class CueRun(BaseModel):
     """One cue within one run."""

@@ -34,10 +34,27 @@ class Sim:
         self.outs: list[Outbox] = []
         self.persisted: dict[str, dict[bytes, bytes]] = {}  # what the store would hold
 
-    def start(self, run_id: str = "r1", plan: Plan | None = None) -> RunState:
-        run = self.engine.start_run(plan or self.plans[0], run_id, {}, dry=False)
+    def start(
+        self, run_id: str = "r1", plan: Plan | None = None, chunk: int | None = None
+    ) -> RunState:
+        run = self.engine.start_run(plan or self.plans[0], run_id, {}, dry=False, chunk=chunk)
         self._drain()
         return run
+
+    def work_backlog(self, chunk: int | None = None) -> bool:
+        more = self.engine.work_backlog(chunk)
+        self._drain()
+        return more
+
+    def restart(self) -> None:
+        """A new engine that resumes every active run from what the store holds."""
+        runs = {run_id: read_run(fields) for run_id, fields in self.persisted.items()}
+        plans = dict(self.engine.plans)
+        self.engine = Engine(KEYS, clock=lambda: self.now)
+        for run_id, run in runs.items():
+            if run is not None and not run.status.done:
+                self.engine.adopt(run, plans[run_id])
+        self._drain()
 
     def _drain(self) -> None:
         out = self.engine.take()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hub.api.views import cue_public
 from protocols import payloads as p
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
@@ -300,3 +301,59 @@ def test_invalid_handoff_is_refused_naming_missing_keys_and_fails_the_cue() -> N
     assert esc.payload["missing"] == ["test_plan"]
     assert sim.cue("CODE").state is CueState.FAILED
     assert sim.cue("TEST").state is CueState.BLOCKED
+
+
+WIDE = """
+cuelist: wide
+start: [E1, E2, E3, E4, E5]
+cues:
+  - {id: E1, target_agents: [a], coordination: direct}
+  - {id: E2, target_agents: [a], coordination: direct}
+  - {id: E3, target_agents: [a], coordination: direct}
+  - {id: E4, target_agents: [a], coordination: direct}
+  - {id: E5, target_agents: [a], coordination: direct, auto_follow: F}
+  - {id: F, target_agents: [a], coordination: direct}
+"""
+
+
+def test_a_big_run_starts_in_chunks_and_each_cue_fires_once() -> None:
+    sim = Sim(plan_of(WIDE))
+    sim.start(chunk=2)
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E1", "E2"]
+    queued = sim.cue("E3")
+    assert queued.state is CueState.PENDING
+    assert cue_public(queued).reason == "queued: the run is starting"  # as the API shows it
+    sim.complete("a", "E1")  # work goes on while the rest is queued
+    assert sim.work_backlog(2)  # E3, E4; more left
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E3", "E4"]
+    assert not sim.work_backlog(2)  # E5 fires, F waits for it
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E5"]
+    assert sim.cue("F").state is CueState.WAITING
+    for cue in ("E2", "E3", "E4", "E5"):
+        sim.complete("a", cue)
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["F"]
+    sim.complete("a", "F")
+    assert sim.run().status is RunStatus.SUCCESS
+    assert sim.run().fired() == ["E1", "E2", "E3", "E4", "E5", "F"]
+
+
+def test_a_successor_evaluated_before_its_turn_in_the_backlog_is_not_fired_twice() -> None:
+    sim = Sim(plan_of(DIRECT))
+    sim.start(chunk=1)  # A fires; B is queued
+    assert sim.cue("B").state is CueState.PENDING
+    sim.complete("a", "A")  # B fires now, as A's auto_follow
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["A", "B"]
+    assert not sim.work_backlog()
+    assert sim.take_sent(T.TASK_ASSIGN) == []
+    assert sim.cue("B").attempt == 1
+
+
+def test_a_restarted_engine_evaluates_the_cues_a_start_left_queued() -> None:
+    sim = Sim(plan_of(WIDE))
+    sim.start(chunk=3)
+    assert len(sim.take_sent(T.TASK_ASSIGN)) == 3
+    sim.restart()  # the hub died with E4 and E5 queued: only the store is left
+    assert sim.cue("E4").state is CueState.PENDING
+    assert not sim.work_backlog()
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E4", "E5"]
+    assert sim.cue("E1").attempt == 1 and len(sim.cue("E1").gos) == 1  # not fired again

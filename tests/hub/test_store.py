@@ -50,3 +50,46 @@ async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     assert driver.engine.book.holder_of("runner") is None
     saved = json.loads(await real_redis.get(store.sk.resources))
     assert saved["held"] == {}  # and the release is written, fenced like any state
+
+
+async def test_a_big_run_starts_in_committed_chunks_between_other_steps(
+    real_redis: Any, keys: Keys
+) -> None:
+    """A run of 600 entry cues: its start commits the first chunk of assigns; the backlog
+    loop commits the rest, a chunk per fenced write, and each cue is assigned once."""
+    import asyncio
+
+    from hub.cuelists import CuelistStore
+    from hub.engine.driver import BACKLOG_CHUNK, Driver
+    from protocols.canonical import canonical_json
+    from protocols.validation import load_cuelist
+    from tests.helpers import eventually
+
+    n = 600
+    cues = [{"id": f"J{i:03d}", "target_agents": ["w"], "coordination": "direct"} for i in range(n)]
+    cuelist, version = load_cuelist(
+        {"cuelist": "big", "start": [c["id"] for c in cues], "cues": cues}
+    )
+    cuelists = CuelistStore(real_redis, keys)
+    await cuelists.put(cuelist, version, canonical_json(cuelist), None)
+    store = StateStore(real_redis, keys)
+    await real_redis.set(store.sk.leader, "hub-a:1")
+    driver = Driver(store, cuelists, keys, lambda: "hub-a:1")
+    await driver.start_run("big", version, "r1", {}, False)
+    assert await real_redis.xlen(keys.inbox("w")) == BACKLOG_CHUNK  # the first chunk, at once
+    stop = asyncio.Event()
+    loop = asyncio.create_task(driver.run_backlog(stop))
+    try:
+        await eventually(lambda: _assigned(real_redis, keys), 10, message="every cue assigned")
+    finally:
+        stop.set()
+        await loop
+    entries = await real_redis.xrange(keys.inbox("w"))
+    cue_ids = [json.loads(fields[b"m"])["cue_id"] for _, fields in entries]
+    assert sorted(cue_ids) == [c["id"] for c in cues]  # each once
+    (run,) = await store.runs(["r1"])
+    assert all(cr.state.value == "go" for cr in run.cues.values())
+
+
+async def _assigned(client: Any, keys: Keys) -> bool:
+    return bool(await client.xlen(keys.inbox("w")) >= 600)

@@ -176,12 +176,13 @@ class Runtime:
                 n = None if n is None else n - 1
 
     def read_budget(self) -> int:
-        """How many entries to take now: room up to `prefetch` held (running or queued for a
-        slot; work done and only being written does not count). While work is queued, wait
-        until half the room is free, so reads come in batches; with nothing queued, take at
-        least one, so acks keep flowing while every slot is busy."""
-        room = self.prefetch - len(self.in_flight) + self.settling
-        if not self.waiting:
+        """How many entries to take now. A replica holds up to `prefetch` (work done and only
+        being written does not count); when everything it holds is running, it takes one
+        more, so acks keep flowing while every slot is busy. While entries wait their turn,
+        it reads again only once half the room is free, so reads come in batches."""
+        held = len(self.in_flight) - self.settling
+        room = self.prefetch - held
+        if held <= self.busy:  # nothing waits (read but not yet running counts as waiting)
             return max(room, 1)
         return room if room * 2 >= self.prefetch else 0
 

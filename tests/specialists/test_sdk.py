@@ -361,3 +361,24 @@ async def test_standdown_stops_work_in_progress_and_reports_it(
     assert Scripted.running == 0  # the execute hook was interrupted, not left running
     await eventually(lambda: _zero(hub))  # acknowledged: not redelivered to anyone
     assert not await hub.of(M.STATUS_COMPLETED)
+
+
+async def test_a_replica_holds_at_most_prefetch_entries(
+    start: Starter, hub: HubSide, settings: Settings
+) -> None:
+    """Concurrency 1, prefetch 2: one entry runs, one waits for the slot, the rest stay in
+    the stream for any replica; all are worked once the slot frees."""
+    await start(Scripted, settings_=settings.model_copy(update={"prefetch": 2}))
+    for n in range(5):
+        await hub.go(f"CUE-{n}", block=True)
+    await eventually(lambda: _held(hub, 2), message="two entries read")
+    assert Scripted.running == 1
+    assert await hub.pending() == 2
+    assert Scripted.release is not None
+    Scripted.release.set()
+    await hub.wait(M.STATUS_COMPLETED, n=5)
+    assert Scripted.most_running == 1
+
+
+async def _held(hub: HubSide, n: int) -> bool:
+    return await hub.pending() >= n

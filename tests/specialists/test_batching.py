@@ -1,0 +1,83 @@
+"""The replica's write coalescer: order kept, concurrent writes batched, failures shared."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from specialists.batching import Coalescer
+
+
+class Sink:
+    """A flush that records each batch; `fail` makes the next batch raise."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.fail: Exception | None = None
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.flushing = asyncio.Event()
+
+    async def flush(self, items: list[int]) -> list[int]:
+        self.flushing.set()
+        await self.gate.wait()
+        self.batches.append(items)
+        if self.fail is not None:
+            exc, self.fail = self.fail, None
+            raise exc
+        return [i * 10 for i in items]
+
+
+async def test_a_lone_call_is_written_alone_with_its_result() -> None:
+    sink = Sink()
+    assert await Coalescer(sink.flush, "t")(7) == 70
+    assert sink.batches == [[7]]
+
+
+async def test_calls_made_together_share_one_batch_in_call_order() -> None:
+    sink = Sink()
+    out = Coalescer(sink.flush, "t")
+    assert await asyncio.gather(*(out(i) for i in range(5))) == [0, 10, 20, 30, 40]
+    assert sink.batches == [[0, 1, 2, 3, 4]]
+
+
+async def test_calls_made_while_a_batch_is_in_flight_go_in_the_next() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    out = Coalescer(sink.flush, "t")
+    first = out.submit(1)
+    await sink.flushing.wait()  # [1] is in flight, held at the gate
+    later = [out.submit(i) for i in (2, 3)]
+    sink.gate.set()
+    assert await asyncio.gather(first, *later) == [10, 20, 30]
+    assert sink.batches == [[1], [2, 3]]
+
+
+async def test_a_batch_is_capped_and_the_rest_follows() -> None:
+    sink = Sink()
+    out = Coalescer(sink.flush, "t", most=3)
+    await asyncio.gather(*(out(i) for i in range(7)))
+    assert sink.batches == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+async def test_a_failed_batch_fails_each_of_its_calls_and_the_next_is_tried_afresh() -> None:
+    sink = Sink()
+    sink.fail = ConnectionError("redis gone")
+    out = Coalescer(sink.flush, "t")
+    results = await asyncio.gather(out(1), out(2), return_exceptions=True)
+    assert [type(r) for r in results] == [ConnectionError, ConnectionError]
+    assert await out(3) == 30
+    assert sink.batches == [[1, 2], [3]]
+
+
+async def test_post_does_not_wait_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    sink = Sink()
+    sink.fail = ConnectionError("redis gone")
+    out = Coalescer(sink.flush, "out")
+    with caplog.at_level(logging.WARNING, logger="callboard.specialists"):
+        out.post(1)
+        await out.idle()
+    assert sink.batches == [[1]]
+    assert "out write failed: redis gone" in caplog.text

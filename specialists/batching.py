@@ -50,10 +50,6 @@ class Coalescer(Generic[T, R]):
         while self._runner is not None and not self._runner.done():
             await asyncio.wait([self._runner])
 
-    def close(self) -> None:
-        if self._runner is not None:
-            self._runner.cancel()
-
     async def _run(self) -> None:
         while self._queue:
             await self._gather()

@@ -56,8 +56,10 @@ def hub_process(
 ) -> None:
     """One hub (router, engine, commands) on `prefix`, as `callboard hub` runs it minus HTTP."""
     from hub.service import Hub, HubSettings
+    from protocols.process import tune_gc
 
     _quiet()
+    tune_gc()  # as `callboard hub` does
 
     async def main() -> None:
         settings = HubSettings(redis_url=url, prefix=prefix, early_warning=early_warning)
@@ -84,11 +86,13 @@ def agents_process(
     """Echo specialists for `agents`, one asyncio task each. When stopped, sends back
     [(run_id, message_type, agent, epoch_s)]: when each coord.* message came off the wire
     (before decoding) and when each ack was written."""
+    from protocols.process import tune_gc
     from protocols.settings import Settings
     from protocols.transport import Transport
     from specialists.builtin.echo import Echo
 
     _quiet()
+    tune_gc()  # as Specialist.main does
     seen: list[tuple[str | None, str, str, float]] = []
 
     class TimedTransport(Transport):

@@ -15,6 +15,7 @@ import uvicorn
 
 from hub.api import create_app
 from hub.service import Hub, HubSettings
+from protocols.process import tune_gc
 
 LOOPBACK_NAMES = ("localhost",)
 GRACEFUL_S = 5
@@ -45,6 +46,7 @@ class _Server(uvicorn.Server):
 
 def serve(settings: HubSettings, log_level: str = "info") -> None:
     """Run the hub and its API until a signal."""
+    tune_gc()
     app = create_app(Hub(settings))
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level.lower(),

@@ -14,6 +14,7 @@ from protocols.codec import Envelope
 from protocols.contracts import Contract
 from protocols.keys import is_agent_id
 from protocols.payloads import BroadcastNotice, TaskHandoff
+from protocols.process import tune_gc
 from protocols.settings import Settings
 from protocols.transport import Transport
 from specialists.cue import Cue, Result
@@ -142,6 +143,7 @@ class Specialist:
 def main(specialist: Specialist) -> int:
     """Run `specialist` until a signal drains it: 0 on a clean stop, 1 when it crashed.
     A second signal during the drain stops at once (work in progress stays pending)."""
+    tune_gc()
 
     async def _run() -> None:
         loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from pydantic_core import to_json
@@ -158,7 +159,9 @@ class Router:
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
             raw = [*_xadds(forwards), *_xacks(done)]
-            await self.driver.step(lambda e: self._apply(e, engine_msgs, bad, raw))
+            step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw)
+            only_audit = all(stream == self.keys.audit for stream, _ in forwards)
+            await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
             await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
 

@@ -31,6 +31,7 @@ from protocols.keys import Keys
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
 BACKLOG_CHUNK = 256  # cues a step evaluates of a run that is starting (see Engine.start_run)
+LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
 R = TypeVar("R")
 
 
@@ -60,12 +61,17 @@ class Driver:
         self._timers: list[Timer] = []
         self._wake = asyncio.Event()
         self._backlog = asyncio.Event()
+        self._linger: asyncio.Task[None] | None = None
+        self._linger_failed: BaseException | None = None
         self._plans: dict[tuple[str, str], Plan] = {}
 
     # -- state ----------------------------------------------------------------------------
     async def load(self) -> int:
         """Resume every active run from Redis (after a restart or a leader change)."""
         async with self._commit_lock, self._lock:
+            if self._linger is not None:  # what it would have written is read back instead
+                self._linger.cancel()
+            self._linger_failed = None
             previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
@@ -117,13 +123,21 @@ class Driver:
             self._plans[key] = Plan.build(cuelist, version)
         return self._plans[key]
 
-    async def step(self, fn: Callable[[Engine], R]) -> R:
+    async def step(self, fn: Callable[[Engine], R], quiet_may_wait: bool = False) -> R:
         """Run `fn` on the engine; return once what it produced is committed.
 
         Group commit: steps that arrive while a write is in flight are committed together
         by the next one, so concurrent inputs (router batches, operator commands, timers)
         share fenced writes instead of queueing one round trip each.
+
+        With `quiet_may_wait` (the router's steps: their XACKs ride in the write), a step
+        that sends nothing and sets no deadline (an ack that leaves its cue waiting for
+        others) returns at once and is written with the next step, or after LINGER_S:
+        the rest of a phase's acks then go in one write instead of one write each.
         """
+        if self._linger_failed is not None:
+            failure, self._linger_failed = self._linger_failed, None
+            raise failure
         failure: BaseException | None = None
         async with self._lock:
             try:
@@ -132,10 +146,25 @@ class Driver:
                 failure = exc
             self._applied += 1
             mine = self._applied
+            wait = quiet_may_wait and failure is None and self.engine.out.quiet()
+        if wait:
+            if self._linger is None or self._linger.done():
+                self._linger = asyncio.create_task(self._linger_then_flush())
+            return result
         await self._flush(mine)
         if failure is not None:
             raise failure
         return result
+
+    async def _linger_then_flush(self) -> None:
+        """Write what quiet steps left, until nothing is left: a quiet step that lands while
+        this write is in flight finds this task still running and counts on it."""
+        try:
+            while self._durable < self._applied:
+                await asyncio.sleep(LINGER_S)
+                await self._flush(self._applied)
+        except Exception as exc:  # surfaces in the next step (StaleLeader, Redis down)
+            self._linger_failed = exc
 
     async def _flush(self, upto: int) -> None:
         async with self._commit_lock:

@@ -35,6 +35,13 @@ class Outbox:
     resources_changed: bool = False
     paused_changed: bool = False
 
+    def quiet(self) -> bool:
+        """Nothing to send and no deadline to set: state, events and raw ops only."""
+        return not (
+            self.messages or self.escalations or self.context or self.timers or self.finished
+            or self.fresh or self.resources_changed or self.paused_changed
+        )  # fmt: skip
+
     def __bool__(self) -> bool:
         return bool(
             self.messages or self.events or self.escalations or self.context or self.dirty

@@ -93,3 +93,86 @@ async def test_a_big_run_starts_in_committed_chunks_between_other_steps(
 
 async def _assigned(client: Any, keys: Keys) -> bool:
     return bool(await client.xlen(keys.inbox("w")) >= 600)
+
+
+async def _two_target_run(real_redis: Any, keys: Keys) -> tuple[Any, StateStore]:
+    """A driver leading on `keys` with run r1 started: cue C, targets a and b, warned."""
+    from hub.cuelists import CuelistStore
+    from hub.engine.driver import Driver
+    from protocols.canonical import canonical_json
+    from protocols.validation import load_cuelist
+
+    data = {"cuelist": "two", "cues": [{"id": "C", "target_agents": ["a", "b", "c"]}]}
+    cuelist, version = load_cuelist(data)
+    cuelists = CuelistStore(real_redis, keys)
+    await cuelists.put(cuelist, version, canonical_json(cuelist), None)
+    store = StateStore(real_redis, keys)
+    await real_redis.set(store.sk.leader, "hub-a:1")
+    driver = Driver(store, cuelists, keys, lambda: "hub-a:1")
+    await driver.start_run("two", version, "r1", {}, False)
+    return driver, store
+
+
+def _ack(agent: str) -> Any:
+    from hub.engine import inputs
+    from protocols import payloads as p
+    from protocols.codec import make
+    from protocols.messages import MessageType as T
+
+    msg = make(T.ACK_WARNING, p.AckWarning(), from_agent=agent, run_id="r1", cue_id="C")
+    return lambda e: inputs.handle(e, msg)
+
+
+def _count_commits(store: StateStore, gate: Any = None) -> list[int]:
+    commits: list[int] = []
+    real_commit = store.commit
+
+    async def counted(*args: Any) -> None:
+        commits.append(1)
+        if gate is not None:
+            await gate.wait()
+        await real_commit(*args)
+
+    store.commit = counted  # type: ignore[method-assign]
+    return commits
+
+
+async def test_a_step_that_sends_nothing_shares_the_next_write(real_redis: Any, keys: Keys) -> None:
+    """An ack that leaves its cue waiting returns before any write (the router's XACK rides
+    later); it is written within LINGER_S, or with the next step that sends something."""
+    from tests.helpers import eventually
+
+    driver, store = await _two_target_run(real_redis, keys)
+    commits = _count_commits(store)
+    await driver.step(_ack("a"), quiet_may_wait=True)
+    assert commits == []  # returned at once: nothing to send
+    await eventually(lambda: _target(store, "a", "prepared"), 5, message="written by the linger")
+    assert len(commits) == 1
+    await driver.step(_ack("b"), quiet_may_wait=True)
+    await driver.step(_ack("c"), quiet_may_wait=True)  # completes the phase: STANDBY goes out
+    assert len(commits) == 2  # b's ack went with c's
+    assert await real_redis.xlen(keys.inbox("c")) == 2  # WARNING, then STANDBY, written
+
+
+async def test_a_quiet_step_during_the_lingering_write_is_written_too(
+    real_redis: Any, keys: Keys
+) -> None:
+    import asyncio
+
+    from tests.helpers import eventually
+
+    driver, store = await _two_target_run(real_redis, keys)
+    gate = asyncio.Event()
+    commits = _count_commits(store, gate)
+    await driver.step(_ack("a"), quiet_may_wait=True)
+    await eventually(lambda: len(commits) == 1, 5, message="the linger's write started")
+    await driver.step(_ack("b"), quiet_may_wait=True)  # lands while that write is held
+    gate.set()
+    # b's step (its XACK, its events) needs a write of its own once the held one is done
+    await eventually(lambda: len(commits) == 2, 5, message="a second write")
+    await eventually(lambda: _target(store, "b", "prepared"), 5, message="b's ack written")
+
+
+async def _target(store: StateStore, agent: str, state: str) -> bool:
+    (run,) = await store.runs(["r1"])
+    return run.cues["C"].targets.get(agent) == state

@@ -1,0 +1,138 @@
+"""The engine's driver on a real server: resuming as a new leader, big runs starting in
+chunks, and steps that send nothing sharing the next fenced write."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from hub.cuelists import CuelistStore
+from hub.engine import inputs
+from hub.engine.driver import BACKLOG_CHUNK, Driver
+from hub.engine.resources import Claim, ResourceBook
+from hub.store import StateStore
+from protocols import payloads as p
+from protocols.canonical import canonical_json
+from protocols.codec import make
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from protocols.states import ConflictStrategy
+from protocols.validation import load_cuelist
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+LEASE = "hub-a:1"
+
+
+async def _leading(real_redis: Any, keys: Keys, cuelist: dict[str, Any] | None = None) -> Driver:
+    """A driver that holds the lease on `keys`, with `cuelist` stored."""
+    store = StateStore(real_redis, keys)
+    await real_redis.set(store.sk.leader, LEASE)
+    cuelists = CuelistStore(real_redis, keys)
+    if cuelist is not None:
+        model, version = load_cuelist(cuelist)
+        await cuelists.put(model, version, canonical_json(model), None)
+    return Driver(store, cuelists, keys, lambda: LEASE)
+
+
+async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
+    real_redis: Any, keys: Keys
+) -> None:
+    book = ResourceBook()
+    book.claim(Claim("gone-run", "CUE-1", ("runner",), 5, ConflictStrategy.PRIORITY))
+    driver = await _leading(real_redis, keys)
+    await real_redis.set(driver.store.sk.resources, json.dumps(book.dump()))
+    await driver.load()
+    assert driver.engine.book.holder_of("runner") is None
+    saved = json.loads(await real_redis.get(driver.store.sk.resources))
+    assert saved["held"] == {}  # and the release is written, fenced like any state
+
+
+async def test_a_big_run_starts_in_committed_chunks_between_other_steps(
+    real_redis: Any, keys: Keys
+) -> None:
+    """A run of 600 entry cues: its start commits the first chunk of assigns; the backlog
+    loop commits the rest, a chunk per fenced write, and each cue is assigned once."""
+    n = 600
+    cues = [{"id": f"J{i:03d}", "target_agents": ["w"], "coordination": "direct"} for i in range(n)]
+    starts = [c["id"] for c in cues]
+    driver = await _leading(real_redis, keys, {"cuelist": "big", "start": starts, "cues": cues})
+    await driver.start_run("big", None, "r1", {}, False)
+    assert await real_redis.xlen(keys.inbox("w")) == BACKLOG_CHUNK  # the first chunk, at once
+    stop = asyncio.Event()
+    loop = asyncio.create_task(driver.run_backlog(stop))
+    try:
+        await eventually(lambda: _inbox_holds(real_redis, keys, n), 10, message="all assigned")
+    finally:
+        stop.set()
+        await loop
+    entries = await real_redis.xrange(keys.inbox("w"))
+    assert sorted(json.loads(fields[b"m"])["cue_id"] for _, fields in entries) == starts
+    (run,) = await driver.store.runs(["r1"])
+    assert all(cr.state.value == "go" for cr in run.cues.values())
+
+
+async def _inbox_holds(client: Any, keys: Keys, n: int) -> bool:
+    return bool(await client.xlen(keys.inbox("w")) >= n)
+
+
+THREE = {"cuelist": "three", "cues": [{"id": "C", "target_agents": ["a", "b", "c"]}]}
+
+
+def _ack(agent: str) -> Any:
+    msg = make(T.ACK_WARNING, p.AckWarning(), from_agent=agent, run_id="r1", cue_id="C")
+    return lambda e: inputs.handle(e, msg)
+
+
+def _count_commits(store: StateStore, gate: asyncio.Event | None = None) -> list[int]:
+    commits: list[int] = []
+    real_commit = store.commit
+
+    async def counted(*args: Any) -> None:
+        commits.append(1)
+        if gate is not None:
+            await gate.wait()
+        await real_commit(*args)
+
+    store.commit = counted  # type: ignore[method-assign]
+    return commits
+
+
+async def _target(store: StateStore, agent: str, state: str) -> bool:
+    (run,) = await store.runs(["r1"])
+    return run.cues["C"].targets.get(agent) == state
+
+
+async def test_a_step_that_sends_nothing_shares_the_next_write(real_redis: Any, keys: Keys) -> None:
+    """An ack that leaves its cue waiting returns before any write (the router's XACK rides
+    later); it is written within LINGER_S, or with the next step that sends something."""
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    commits = _count_commits(driver.store)
+    await driver.step(_ack("a"), quiet_may_wait=True)
+    assert commits == []  # returned at once: nothing to send
+    await eventually(lambda: _target(driver.store, "a", "prepared"), 5, message="lingered")
+    assert len(commits) == 1
+    await driver.step(_ack("b"), quiet_may_wait=True)
+    await driver.step(_ack("c"), quiet_may_wait=True)  # completes the phase: STANDBY goes out
+    assert len(commits) == 2  # b's ack went with c's
+    assert await real_redis.xlen(keys.inbox("c")) == 2  # WARNING, then STANDBY, written
+
+
+async def test_a_quiet_step_during_the_lingering_write_is_written_too(
+    real_redis: Any, keys: Keys
+) -> None:
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    gate = asyncio.Event()
+    commits = _count_commits(driver.store, gate)
+    await driver.step(_ack("a"), quiet_may_wait=True)
+    await eventually(lambda: len(commits) == 1, 5, message="the linger's write started")
+    await driver.step(_ack("b"), quiet_may_wait=True)  # lands while that write is held
+    gate.set()
+    # b's step (its XACK, its events) needs a write of its own once the held one is done
+    await eventually(lambda: len(commits) == 2, 5, message="a second write")
+    await eventually(lambda: _target(driver.store, "b", "prepared"), 5, message="b written")

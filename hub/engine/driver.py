@@ -135,9 +135,9 @@ class Driver:
         others) returns at once and is written with the next step, or after LINGER_S:
         the rest of a phase's acks then go in one write instead of one write each.
         """
-        if self._linger_failed is not None:
-            failure, self._linger_failed = self._linger_failed, None
-            raise failure
+        if self._linger_failed is not None:  # a quiet step's write failed: say so now
+            lingered, self._linger_failed = self._linger_failed, None
+            raise lingered
         failure: BaseException | None = None
         async with self._lock:
             try:

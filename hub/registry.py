@@ -14,6 +14,7 @@ from hub.store import StateKeys
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.contracts import Contract
+from protocols.errors import TransportError
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.transport import Transport
@@ -81,12 +82,14 @@ class Registry:
         """Every agent with its replicas' liveness, read from the consumer group."""
         raw = await self.transport.client.hgetall(self.sk.agents)  # not self.agents: the
         agents = {k.decode(): json.loads(v) for k, v in raw.items()}  # router owns that copy
+        names = sorted(agents)
+        try:  # one round trip for every agent's group
+            groups = await self.transport.consumers_of([(self.keys.inbox(a), a) for a in names])
+        except TransportError:
+            groups = [{} for _ in names]
         out = []
-        for agent, entry in sorted(agents.items()):
-            try:
-                consumers = await self.transport.consumers(self.keys.inbox(agent), agent)
-            except Exception:
-                consumers = {}
+        for agent, consumers in zip(names, groups, strict=True):
+            entry = agents[agent]
             replicas = []
             for name, info in sorted(entry.get("replicas", {}).items()):
                 seen = consumers.get(name)

@@ -32,7 +32,7 @@ from protocols.messages import SPECIALIST_SENDS
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.states import Severity
-from protocols.transport import Delivery, Transport
+from protocols.transport import Delivery, Transport, ack_commands
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Router:
         done = [d for d in batch if id(d) not in dead]
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
-            raw = [*_xadds(forwards), *_xacks(done)]
+            raw = [*_xadds(forwards), *ack_commands(done, HUB_GROUP)]
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
@@ -213,13 +213,6 @@ def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:
         ["XADD", stream, "*", STREAM_FIELD, m if isinstance(m, bytes) else encode(m)]
         for stream, m in items
     ]
-
-
-def _xacks(deliveries: list[Delivery]) -> list[list[Any]]:
-    by_stream: dict[str, list[str]] = {}
-    for d in deliveries:
-        by_stream.setdefault(d.stream, []).append(d.entry_id)
-    return [["XACK", stream, HUB_GROUP, *ids] for stream, ids in by_stream.items()]
 
 
 def _audit_entry(messages: list[Envelope]) -> bytes:

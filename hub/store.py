@@ -8,10 +8,8 @@ write is refused whole, so nothing it decided after losing the lease takes effec
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +22,7 @@ from protocols.codec import encode
 from protocols.errors import StaleLeader
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
-from protocols.transport import Redis, is_transient
+from protocols.transport import Redis, retry_transient
 
 EVENTS_MAXLEN = 5_000
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
@@ -49,6 +47,10 @@ while i <= last do
 end
 return done
 """
+
+
+def _log_retry(exc: BaseException, wait_s: float) -> None:
+    log.warning("state write: %s; retrying in %.2fs", exc, wait_s)
 
 
 def _flat(ops: list[list[Any]]) -> list[Any]:
@@ -175,20 +177,14 @@ class StateStore:
             return
         keys = [self.sk.leader, self.sk.keys.state("hub", "commit", new_id())]
         args = [lease_value, COMMIT_ID_TTL_MS, *_flat(ops)]
-        deadline = time.monotonic() + COMMIT_RETRY_S
-        delay_s = 0.05
-        while True:
-            try:
-                await self._commit(keys=keys, args=args)
-                return
-            except Exception as exc:
-                if "STALE" in str(exc):
-                    raise StaleLeader("leader lease lost: state write refused") from None
-                if not is_transient(exc) or time.monotonic() + delay_s > deadline:
-                    raise
-                log.warning("state write: %s; retrying in %.2fs", exc, delay_s)
-                await asyncio.sleep(delay_s)  # back off while Redis comes back
-                delay_s = min(delay_s * 2, 1.0)
+        try:  # back off while Redis comes back
+            await retry_transient(
+                lambda: self._commit(keys=keys, args=args), COMMIT_RETRY_S, _log_retry
+            )
+        except Exception as exc:
+            if "STALE" in str(exc):
+                raise StaleLeader("leader lease lost: state write refused") from None
+            raise
 
     def ops(self, out: Outbox, engine: Any) -> list[list[Any]]:
         sk = self.sk

@@ -53,10 +53,7 @@ async def eventually(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"condition not met within {timeout_s}s{': ' + message if message else ''}"
-                f" (last value: {value!r})"
-            )
+            raise _not_met(timeout_s, message, value)
         await asyncio.sleep(interval_s)
 
 
@@ -74,8 +71,10 @@ def eventually_sync(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"condition not met within {timeout_s}s{': ' + message if message else ''}"
-                f" (last value: {value!r})"
-            )
+            raise _not_met(timeout_s, message, value)
         time.sleep(interval_s)
+
+
+def _not_met(timeout_s: float, message: str, value: object) -> AssertionError:
+    what = f": {message}" if message else ""
+    return AssertionError(f"condition not met within {timeout_s}s{what} (last value: {value!r})")

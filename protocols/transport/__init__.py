@@ -20,10 +20,21 @@ from __future__ import annotations
 from protocols.transport._client import (
     Delivery,
     Redis,
+    ack_commands,
     connect,
     is_group_missing,
     is_transient,
+    retry_transient,
 )
 from protocols.transport._streams import Transport
 
-__all__ = ["Delivery", "Redis", "Transport", "connect", "is_group_missing", "is_transient"]
+__all__ = [
+    "Delivery",
+    "Redis",
+    "Transport",
+    "ack_commands",
+    "connect",
+    "is_group_missing",
+    "is_transient",
+    "retry_transient",
+]

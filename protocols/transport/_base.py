@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
-
 from protocols.keys import Keys
 from protocols.transport._client import (
     DEFAULT_RETRY_S,
     OnStateLost,
     Redis,
     T,
-    _transient,
     _translated,
     connect,
+    retry_transient,
 )
 
 
@@ -71,20 +69,4 @@ class _TransportBase:
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         """Run `fn` with retries on connection loss and errors translated."""
         with _translated(op):
-            try:  # the common case costs one call: the retry machinery only after a failure
-                return await fn()
-            except Exception as exc:
-                if not _transient(exc):
-                    raise
-        retrying = AsyncRetrying(
-            stop=stop_after_delay(self.retry_s),
-            wait=wait_random_exponential(multiplier=0.05, max=1.0),
-            retry=retry_if_exception(_transient),
-            reraise=True,
-        )
-
-        async def attempt() -> T:
-            return await fn()
-
-        with _translated(op):
-            return await retrying(attempt)
+            return await retry_transient(fn, self.retry_s)

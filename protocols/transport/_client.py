@@ -12,6 +12,13 @@ from redis import exceptions as rx
 from redis.asyncio import Redis as Redis  # re-exported: the client type, for callers
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from protocols.codec import Envelope
 from protocols.errors import ProtocolError, StateLost, TransportError
@@ -98,6 +105,12 @@ def _ids_by_stream(deliveries: Sequence[Delivery]) -> dict[str, list[str]]:
     return by_stream
 
 
+def ack_commands(deliveries: Sequence[Delivery], group: str) -> list[list[str]]:
+    """The XACKs of `deliveries` (one per stream) as raw commands, for a caller that sends
+    them inside its own atomic write (the hub's fenced script)."""
+    return [["XACK", stream, group, *ids] for stream, ids in _ids_by_stream(deliveries).items()]
+
+
 OnStateLost = Callable[[str, str], Awaitable[None]]  # (stream, group) recreated after NOGROUP
 
 
@@ -129,6 +142,40 @@ def is_transient(exc: BaseException) -> bool:
     """Is `exc` a lost or refused connection, worth retrying (for code that uses the client
     directly, such as the hub's state store, without importing redis)?"""
     return _transient(exc)
+
+
+async def retry_transient(
+    fn: Callable[[], Awaitable[T]],
+    total_s: float = DEFAULT_RETRY_S,
+    on_retry: Callable[[BaseException, float], None] | None = None,
+) -> T:
+    """`await fn()`, again on a lost connection (exponential backoff with jitter, at most
+    `total_s` in all) until it succeeds or fails otherwise; the last error is raised.
+    The one retry policy of every Redis call (the Transport's, the hub's state store's);
+    `on_retry(error, seconds)` hears of each wait. The common case costs one call."""
+    try:
+        return await fn()
+    except Exception as exc:
+        if not _transient(exc):
+            raise
+
+    def heard(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if on_retry is not None and error is not None:
+            on_retry(error, state.upcoming_sleep)
+
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(total_s),
+        wait=wait_random_exponential(multiplier=0.05, max=1.0),
+        retry=retry_if_exception(_transient),
+        reraise=True,
+        before_sleep=heard,
+    )
+
+    async def attempt() -> T:  # a coroutine function: tenacity awaits only those
+        return await fn()
+
+    return await retrying(attempt)
 
 
 def is_group_missing(exc: BaseException) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from redis import exceptions as rx
 
 from protocols.errors import TransportError
 from protocols.transport._base import _TransportBase
@@ -10,7 +13,9 @@ from protocols.transport._client import (
     _bytes,
     _GroupMissing,
     _id_key,
+    _is_group_missing,
     _text,
+    _translated,
 )
 
 
@@ -43,29 +48,31 @@ class _Upkeep(_TransportBase):
 
     async def consumers(self, stream: str, group: str) -> dict[str, dict[str, int]]:
         """XINFO CONSUMERS: {consumer: {"pending": n, "idle_ms": n, "inactive_ms": n}}."""
-        try:
-            rows = await self._call(
-                "XINFO CONSUMERS", lambda: self._client.xinfo_consumers(stream, group)
-            )
-        except _GroupMissing:
-            return {}
-        except TransportError as exc:
-            if "no such key" in str(exc):
-                return {}
-            raise
-        out = {}
-        for row in rows:
-            idle = int(row["idle"])
-            # `inactive` (since the last successful read) is reported from Redis 7.2 on.
-            inactive = row.get("inactive")
-            out[_text(row["name"])] = {
-                "pending": int(row["pending"]),
-                "idle_ms": idle,
-                "inactive_ms": idle if inactive is None or int(inactive) < 0 else int(inactive),
-                # before 7.2, `idle` counts only successful reads: a replica blocked in
-                # XREADGROUP looks idle, so idle time says nothing about liveness there
-                "idle_is_liveness": int(inactive is not None),
-            }
+        return (await self.consumers_of([(stream, group)]))[0]
+
+    async def consumers_of(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> list[dict[str, dict[str, int]]]:
+        """`consumers` for many (stream, group) pairs in one pipelined round trip; a missing
+        stream or group reads as no consumers."""
+        if not groups:
+            return []
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream, group in groups:
+                    pipe.xinfo_consumers(stream, group)
+                return await pipe.execute(raise_on_error=False)
+
+        out: list[dict[str, dict[str, int]]] = []
+        for reply in await self._call("XINFO CONSUMERS", send):
+            if isinstance(reply, rx.ResponseError):
+                if _is_group_missing(reply) or "no such key" in str(reply):
+                    out.append({})
+                    continue
+                with _translated("XINFO CONSUMERS"):
+                    raise reply
+            out.append({_text(row["name"]): _consumer(row) for row in reply})
         return out
 
     async def ensure_consumer(self, stream: str, group: str, consumer: str) -> None:
@@ -144,3 +151,17 @@ class _Upkeep(_TransportBase):
             if summary["pending"] and summary["min"] is not None:
                 floor = min(floor, _id_key(_text(summary["min"])))
         return floor
+
+
+def _consumer(row: dict[str, Any]) -> dict[str, int]:
+    idle = int(row["idle"])
+    # `inactive` (since the last successful read) is reported from Redis 7.2 on.
+    inactive = row.get("inactive")
+    return {
+        "pending": int(row["pending"]),
+        "idle_ms": idle,
+        "inactive_ms": idle if inactive is None or int(inactive) < 0 else int(inactive),
+        # before 7.2, `idle` counts only successful reads: a replica blocked in
+        # XREADGROUP looks idle, so idle time says nothing about liveness there
+        "idle_is_liveness": int(inactive is not None),
+    }

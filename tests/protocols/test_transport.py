@@ -510,6 +510,9 @@ async def test_consumers_and_missing_groups(transport: Transport, keys: Keys) ->
     assert info["idle_ms"] >= 0 and info["inactive_ms"] >= 0
     stats = await transport.stream_info(stream)
     assert stats is not None and stats["length"] == 1 and stats["groups"] == 1
+    missing_group, missing_stream = (stream, "other-group"), (keys.inbox("nobody"), GROUP)
+    many = await transport.consumers_of([(stream, GROUP), missing_group, missing_stream])
+    assert [sorted(c) for c in many] == [["r1"], [], []]  # one round trip for all three
 
 
 async def test_blocking_reads_stay_under_the_client_read_timeout(

@@ -159,3 +159,22 @@ async def test_unreachable_server_raises_transport_error_within_budget(keys: Key
         await t.read_group([keys.inbox("agent-a")], GROUP, "r1", block_ms=100)
     assert time.monotonic() - started < 5
     await t.close()
+
+
+async def test_retry_transient_retries_a_lost_connection_then_returns() -> None:
+    """The one retry policy: a lambda returning an awaitable (how callers pass Redis calls)
+    is awaited on every attempt; the first retry is at once, later ones wait and are
+    reported."""
+    from protocols.transport import retry_transient
+
+    calls: list[int] = []
+    waits: list[float] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("redis gone")
+        return "ok"
+
+    got = await retry_transient(lambda: flaky(), 5.0, lambda exc, wait_s: waits.append(wait_s))
+    assert (got, len(calls), len(waits)) == ("ok", 3, 1)

@@ -203,8 +203,12 @@ class StateStore:
             else:
                 ops.append(["SADD", sk.active_runs, run_id])
             ops.append(["ZADD", sk.all_runs, "NX", str(run.created_at), run_id])
+        encoded: dict[int, bytes] = {}  # a message to several inboxes is encoded once
         for stream, message in out.messages:
-            ops.append(["XADD", stream, "*", STREAM_FIELD, encode(message)])
+            data = encoded.get(id(message))
+            if data is None:
+                data = encoded[id(message)] = encode(message)
+            ops.append(["XADD", stream, "*", STREAM_FIELD, data])
         for run_id, event in out.events:
             ops.append([
                 "XADD", sk.events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",

@@ -61,10 +61,11 @@ class EngineBase:
         self.out.messages.append((self.keys.broadcast, make(mt, payload)))
 
     def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
+        """One message to every target of the cue: one envelope (one id, `target_agents`
+        naming them all), a copy in each target's inbox; built and encoded once."""
         targets = tuple(self.plans[run.run_id].cues[cue_id].target_agents)
-        for agent in targets:
-            msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
-            self.out.messages.append((self.keys.inbox(agent), msg))
+        msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
+        self.out.messages.extend((self.keys.inbox(agent), msg) for agent in targets)
         run.record.messages_out += len(targets)
 
     def _stand_down(self, run: RunState, cue_id: str, reason: str) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,6 +63,7 @@ class Driver:
         self._wake = asyncio.Event()
         self._backlog = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
+        self._quiet_since: float | None = None  # the oldest quiet step no write has taken
         self._linger_failed: BaseException | None = None
         self._plans: dict[tuple[str, str], Plan] = {}
 
@@ -71,7 +73,7 @@ class Driver:
         async with self._commit_lock, self._lock:
             if self._linger is not None:  # what it would have written is read back instead
                 self._linger.cancel()
-            self._linger_failed = None
+            self._linger_failed, self._quiet_since = None, None
             previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
@@ -148,6 +150,8 @@ class Driver:
             mine = self._applied
             wait = quiet_may_wait and failure is None and self.engine.out.quiet()
         if wait:
+            if self._quiet_since is None:
+                self._quiet_since = time.monotonic()
             if self._linger is None or self._linger.done():
                 self._linger = asyncio.create_task(self._linger_then_flush())
             return result
@@ -157,11 +161,16 @@ class Driver:
         return result
 
     async def _linger_then_flush(self) -> None:
-        """Write what quiet steps left, until nothing is left: a quiet step that lands while
-        this write is in flight finds this task still running and counts on it."""
+        """Write what quiet steps left, LINGER_S after the oldest of them, until nothing is
+        left. A write that took them meanwhile (the step that completed the phase) ends the
+        wait, so a stale timer never fires into the next phase; a quiet step that lands
+        while this write is in flight finds this task still running and counts on it."""
         try:
-            while self._durable < self._applied:
-                await asyncio.sleep(LINGER_S)
+            while self._quiet_since is not None:
+                wait_s = self._quiet_since + LINGER_S - time.monotonic()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                    continue
                 await self._flush(self._applied)
         except Exception as exc:  # surfaces in the next step (StaleLeader, Redis down)
             self._linger_failed = exc
@@ -171,6 +180,7 @@ class Driver:
             if self._durable >= upto:
                 return  # a write that started after this step already carried it
             covered = self._applied
+            self._quiet_since = None  # every quiet step so far is in this write
             await self._commit(self.engine.take())  # serialised before its first await
             self._durable = covered
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 
 from hub.cuelists import CuelistStore
+from hub.engine import driver as driver_module
 from hub.engine import inputs
 from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.resources import Claim, ResourceBook
@@ -82,17 +84,19 @@ async def _inbox_holds(client: Any, keys: Keys, n: int) -> bool:
 THREE = {"cuelist": "three", "cues": [{"id": "C", "target_agents": ["a", "b", "c"]}]}
 
 
-def _ack(agent: str) -> Any:
-    msg = make(T.ACK_WARNING, p.AckWarning(), from_agent=agent, run_id="r1", cue_id="C")
+def _ack(agent: str, standby: bool = False) -> Any:
+    mt, body = (T.ACK_STANDBY, p.AckStandby()) if standby else (T.ACK_WARNING, p.AckWarning())
+    msg = make(mt, body, from_agent=agent, run_id="r1", cue_id="C")
     return lambda e: inputs.handle(e, msg)
 
 
-def _count_commits(store: StateStore, gate: asyncio.Event | None = None) -> list[int]:
-    commits: list[int] = []
+def _count_commits(store: StateStore, gate: asyncio.Event | None = None) -> list[float]:
+    """The start time (monotonic) of each commit from now on."""
+    commits: list[float] = []
     real_commit = store.commit
 
     async def counted(*args: Any) -> None:
-        commits.append(1)
+        commits.append(time.monotonic())
         if gate is not None:
             await gate.wait()
         await real_commit(*args)
@@ -136,3 +140,36 @@ async def test_a_quiet_step_during_the_lingering_write_is_written_too(
     # b's step (its XACK, its events) needs a write of its own once the held one is done
     await eventually(lambda: len(commits) == 2, 5, message="a second write")
     await eventually(lambda: _target(driver.store, "b", "prepared"), 5, message="b written")
+
+
+async def test_a_write_that_took_the_quiet_steps_ends_their_wait(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The linger counts from the oldest quiet step no write has taken: once the phase's
+    last ack wrote a's ack along with STANDBY, the next phase's first ack waits its own
+    LINGER_S, not what was left of a's (which would split that phase's writes)."""
+    monkeypatch.setattr(driver_module, "LINGER_S", 0.2)
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    commits = _count_commits(driver.store)
+    await driver.step(_ack("a"), quiet_may_wait=True)  # a's linger would end at t0 + 0.2
+    await driver.step(_ack("b"), quiet_may_wait=True)
+    await driver.step(_ack("c"), quiet_may_wait=True)  # STANDBY: one write, a's ack in it
+    assert len(commits) == 1
+    await asyncio.sleep(0.15)  # the scenario: the first ack.standby comes 150 ms later
+    asked = time.monotonic()
+    await driver.step(_ack("a", standby=True), quiet_may_wait=True)
+    await eventually(lambda: _target(driver.store, "a", "ready"), 5, message="written")
+    assert len(commits) == 2
+    assert commits[1] - asked >= 0.2 - 0.01  # its own wait, not the 50 ms left of a's
+
+
+async def test_a_phase_is_one_message_with_a_copy_in_each_targets_inbox(
+    real_redis: Any, keys: Keys
+) -> None:
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    copies = [(await real_redis.xrange(keys.inbox(a)))[0][1][b"m"] for a in ("a", "b", "c")]
+    assert copies[0] == copies[1] == copies[2]  # built and encoded once
+    warning = json.loads(copies[0])
+    assert (warning["message_type"], warning["target_agents"]) == ("coord.warning", ["a", "b", "c"])

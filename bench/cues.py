@@ -8,7 +8,9 @@ each beside a baseline measured in the same run on the same (embedded) server.
       standby, waits, XADDs GO to all in one pipeline). The target rows use the same raw
       agent code speaking callboard's protocol, so the difference is the hub; the SDK rows
       use echo specialists (one process hosts all agents, on both sides). Bare, raw and
-      SDK calls alternate, so all three meet the same load on a shared machine.
+      SDK calls alternate, so all three meet the same load on a shared machine. While a
+      hub run is timed the bench's process sleeps (it learns of the run's end from a
+      keyspace notification), as the bare barrier has no observer either.
   (b) a 20-cue auto_follow chain, 200 ms preparation and 100 ms execution per cue (and the
       reverse), with early warning and without (HubSettings.early_warning=False).
   (c) 1,000 runs of a 5-cue cuelist started at once, on echo agents with tiny delays (and
@@ -23,7 +25,7 @@ The hub runs in its own process (its RSS is its own) and is driven through the c
 stream the REST API uses. Every process and key the bench creates is removed before it
 exits. `--profile DIR` writes cProfile stats of each hub and agents process.
 
-    python bench/cues.py [--only a,b,c,d] [--repeats 30] [--direct-concurrency 1,8]
+    python bench/cues.py [--only a,b,c,d] [--repeats 60] [--direct-concurrency 1,8]
                          [--prefetch 64]
 """
 
@@ -254,7 +256,7 @@ async def leftover_keys(server: EmbeddedServer) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d", help="parts to run, e.g. a,d")
-    parser.add_argument("--repeats", type=int, default=30, help="cue calls per size in (a)")
+    parser.add_argument("--repeats", type=int, default=60, help="cue calls per size in (a)")
     parser.add_argument("--agents", default="10,50", help="agent counts in (a)")
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in (c)")
     parser.add_argument("--jobs", type=int, default=5000, help="direct cues / Celery tasks (d)")

@@ -38,10 +38,17 @@ class CommandClient:
         self.sk = sk
 
     async def call(self, op: str, timeout_s: float = 10.0, **args: Any) -> Any:
+        return await self.answer(op, await self.send(op, **args), timeout_s)
+
+    async def send(self, op: str, **args: Any) -> str:
+        """Queue a command for the leader; its answer waits for `answer` (REPLY_TTL_S)."""
         command_id = new_id()
         await self.client.xadd(
             self.sk.commands, {"id": command_id, "op": op, "args": json.dumps(args)}
         )
+        return command_id
+
+    async def answer(self, op: str, command_id: str, timeout_s: float = 10.0) -> Any:
         reply = await self.client.blpop([self.sk.reply(command_id)], timeout=timeout_s)
         if reply is None:
             raise LeaderUnavailable(f"no leading hub answered {op!r} within {timeout_s:g}s")

@@ -493,12 +493,13 @@ class Harness:
         jobs = len(run_ids) * cues_per_run
         server = self.server.proc.pid if self.server.proc else 0
         cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), cpu_s(server))
+        client0 = cpu_s(os.getpid())  # this process sends the start commands
         t0 = time.time()
         await self.start_many(prefix, name, version, run_ids)
         await self.wait_idle(prefix, 600)
         wall = time.monotonic() - cpu0[2]
         hub_cpu, echo_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(echo.pid) - cpu0[1]
-        redis_cpu = cpu_s(server) - cpu0[3]
+        redis_cpu, client_cpu = cpu_s(server) - cpu0[3], cpu_s(os.getpid()) - client0
         runs = await self.finished(prefix, run_ids)
         cues = [cr for r in runs for cr in r.cues.values()]
         return {
@@ -508,6 +509,7 @@ class Harness:
             "hub_cpu_us": hub_cpu / jobs * 1e6, "echo_cpu_us": echo_cpu / jobs * 1e6,
             "hub_busy": hub_cpu / wall, "echo_busy": echo_cpu / wall,
             "redis_cpu_us": redis_cpu / jobs * 1e6, "redis_busy": redis_cpu / wall,
+            "client_cpu_us": client_cpu / jobs * 1e6,
         }  # fmt: skip
 
 

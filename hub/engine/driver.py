@@ -178,6 +178,8 @@ class Driver:
     async def _flush(self, upto: int) -> None:
         async with self._commit_lock:
             if self._durable >= upto:
+                if upto == self._applied:  # every step is written: no quiet one waits
+                    self._quiet_since = None
                 return  # a write that started after this step already carried it
             covered = self._applied
             self._quiet_since = None  # every quiet step so far is in this write

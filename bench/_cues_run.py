@@ -237,9 +237,7 @@ class Harness:
 
     async def start(self, prefix: str, name: str, version: str, run_id: str) -> None:
         commands = CommandClient(self.client, StateKeys(Keys(prefix)))
-        await commands.call(
-            "start_run", cuelist=name, version=version, run_id=run_id, params={}, dry=False
-        )
+        await commands.answer("start_run", await _send_start(commands, name, version, run_id))
 
     @contextlib.asynccontextmanager
     async def run_ends(self) -> AsyncIterator[Any]:
@@ -262,9 +260,7 @@ class Harness:
         command's answer is read after the run left the active set (`run_ends`)."""
         sk = StateKeys(Keys(prefix))
         commands = CommandClient(self.client, sk)
-        command_id = await commands.send(
-            "start_run", cuelist=name, version=version, run_id=run_id, params={}, dry=False
-        )
+        command_id = await _send_start(commands, name, version, run_id)
         deadline, key = time.monotonic() + 60.0, sk.active_runs.encode()
         while True:
             note = await ended.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -514,6 +510,13 @@ class Harness:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+async def _send_start(commands: CommandClient, name: str, version: str, run_id: str) -> str:
+    """The start command POST /v1/runs sends (what `callboard run` does), queued."""
+    return await commands.send(
+        "start_run", cuelist=name, version=version, run_id=run_id, params={}, dry=False
+    )
 
 
 def _phase_messages(cue: str, agents: list[str]) -> list[bytes]:

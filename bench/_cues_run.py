@@ -38,7 +38,7 @@ from bench._cues_procs import agents_process, hub_process, raw_agents_process
 from callboard.embedded import EmbeddedServer
 from hub.commands import CommandClient
 from hub.cuelists import CuelistStore
-from hub.store import StateKeys, StateStore
+from hub.store import StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import encode, make
@@ -211,7 +211,7 @@ class Harness:
 
     async def registered(self, prefix: str, agents: list[str], proc: Any = None) -> None:
         """Wait until the hub's registry has every agent online (its out stream is read)."""
-        key = StateKeys(Keys(prefix)).agents
+        key = Keys(prefix).agents
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -236,7 +236,7 @@ class Harness:
         return cuelist.cuelist, version
 
     async def start(self, prefix: str, name: str, version: str, run_id: str) -> None:
-        commands = CommandClient(self.client, StateKeys(Keys(prefix)))
+        commands = CommandClient(self.client, Keys(prefix))
         await commands.answer("start_run", await _send_start(commands, name, version, run_id))
 
     @contextlib.asynccontextmanager
@@ -258,22 +258,22 @@ class Harness:
     ) -> None:
         """Start a run and return once it ended, without waking in between: the start
         command's answer is read after the run left the active set (`run_ends`)."""
-        sk = StateKeys(Keys(prefix))
-        commands = CommandClient(self.client, sk)
+        keys = Keys(prefix)
+        commands = CommandClient(self.client, keys)
         command_id = await _send_start(commands, name, version, run_id)
-        deadline, key = time.monotonic() + 60.0, sk.active_runs.encode()
+        deadline, key = time.monotonic() + 60.0, keys.active_runs().encode()
         while True:
             note = await ended.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if (note is None or note["data"] == key) and await self._ended(sk, run_id):
+            if (note is None or note["data"] == key) and await self._ended(keys, run_id):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end in 60s")
         await commands.answer("start_run", command_id)
 
-    async def _ended(self, sk: StateKeys, run_id: str) -> bool:
+    async def _ended(self, keys: Keys, run_id: str) -> bool:
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.exists(sk.run(run_id))
-            pipe.sismember(sk.active_runs, run_id)
+            pipe.exists(keys.run(run_id))
+            pipe.sismember(keys.active_runs(), run_id)
             there, active = await pipe.execute()
         return bool(there) and not active
 
@@ -288,7 +288,7 @@ class Harness:
 
     async def wait_run(self, prefix: str, run_id: str, timeout_s: float = 60.0) -> None:
         """Block on the run's event stream until it reports a final status."""
-        stream, last = StateKeys(Keys(prefix)).events(run_id), "0-0"
+        stream, last = Keys(prefix).run_events(run_id), "0-0"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             reply: Any = await self.client.xread({stream: last}, count=100, block=1000)
@@ -302,7 +302,7 @@ class Harness:
 
     async def wait_idle(self, prefix: str, timeout_s: float) -> None:
         """Until no run is active (every run started has finished)."""
-        key = StateKeys(Keys(prefix)).active_runs
+        key = Keys(prefix).active_runs()
         deadline = time.monotonic() + timeout_s
         while await self.client.scard(key):
             if time.monotonic() > deadline:

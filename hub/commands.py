@@ -13,9 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hub.store import StateKeys
 from protocols.errors import CallboardError, Conflict, EngineError, NotFound, TransportError
 from protocols.ids import new_id
+from protocols.keys import Keys
 from protocols.transport import Redis, is_group_missing, is_transient
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,9 @@ class LeaderUnavailable(TransportError):
 
 
 class CommandClient:
-    def __init__(self, client: Redis, sk: StateKeys) -> None:
+    def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
-        self.sk = sk
+        self.keys = keys
 
     async def call(self, op: str, timeout_s: float = 10.0, **args: Any) -> Any:
         return await self.answer(op, await self.send(op, **args), timeout_s)
@@ -44,12 +44,12 @@ class CommandClient:
         """Queue a command for the leader; its answer waits for `answer` (REPLY_TTL_S)."""
         command_id = new_id()
         await self.client.xadd(
-            self.sk.commands, {"id": command_id, "op": op, "args": json.dumps(args)}
+            self.keys.commands(), {"id": command_id, "op": op, "args": json.dumps(args)}
         )
         return command_id
 
     async def answer(self, op: str, command_id: str, timeout_s: float = 10.0) -> Any:
-        reply = await self.client.blpop([self.sk.reply(command_id)], timeout=timeout_s)
+        reply = await self.client.blpop([self.keys.reply(command_id)], timeout=timeout_s)
         if reply is None:
             raise LeaderUnavailable(f"no leading hub answered {op!r} within {timeout_s:g}s")
         answer = json.loads(reply[1])
@@ -63,10 +63,10 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 class CommandServer:
     def __init__(
-        self, client: Redis, sk: StateKeys, consumer: str, handlers: dict[str, Handler]
+        self, client: Redis, keys: Keys, consumer: str, handlers: dict[str, Handler]
     ) -> None:
         self.client = client
-        self.sk = sk
+        self.keys = keys
         self.consumer = consumer
         self.handlers = handlers
 
@@ -91,7 +91,7 @@ class CommandServer:
 
     async def _ensure_group(self) -> None:
         try:
-            await self.client.xgroup_create(self.sk.commands, GROUP, id="$", mkstream=True)
+            await self.client.xgroup_create(self.keys.commands(), GROUP, id="$", mkstream=True)
         except Exception as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -101,7 +101,7 @@ class CommandServer:
             # own pending first (a restarted leader finishes what it had read), then new ones
             for start in ("0", ">"):
                 rows = await self.client.xreadgroup(
-                    GROUP, self.consumer, {self.sk.commands: start}, count=100,
+                    GROUP, self.consumer, {self.keys.commands(): start}, count=100,
                     block=None if start == "0" else 500,
                 )  # fmt: skip
                 # a batch is served concurrently: its engine steps share fenced writes, and
@@ -114,10 +114,10 @@ class CommandServer:
     async def _answer(self, entry_ids: list[bytes], answers: list[tuple[str, Any]]) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
             for command_id, answer in answers:
-                pipe.rpush(self.sk.reply(command_id), json.dumps(answer, default=str))
-                pipe.expire(self.sk.reply(command_id), REPLY_TTL_S)
-            pipe.xack(self.sk.commands, GROUP, *entry_ids)
-            pipe.xdel(self.sk.commands, *entry_ids)
+                pipe.rpush(self.keys.reply(command_id), json.dumps(answer, default=str))
+                pipe.expire(self.keys.reply(command_id), REPLY_TTL_S)
+            pipe.xack(self.keys.commands(), GROUP, *entry_ids)
+            pipe.xdel(self.keys.commands(), *entry_ids)
             await pipe.execute()
 
     async def _serve(self, fields: dict[bytes, bytes]) -> tuple[str, Any]:

@@ -6,7 +6,6 @@ import json
 import time
 from typing import Any
 
-from hub.store import StateKeys
 from protocols.errors import NotFound
 from protocols.keys import Keys
 from protocols.transport import Redis
@@ -15,20 +14,20 @@ from protocols.transport import Redis
 class CuelistStore:
     def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
-        self.sk = StateKeys(keys)
+        self.keys = keys
         self._cache: dict[tuple[str, str], Any] = {}
 
     def _versions(self, name: str) -> str:
-        return self.sk.cuelist(name) + ":versions"
+        return self.keys.cuelist_versions(name)
 
     async def put(self, cuelist: Any, version: str, canonical: str, source: str | None) -> bool:
         """Store one version; returns False when that exact version was already stored."""
         name = cuelist.cuelist
         doc = json.dumps({"canonical": canonical, "source": source, "stored_at": time.time()})
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(self.sk.cuelist(name), version, doc)
+            pipe.hsetnx(self.keys.cuelist(name), version, doc)
             pipe.zadd(self._versions(name), {version: time.time()}, nx=True)
-            pipe.zadd(self.sk.cuelists, {name: time.time()})
+            pipe.zadd(self.keys.cuelists, {name: time.time()})
             created, _, _ = await pipe.execute()
         self._cache[(name, version)] = cuelist
         return bool(created)
@@ -37,7 +36,7 @@ class CuelistStore:
         """The validated cuelist model of one version."""
         key = (name, version)
         if key not in self._cache:
-            raw = await self.client.hget(self.sk.cuelist(name), version)
+            raw = await self.client.hget(self.keys.cuelist(name), version)
             if raw is None:
                 raise NotFound(f"no version {version} of cuelist {name}")
             from protocols.cuelist import Cuelist
@@ -53,7 +52,7 @@ class CuelistStore:
         versions = await self.client.zrevrange(self._versions(name), 0, -1, withscores=True)
         if not versions:
             raise NotFound(f"no cuelist named {name}")
-        docs = await self.client.hmget(self.sk.cuelist(name), [v for v, _ in versions])
+        docs = await self.client.hmget(self.keys.cuelist(name), [v for v, _ in versions])
         out = []
         for (version, at), doc in zip(versions, docs, strict=True):
             data = json.loads(doc) if doc else {}
@@ -64,4 +63,4 @@ class CuelistStore:
         return {"name": name, "latest": out[0]["version"], "versions": out}
 
     async def names(self) -> list[str]:
-        return [n.decode() for n in await self.client.zrange(self.sk.cuelists, 0, -1)]
+        return [n.decode() for n in await self.client.zrange(self.keys.cuelists, 0, -1)]

@@ -10,7 +10,6 @@ import json
 import time
 from typing import Any
 
-from hub.store import StateKeys
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.contracts import Contract
@@ -35,11 +34,10 @@ class Registry:
     def __init__(self, transport: Transport, keys: Keys) -> None:
         self.transport = transport
         self.keys = keys
-        self.sk = StateKeys(keys)
         self.agents: dict[str, dict[str, Any]] = {}
 
     async def load(self) -> None:
-        raw = await self.transport.client.hgetall(self.sk.agents)
+        raw = await self.transport.client.hgetall(self.keys.agents)
         self.agents = {k.decode(): json.loads(v) for k, v in raw.items()}
 
     def contract_of(self, agent: str) -> Contract | None:
@@ -76,11 +74,11 @@ class Registry:
     async def save(self, agents: set[str]) -> None:
         if agents:
             mapping = {a: json.dumps(self.agents[a]) for a in agents if a in self.agents}
-            await self.transport.client.hset(self.sk.agents, mapping=mapping)
+            await self.transport.client.hset(self.keys.agents, mapping=mapping)
 
     async def describe(self) -> list[dict[str, Any]]:
         """Every agent with its replicas' liveness, read from the consumer group."""
-        raw = await self.transport.client.hgetall(self.sk.agents)  # not self.agents: the
+        raw = await self.transport.client.hgetall(self.keys.agents)  # not self.agents: the
         agents = {k.decode(): json.loads(v) for k, v in raw.items()}  # router owns that copy
         names = sorted(agents)
         try:  # one round trip for every agent's group

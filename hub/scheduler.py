@@ -16,8 +16,9 @@ from collections.abc import Awaitable, Callable
 from croniter import croniter
 
 from hub.cuelists import CuelistStore
-from hub.store import StateKeys, StateStore
+from hub.store import StateStore
 from protocols.ids import new_id
+from protocols.keys import Keys
 from protocols.states import Overlap
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,11 @@ TICK_S = 1.0
 
 class Scheduler:
     def __init__(
-        self, cuelists: CuelistStore, store: StateStore, sk: StateKeys, start: StartRun
+        self, cuelists: CuelistStore, store: StateStore, keys: Keys, start: StartRun
     ) -> None:
         self.cuelists = cuelists
         self.store = store
-        self.sk = sk
+        self.keys = keys
         self.start = start
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -58,7 +59,7 @@ class Scheduler:
 
     async def _due(self, name: str, version: str, cuelist: object, now: float) -> str | None:
         client = self.store.client
-        key = self.sk.schedule(name)
+        key = self.keys.schedule(name)
         state = {k.decode(): v.decode() for k, v in (await client.hgetall(key)).items()}
         last = float(state.get("last", 0)) or now
         if "last" not in state:  # first sight: schedule from now, do not fire the past

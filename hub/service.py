@@ -20,7 +20,7 @@ from hub.metrics import Metrics
 from hub.registry import Registry
 from hub.router import Router
 from hub.scheduler import Scheduler
-from hub.store import StateKeys, StateStore
+from hub.store import StateStore
 from protocols.codec import make
 from protocols.errors import StaleLeader
 from protocols.messages import MessageType
@@ -66,13 +66,12 @@ class Hub:
             on_state_lost=self._state_lost,
         )  # fmt: skip
         client = self.transport.client
-        self.sk = StateKeys(self.keys)
         self.store = StateStore(client, self.keys)
         self.cuelists = CuelistStore(client, self.keys)
         self.registry = Registry(self.transport, self.keys)
         self.metrics = Metrics()
         self.leadership = Leadership(
-            client, self.sk.leader, self.sk.fence, self.hub_id, settings.lease_ms
+            client, self.keys.leader(), self.keys.fence(), self.hub_id, settings.lease_ms
         )
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
@@ -82,9 +81,9 @@ class Hub:
         self.router = Router(
             self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id
         )
-        self.commands = CommandClient(client, self.sk)
+        self.commands = CommandClient(client, self.keys)
         self.scheduler = Scheduler(
-            self.cuelists, self.store, self.sk,
+            self.cuelists, self.store, self.keys,
             lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
         )  # fmt: skip
         self.leading = asyncio.Event()
@@ -107,7 +106,7 @@ class Hub:
         log.info("hub %s leads; resumed %d runs", self.hub_id, resumed)
         self.leading.set()
         self.metrics.leader.set(1)
-        server = CommandServer(self.transport.client, self.sk, self.hub_id, self._handlers())
+        server = CommandServer(self.transport.client, self.keys, self.hub_id, self._handlers())
         # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
         # been seen to swallow CancelledError, and a stale leader must not keep routing.
         leading_ends = asyncio.Event()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic_core import to_json
@@ -63,77 +62,6 @@ def _flat(ops: list[list[Any]]) -> list[Any]:
     return words
 
 
-@dataclass(frozen=True)
-class StateKeys:
-    """Every hub state key, built from the one prefix (protocols.keys.Keys.state)."""
-
-    keys: Keys
-
-    @property
-    def leader(self) -> str:
-        return self.keys.state("hub", "leader")
-
-    @property
-    def fence(self) -> str:
-        return self.keys.state("hub", "fence")
-
-    @property
-    def commands(self) -> str:
-        return self.keys.state("hub", "commands")
-
-    def reply(self, command_id: str) -> str:
-        return self.keys.state("hub", "reply", command_id)
-
-    def run(self, run_id: str) -> str:
-        return self.keys.state("run", run_id)
-
-    def events(self, run_id: str) -> str:
-        return self.keys.state("run", run_id, "events")
-
-    def context(self, run_id: str) -> str:
-        return self.keys.state("run", run_id, "context")
-
-    @property
-    def active_runs(self) -> str:
-        return self.keys.state("runs", "active")
-
-    @property
-    def all_runs(self) -> str:
-        return self.keys.state("runs", "all")
-
-    def escalation(self, esc_id: str) -> str:
-        return self.keys.state("esc", esc_id)
-
-    @property
-    def escalations(self) -> str:
-        return self.keys.state("escs")
-
-    @property
-    def resources(self) -> str:
-        return self.keys.state("resources")
-
-    @property
-    def paused(self) -> str:
-        return self.keys.state("paused")
-
-    def cuelist(self, name: str) -> str:
-        return self.keys.state("cuelist", name)
-
-    @property
-    def cuelists(self) -> str:
-        return self.keys.state("cuelists")
-
-    def idempotency(self, key: str) -> str:
-        return self.keys.state("idem", key)
-
-    @property
-    def agents(self) -> str:
-        return self.keys.state("agents")
-
-    def schedule(self, name: str) -> str:
-        return self.keys.state("schedule", name)
-
-
 def run_fields(key: str, run: RunState, cue_ids: Any, fresh: bool = False) -> list[list[Any]]:
     """HSET operations for a run: its header, and the named cues, one field each; `fresh`
     (a new or adopted run) adds the cue order, which never changes. A step writes only the
@@ -163,7 +91,7 @@ class StateStore:
 
     def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
-        self.sk = StateKeys(keys)
+        self.keys = keys
         self._commit = client.register_script(_COMMIT)
 
     async def commit(self, out: Outbox, engine: Any, lease_value: str) -> None:
@@ -175,7 +103,7 @@ class StateStore:
         ops = self.ops(out, engine)
         if not ops:
             return
-        keys = [self.sk.leader, self.sk.keys.state("hub", "commit", new_id())]
+        keys = [self.keys.leader(), self.keys.commit(new_id())]
         args = [lease_value, COMMIT_ID_TTL_MS, *_flat(ops)]
         try:  # back off while Redis comes back
             await retry_transient(
@@ -187,7 +115,7 @@ class StateStore:
             raise
 
     def ops(self, out: Outbox, engine: Any) -> list[list[Any]]:
-        sk = self.sk
+        keys = self.keys
         ops: list[list[Any]] = []
         cues_of: dict[str, list[str]] = {}
         for run_id, cue_id in out.dirty_cues:
@@ -197,12 +125,12 @@ class StateStore:
             if run is None:
                 continue
             cues = cues_of.get(run_id, ())
-            ops.extend(run_fields(sk.run(run_id), run, cues, run_id in out.fresh))
+            ops.extend(run_fields(keys.run(run_id), run, cues, run_id in out.fresh))
             if run.status.done:
-                ops.append(["SREM", sk.active_runs, run_id])
+                ops.append(["SREM", keys.active_runs(), run_id])
             else:
-                ops.append(["SADD", sk.active_runs, run_id])
-            ops.append(["ZADD", sk.all_runs, "NX", str(run.created_at), run_id])
+                ops.append(["SADD", keys.active_runs(), run_id])
+            ops.append(["ZADD", keys.all_runs, "NX", str(run.created_at), run_id])
         encoded: dict[int, bytes] = {}  # a message to several inboxes is encoded once
         for stream, message in out.messages:
             data = encoded.get(id(message))
@@ -211,27 +139,27 @@ class StateStore:
             ops.append(["XADD", stream, "*", STREAM_FIELD, data])
         for run_id, event in out.events:
             ops.append([
-                "XADD", sk.events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
+                "XADD", keys.run_events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
                 "e", to_json(event, fallback=str),
             ])  # fmt: skip
         for esc in out.escalations.values():
-            ops.append(["SET", sk.escalation(esc.id), esc.model_dump_json()])
-            ops.append(["ZADD", sk.escalations, str(esc.created_at), esc.id])
+            ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
+            ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])
         for run_id, key, entry in out.context:
-            ops.append(["HSET", sk.context(run_id), key, to_json(entry, fallback=str)])
+            ops.append(["HSET", keys.run_context(run_id), key, to_json(entry, fallback=str)])
         ops.extend(out.raw)
         if out.resources_changed:
-            ops.append(["SET", sk.resources, json.dumps(engine.book.dump())])
+            ops.append(["SET", keys.resources, json.dumps(engine.book.dump())])
         if out.paused_changed:
             if engine.paused is None:
-                ops.append(["DEL", sk.paused])
+                ops.append(["DEL", keys.paused])
             else:
-                ops.append(["SET", sk.paused, engine.paused])
+                ops.append(["SET", keys.paused, engine.paused])
         return ops
 
     # -- reads ----------------------------------------------------------------------------
     async def run(self, run_id: str) -> RunState | None:
-        return read_run(await self.client.hgetall(self.sk.run(run_id)))
+        return read_run(await self.client.hgetall(self.keys.run(run_id)))
 
     async def missing_runs(self, run_ids: list[str]) -> list[str]:
         """Which of these runs Redis no longer holds (one pipelined EXISTS)."""
@@ -239,58 +167,58 @@ class StateStore:
             return []
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
-                pipe.exists(self.sk.run(run_id))
+                pipe.exists(self.keys.run(run_id))
             present = await pipe.execute()
         return [r for r, there in zip(run_ids, present, strict=True) if not there]
 
     async def active_run_ids(self) -> list[str]:
-        return sorted(m.decode() for m in await self.client.smembers(self.sk.active_runs))
+        return sorted(m.decode() for m in await self.client.smembers(self.keys.active_runs()))
 
     async def runs(self, run_ids: list[str]) -> list[RunState]:
         if not run_ids:
             return []
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
-                pipe.hgetall(self.sk.run(run_id))
+                pipe.hgetall(self.keys.run(run_id))
             found = [read_run(fields) for fields in await pipe.execute()]
         return [run for run in found if run is not None]
 
     async def save_run(self, run: RunState) -> None:
         """Write a whole run outside the engine (tools and tests; the engine commits)."""
-        for op in run_fields(self.sk.run(run.run_id), run, list(run.cues), fresh=True):
+        for op in run_fields(self.keys.run(run.run_id), run, list(run.cues), fresh=True):
             await self.client.execute_command(*op)
 
     async def recent_run_ids(self, limit: int = 100) -> list[str]:
-        ids = await self.client.zrevrange(self.sk.all_runs, 0, limit - 1)
+        ids = await self.client.zrevrange(self.keys.all_runs, 0, limit - 1)
         return [i.decode() for i in ids]
 
     async def escalation(self, esc_id: str) -> Escalation | None:
-        raw = await self.client.get(self.sk.escalation(esc_id))
+        raw = await self.client.get(self.keys.escalation(esc_id))
         return Escalation.model_validate_json(raw) if raw else None
 
     async def escalations(self, limit: int = 200) -> list[Escalation]:
-        ids = await self.client.zrevrange(self.sk.escalations, 0, limit - 1)
+        ids = await self.client.zrevrange(self.keys.escalations, 0, limit - 1)
         if not ids:
             return []
-        raws = await self.client.mget([self.sk.escalation(i.decode()) for i in ids])
+        raws = await self.client.mget([self.keys.escalation(i.decode()) for i in ids])
         return [Escalation.model_validate_json(r) for r in raws if r]
 
     async def context(self, run_id: str) -> dict[str, dict[str, Any]]:
-        raw = await self.client.hgetall(self.sk.context(run_id))
+        raw = await self.client.hgetall(self.keys.run_context(run_id))
         return {k.decode(): json.loads(v) for k, v in raw.items()}
 
     async def resources(self) -> dict[str, Any] | None:
-        raw = await self.client.get(self.sk.resources)
+        raw = await self.client.get(self.keys.resources)
         return json.loads(raw) if raw else None
 
     async def paused(self) -> str | None:
-        raw = await self.client.get(self.sk.paused)
+        raw = await self.client.get(self.keys.paused)
         return raw.decode() if raw else None
 
     async def events(
         self, run_id: str, after: str = "0-0", count: int = 500
     ) -> list[tuple[str, dict[str, Any]]]:
         rows = await self.client.xrange(
-            self.sk.events(run_id), min=f"({after}" if after != "0-0" else "-", count=count
+            self.keys.run_events(run_id), min=f"({after}" if after != "0-0" else "-", count=count
         )
         return [(i.decode(), json.loads(f[b"e"])) for i, f in rows]

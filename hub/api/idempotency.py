@@ -25,7 +25,7 @@ def fingerprint(body: str) -> str:
 
 async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
     """Claim `key` for `run_id`; None when claimed, else the run id that holds it."""
-    name = hub.sk.idempotency(key)
+    name = hub.keys.idempotency(key)
     value = json.dumps({"run_id": run_id, "request": fingerprint(request)})
     if await hub.transport.client.set(name, value, nx=True, ex=TTL_S):
         return None
@@ -40,7 +40,7 @@ async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
 
 async def release(hub: Hub, key: str, run_id: str) -> None:
     """Let go of a key whose run could not start (only if it still names that run)."""
-    name = hub.sk.idempotency(key)
+    name = hub.keys.idempotency(key)
     raw = await hub.transport.client.get(name)
     if raw is not None and json.loads(raw)["run_id"] == run_id:
         await hub.transport.client.delete(name)
@@ -49,7 +49,7 @@ async def release(hub: Hub, key: str, run_id: str) -> None:
 async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> bool:
     """Wait until the holder's run exists (True) or the holder let go of the key (False)."""
     deadline = time.monotonic() + timeout_s
-    name = hub.sk.idempotency(key)
+    name = hub.keys.idempotency(key)
     while time.monotonic() < deadline:
         if await hub.store.run(run_id) is not None:
             return True

@@ -47,7 +47,7 @@ async def follow(
                 return
         if len(batch) < BATCH:
             break
-    key = hub.sk.events(run_id)
+    key = hub.keys.run_events(run_id)
     client = hub.transport.client
     while not stopping.is_set() and time.monotonic() < deadline:
         rows: Any = await client.xread({key: last}, count=BATCH, block=BLOCK_MS)

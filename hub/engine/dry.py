@@ -31,12 +31,11 @@ def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tupl
     for _ in range(MAX_STEPS):
         out = engine.take()
         _merge(collected, out)
-        inbox = keys.inbox("")
         replies = [
             r
             for stream, m in out.messages
-            if stream.startswith(inbox)
-            for r in _stand_in(plan, m, stream.removeprefix(inbox))
+            if (agent := keys.agent_of_inbox(stream)) is not None
+            for r in _stand_in(plan, m, agent)
         ]
         if replies:
             for reply in replies:

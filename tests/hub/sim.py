@@ -59,9 +59,8 @@ class Sim:
     def _drain(self) -> None:
         out = self.engine.take()
         self.outs.append(out)
-        inbox = KEYS.inbox("")
         for stream, msg in out.messages:
-            agent = stream.removeprefix(inbox) if stream.startswith(inbox) else "*"
+            agent = KEYS.agent_of_inbox(stream) or "*"
             self.sent.append((agent, msg))
         self.timers.extend(out.timers)
         self._persist_and_compare(out)

@@ -32,7 +32,7 @@ LEASE = "hub-a:1"
 async def _leading(real_redis: Any, keys: Keys, cuelist: dict[str, Any] | None = None) -> Driver:
     """A driver that holds the lease on `keys`, with `cuelist` stored."""
     store = StateStore(real_redis, keys)
-    await real_redis.set(store.sk.leader, LEASE)
+    await real_redis.set(store.keys.leader(), LEASE)
     cuelists = CuelistStore(real_redis, keys)
     if cuelist is not None:
         model, version = load_cuelist(cuelist)
@@ -46,10 +46,10 @@ async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     book = ResourceBook()
     book.claim(Claim("gone-run", "CUE-1", ("runner",), 5, ConflictStrategy.PRIORITY))
     driver = await _leading(real_redis, keys)
-    await real_redis.set(driver.store.sk.resources, json.dumps(book.dump()))
+    await real_redis.set(driver.store.keys.resources, json.dumps(book.dump()))
     await driver.load()
     assert driver.engine.book.holder_of("runner") is None
-    saved = json.loads(await real_redis.get(driver.store.sk.resources))
+    saved = json.loads(await real_redis.get(driver.store.keys.resources))
     assert saved["held"] == {}  # and the release is written, fenced like any state
 
 

@@ -10,7 +10,7 @@ import pytest
 from hub.cuelists import CuelistStore
 from hub.engine.state import RunState
 from hub.scheduler import Scheduler
-from hub.store import StateKeys, StateStore
+from hub.store import StateStore
 from protocols.canonical import canonical_json
 from protocols.keys import Keys
 from protocols.states import RunStatus
@@ -26,9 +26,8 @@ class Harness:
         self.client = client
         self.cuelists = CuelistStore(client, keys)
         self.store = StateStore(client, keys)
-        self.sk = StateKeys(keys)
         self.started: list[str] = []
-        self.scheduler = Scheduler(self.cuelists, self.store, self.sk, self._start)
+        self.scheduler = Scheduler(self.cuelists, self.store, keys, self._start)
 
     async def _start(self, name: str, version: str, run_id: str) -> None:
         self.started.append(run_id)

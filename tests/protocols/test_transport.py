@@ -196,7 +196,7 @@ async def test_ensure_group_is_idempotent(transport: Transport, keys: Keys) -> N
 
 
 async def test_ensure_group_does_not_swallow_other_errors(transport: Transport, keys: Keys) -> None:
-    key = keys.state("not-a-stream")
+    key = f"{keys.prefix}not-a-stream"
     await transport.client.set(key, b"x")
     with pytest.raises(TransportError, match="WRONGTYPE"):
         await transport.ensure_group(key, GROUP)
@@ -473,7 +473,7 @@ async def test_trim_stream_without_groups(transport: Transport, keys: Keys) -> N
     assert await transport.trim(stream, maxlen=2) == 6  # nearer the new end
     remaining = await stream_ids(transport, stream)
     assert remaining == ids[8:]
-    assert await transport.trim(keys.state("missing"), maxlen=2) == 0
+    assert await transport.trim(f"{keys.prefix}missing", maxlen=2) == 0
 
 
 # -- broadcast and inspection ----------------------------------------------------------

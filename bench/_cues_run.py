@@ -36,9 +36,8 @@ from bench._cues_host import (
 )
 from bench._cues_procs import agents_process, hub_process, raw_agents_process
 from callboard.embedded import EmbeddedServer
-from hub.commands import CommandClient
-from hub.cuelists import CuelistStore
-from hub.store import StateStore
+from hub.commands import CommandClient, StartRun
+from hub.store import CommandStore, CuelistStore, StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import encode, make
@@ -46,7 +45,7 @@ from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.states import RunStatus
-from protocols.transport import Redis, connect
+from protocols.transport import Redis, Storage, connect
 from protocols.validation import load_cuelist
 
 WARMUP = 2  # calls measured but not counted (connections, caches, first plans)
@@ -230,14 +229,15 @@ class Harness:
     # -- runs -----------------------------------------------------------------------------
     async def put(self, prefix: str, data: dict[str, Any]) -> tuple[str, str]:
         cuelist, version = load_cuelist(data)
-        await CuelistStore(self.client, Keys(prefix)).put(
+        await CuelistStore(Storage(self.client), Keys(prefix)).put(
             cuelist, version, canonical_json(cuelist), None
         )
         return cuelist.cuelist, version
 
     async def start(self, prefix: str, name: str, version: str, run_id: str) -> None:
-        commands = CommandClient(self.client, Keys(prefix))
-        await commands.answer("start_run", await _send_start(commands, name, version, run_id))
+        commands = CommandClient(CommandStore(Storage(self.client), Keys(prefix)))
+        command = _start(name, version, run_id)
+        await commands.answer(command, await commands.send(command))
 
     @contextlib.asynccontextmanager
     async def run_ends(self) -> AsyncIterator[Any]:
@@ -259,8 +259,9 @@ class Harness:
         """Start a run and return once it ended, without waking in between: the start
         command's answer is read after the run left the active set (`run_ends`)."""
         keys = Keys(prefix)
-        commands = CommandClient(self.client, keys)
-        command_id = await _send_start(commands, name, version, run_id)
+        commands = CommandClient(CommandStore(Storage(self.client), keys))
+        command = _start(name, version, run_id)
+        command_id = await commands.send(command)
         deadline, key = time.monotonic() + 60.0, keys.active_runs().encode()
         while True:
             note = await ended.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -268,7 +269,7 @@ class Harness:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end in 60s")
-        await commands.answer("start_run", command_id)
+        await commands.answer(command, command_id)
 
     async def _ended(self, keys: Keys, run_id: str) -> bool:
         async with self.client.pipeline(transaction=False) as pipe:
@@ -310,7 +311,7 @@ class Harness:
             await asyncio.sleep(0.01)
 
     async def finished(self, prefix: str, run_ids: list[str]) -> list[Any]:
-        runs = await StateStore(self.client, Keys(prefix)).runs(run_ids)
+        runs = await StateStore(Storage(self.client), Keys(prefix)).runs(run_ids)
         bad = [r.status.value for r in runs if r.status is not RunStatus.SUCCESS]
         if len(runs) != len(run_ids) or bad:
             raise RuntimeError(f"{len(runs)}/{len(run_ids)} runs found; not success: {bad[:5]}")
@@ -512,11 +513,9 @@ class Harness:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-async def _send_start(commands: CommandClient, name: str, version: str, run_id: str) -> str:
-    """The start command POST /v1/runs sends (what `callboard run` does), queued."""
-    return await commands.send(
-        "start_run", cuelist=name, version=version, run_id=run_id, params={}, dry=False
-    )
+def _start(name: str, version: str, run_id: str) -> StartRun:
+    """The start command POST /v1/runs sends (what `callboard run` does)."""
+    return StartRun(cuelist=name, version=version, run_id=run_id, params={}, dry=False)
 
 
 def _phase_messages(cue: str, agents: list[str]) -> list[bytes]:

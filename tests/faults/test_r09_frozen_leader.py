@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from callboard.embedded import EmbeddedServer, free_port
-from hub.store import _COMMIT
+from hub.store.commit import _COMMIT
 from protocols.keys import Keys
 from tests.e2e.procs import Procs, wait_done, wait_online
 from tests.faults.conftest import Figure

@@ -9,7 +9,7 @@ from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
-from hub.store import read_run, run_fields
+from hub.store.layout import read_run, run_fields
 from protocols import payloads as p
 from protocols.codec import Envelope, make
 from protocols.keys import Keys

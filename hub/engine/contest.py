@@ -118,13 +118,14 @@ class ContestMixin(EngineBase):
         if holder not in rivals:
             raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
         claim = self.book.waiting.get(holder)
-        for r in claim.resources if claim else ():
+        if claim is None:
+            return
+        for r in claim.resources:
             self.book.prefer(r, holder)
             current = self.book.holder_of(r)
             if current is not None and current.holder != holder and not current.went:
-                self._preempt(current, by=claim)  # type: ignore[arg-type]
-        if claim is not None:
-            self.retry_waiters([claim])
+                self._preempt(current, by=claim)
+        self.retry_waiters([claim])
 
     def arbitration_timeout(self, run: RunState, cue_id: str) -> None:
         """No decision in time: fall back to priority."""

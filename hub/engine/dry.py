@@ -52,9 +52,12 @@ def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tupl
 
 
 def _stand_in(plan: Plan, msg: Envelope, agent: str) -> list[Envelope]:
+    phase = msg.payload
     if msg.message_type not in _STAND_IN_REPLIES or msg.cue_id is None:
         return []
-    attempt = msg.payload.attempt  # type: ignore[attr-defined]
+    if not isinstance(phase, p.CoordWarning | p.CoordStandby | p.CoordGo | p.TaskAssign):
+        return []
+    attempt = phase.attempt
     base = {"from_agent": agent, "run_id": msg.run_id, "cue_id": msg.cue_id}
     if msg.message_type is T.COORD_WARNING:
         return [make(T.ACK_WARNING, p.AckWarning(attempt=attempt), **base)]

@@ -74,8 +74,9 @@ class _PackedConnection(aioredis.Connection):
         head = args[0]
         if isinstance(head, str) and " " in head:  # "CONFIG GET", "XINFO CONSUMERS"...
             args = (*head.split(), *args[1:])
+        pack = _pack_command  # set: this class is used only when hiredis is importable
         try:
-            return [_pack_command(args)]  # type: ignore[misc]  # only used when importable
+            return [pack(args)] if pack is not None else super().pack_command(*args)
         except TypeError:  # an argument type hiredis does not take: the Python packer
             return super().pack_command(*args)
 

@@ -283,7 +283,7 @@ class Transport(_Upkeep):
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for delivery, reason in items:
-                    entry = {
+                    entry: dict[Any, Any] = {
                         "reason": reason,
                         "stream": delivery.stream,
                         "entry_id": delivery.entry_id,
@@ -292,7 +292,7 @@ class Transport(_Upkeep):
                         "raw": delivery.raw,
                         "at": at or "",
                     }
-                    pipe.xadd(self.keys.dead, entry)  # type: ignore[arg-type]
+                    pipe.xadd(self.keys.dead, entry)
                     if group:
                         pipe.xack(delivery.stream, group, delivery.entry_id)
                 return await pipe.execute()

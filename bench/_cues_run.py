@@ -326,7 +326,7 @@ class Harness:
         agents. Interleaved so all three see the same (shared) machine at the same moments."""
         agents = [f"a{i:02d}" for i in range(n)]
         bare, raw, sdk = self.prefix(), self.prefix(), self.prefix()
-        acks = Keys(bare).state("bare", "acks")
+        acks = f"{bare}bare:acks"  # the baseline's own key, not callboard's
         inboxes = [Keys(bare).inbox(a) for a in agents]
         raw_ids, sdk_ids = ([new_id() for _ in range(WARMUP + repeats)] for _ in range(2))
         sent: dict[str, float] = {}

@@ -156,7 +156,8 @@ class Router:
         for d, cause, detail in bad:
             self.metrics.dead_letters.labels(cause).inc()
             self.metrics.violations.labels(_cause_label(cause)).inc()
-            await self.transport.dead_letter(d, f"{cause}: {detail}", group=HUB_GROUP)
+            sender = self.keys.agent_of_out(d.stream) or ""
+            await self.transport.dead_letter(d, f"{cause}: {detail}", HUB_GROUP, sender=sender)
         await self.registry.save(registry_changed)
         dead = {id(d) for d, _, _ in bad}  # dead_letter acknowledged those already
         done = [d for d in batch if id(d) not in dead]

@@ -62,7 +62,8 @@ class Hub:
         self.transport = Transport.from_url(
             settings.redis_url, self.keys,
             max_message_bytes=settings.max_message_bytes, max_deliveries=settings.max_deliveries,
-            on_state_lost=self._state_lost,
+            on_state_lost=self._state_lost, deadletter_raw_bytes=settings.deadletter_raw_bytes,
+            deadletter_maxlen=settings.deadletter_maxlen,
         )  # fmt: skip
         self.stores = Stores.open(self.transport, self.keys)
         self.store = self.stores.state

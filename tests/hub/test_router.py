@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -75,7 +76,11 @@ async def test_garbage_is_dead_lettered_and_routing_goes_on(hub: Hub, keys: Keys
     assert any("unknown message_type" in r for r in reasons)
     assert any("bad field payload.error" in r for r in reasons)
     assert any("limit" in r for r in reasons)
-    assert {d["raw"] for d in dead} == set(garbage)  # the original bytes, untouched
+    # the original bytes, untouched: whole when small, the first 4 KiB with size and hash
+    assert {d["raw"] for d in dead} == {g[:4096] for g in garbage}
+    assert {(int(d["raw_size"]), d["raw_sha256"].decode()) for d in dead} == {
+        (len(g), hashlib.sha256(g).hexdigest()) for g in garbage
+    }
     violations = await eventually(lambda: _violations(hub), 10)
     assert len(violations) == 1 and violations[0].count == 4  # raised once, counted
     assert await hub.transport.pending_count(keys.out("sender"), "hub") == 0

@@ -119,6 +119,11 @@ class RunRecordPublic(BaseModel):
     messages_in: int
     messages_out: int
     protocol_violations: int
+    totals: dict[str, int] = Field(
+        default_factory=dict,
+        description="how many waits, conflicts, escalations and errors there were in all: "
+        "each list keeps only the first 20",
+    )
 
 
 class RunPublic(BaseModel):

@@ -12,10 +12,12 @@ import pytest
 
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
+from protocols.canonical import canonical_json
 from protocols.codec import Envelope, decode, encode, make
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -52,7 +54,7 @@ async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
 
 async def _dead(hub: Hub) -> list[dict[str, Any]]:
     rows = await hub.transport._client.xrange(hub.keys.dead)
-    return [{k.decode(): v for k, v in fields.items()} for _, fields in rows]
+    return [{"id": i.decode(), **{k.decode(): v for k, v in f.items()}} for i, f in rows]
 
 
 async def _violations(hub: Hub) -> list[Any]:
@@ -155,3 +157,74 @@ async def test_registry_tracks_online_and_offline(hub: Hub) -> None:
         return ivan["online"] is False and ivan["kind"] == "echo"
 
     assert await eventually(offline, 10)
+
+
+def _rejected(agent: str, entry_id: str, reason: str, deliveries: int = 1) -> Envelope:
+    body = p.StatusRejected(entry_id=entry_id, reason=reason, deliveries=deliveries)
+    return make(T.STATUS_REJECTED, body, from_agent=agent)
+
+
+async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(hub: Hub) -> None:
+    inbox = hub.keys.inbox("kim")
+    poison = b'{"not": "a message"}'
+    entry_id = (await hub.transport._client.xadd(inbox, {STREAM_FIELD: poison})).decode()
+    # Another agent's inbox holds an entry too: nobody may have it dead-lettered but its own.
+    other = (await hub.transport._client.xadd(hub.keys.inbox("lou"), {STREAM_FIELD: b"x"})).decode()
+    await _send(hub, "kim", _rejected("kim", entry_id, "not JSON: ...", deliveries=3))
+    await _send(hub, "kim", _rejected("kim", entry_id, "again"))  # once is enough
+    await _send(hub, "kim", _rejected("kim", other, "not mine"))  # names lou's entry id
+    await _send(hub, "kim", _rejected("kim", "9999999999999-0", "made up"))
+    await _send(hub, "kim", _rejected("kim", "+", "not an id"))
+    violations = await eventually(lambda: _has(_violations(hub), 2), 10)
+    (letter,) = await _dead(hub)
+    assert letter["reason"] == b"rejected by kim: not JSON: ..."
+    assert (letter["stream"], letter["entry_id"]) == (inbox.encode(), entry_id.encode())
+    assert (letter["sender"], letter["deliveries"], letter["raw"]) == (b"kim", b"3", poison)
+    assert sorted((v.cause, v.count) for v in violations) == [
+        ("rejected_bad_id:kim", 1),
+        ("rejected_unknown_entry:kim", 1 if other == entry_id else 2),
+    ]
+    assert await hub.transport.pending_count(hub.keys.out("kim"), "hub") == 0
+
+
+async def test_one_senders_flood_of_dead_letters_is_held_to_its_budget(hub: Hub) -> None:
+    hub.router.dead.budgets.burst, hub.router.dead.budgets.per_s = 5, 0.001
+    await _send(hub, "early", b"{honest garbage")
+    await eventually(lambda: _dead(hub), 10)
+    for i in range(50):
+        await _send(hub, "flood", b"{junk %d" % i)
+    await eventually(lambda: _counted(_violations(hub), "bad_message:flood", 50), 10)
+    dead = await _dead(hub)
+    assert [d["sender"] for d in dead] == [b"early"] + [b"flood"] * 5
+    over = hub.metrics.registry.get_sample_value(
+        "callboard_dead_letters_over_budget_total", {"reason": "bad_message"}
+    )
+    assert over == 45  # counted, acknowledged, not copied
+    assert await hub.transport.pending_count(hub.keys.out("flood"), "hub") == 0  # all acked
+
+
+async def _counted(found: Any, cause: str, n: int) -> list[Any] | None:
+    hits = [v for v in await found if v.cause == cause and v.count >= n]
+    return hits or None
+
+
+async def test_a_refused_reply_is_linked_to_its_cue(hub: Hub) -> None:
+    cuelist = "cuelist: linked\ncues:\n  - {id: ONLY, target_agents: [mia], ack_timeout_s: 30}\n"
+    parsed, version = load_cuelist(cuelist)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), cuelist)
+    run = await hub.driver.start_run("linked", version, "run-linked", {}, False)
+    bad = {"message_type": "ack.warning", "run_id": run.run_id, "cue_id": "ONLY",
+           "payload": {"attempt": "first"}}  # fmt: skip
+    await _send(hub, "mia", json.dumps(bad).encode())
+
+    async def reason() -> str | None:
+        stored = await hub.store.run(run.run_id)
+        text = stored.cues["ONLY"].reason if stored else None
+        return text if text and "dead-lettered" in text else None
+
+    text = await eventually(reason, 10)
+    (letter,) = await _dead(hub)
+    assert f"a reply from mia was dead-lettered (dead letter {letter['id']})" in text
+    events = [e.data for e in await hub.store.events(run.run_id)]
+    assert any(e["type"] == "dead_letter" and e["cue"] == "ONLY" for e in events)
+    await hub.driver.step(lambda e: e.cancel(run.run_id))

@@ -162,6 +162,25 @@ def test_422_names_the_cue_and_the_key(api: httpx.Client) -> None:
     assert r.status_code == 422
 
 
+def test_a_json_cuelist_with_a_duplicate_key_is_refused_like_yaml(api: httpx.Client) -> None:
+    json_body = (
+        b'{"cuelist": "api-dup",\n "cues": [{"id": "A", "target_agents": ["a"],\n  "id": "B"}]}'
+    )
+    yaml_body = b"cuelist: api-dup\ncues:\n  - id: A\n    target_agents: [a]\n    id: B\n"
+    found = {}
+    for media, body in [("application/json", json_body), ("application/yaml", yaml_body)]:
+        r = api.post("/v1/cuelists", content=body, headers={"Content-Type": media})
+        assert r.status_code == 422 and r.json()["detail"], r.text
+        [issue] = [e for e in r.json()["errors"] if e["code"] == "duplicate_key"]
+        found[media] = issue
+        checked = api.post("/v1/cuelists/validate", content=body, headers={"Content-Type": media})
+        assert checked.json()["valid"] is False
+    assert found["application/json"]["message"] == "key 'id' appears twice in one mapping"
+    assert found["application/json"]["message"] == found["application/yaml"]["message"]
+    assert (found["application/json"]["line"], found["application/yaml"]["line"]) == (3, 5)
+    assert api.get("/v1/cuelists/api-dup").status_code == 404  # nothing stored
+
+
 def test_run_to_completion_with_events_and_context(api: httpx.Client) -> None:
     run_id = start(api, "api-simple")
     events = sse_events(api, run_id)

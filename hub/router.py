@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT})
 DISCOVER_EVERY_S = 1.0
 SEEN_CAPACITY = 200_000
+RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
 
 
 class Router:
@@ -67,6 +68,9 @@ class Router:
         # what a sender's refused entries become (dead letters within its budget)
         self.dead = dead or DeadLetters(transport, self.keys, metrics, Budgets(200, 5.0))
         self.max_severity = max_severity  # of a specialist's escalation
+        # A handoff outside a run lands in another agent's inbox on the strength of the
+        # sender's own contract: a sender may not flood others' inboxes that way.
+        self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._last_discover = 0.0
@@ -136,6 +140,10 @@ class Router:
                 continue  # a message seen twice is handled once
             self._remember(msg.message_id)
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
+                if not self.runless_handoffs.take(agent):
+                    detail = f"{agent}: handoffs outside a run past its budget"
+                    bad.append(Bad(d, guard.HANDOFF_FLOOD, detail, agent))
+                    continue
                 forward = self._runless_handoff(msg, agent)
                 if forward is None:
                     detail = "handoff outside a run misses required keys"

@@ -22,6 +22,7 @@ BAD_MESSAGE = "bad_message"  # not JSON, unknown type, bad payload, oversized, b
 SPOOFED_SENDER = "spoofed_sender"  # the body names another sender than its stream
 NOT_ALLOWED = "not_allowed"  # a type only the hub sends
 HANDOFF_REJECTED = "handoff_rejected"  # a handoff outside a run that its contracts refuse
+HANDOFF_FLOOD = "handoff_over_budget"  # handoffs outside a run, past the sender's budget
 REJECTED_BAD_ID = "rejected_bad_id"  # status.rejected naming no entry id
 REJECTED_UNKNOWN_ENTRY = "rejected_unknown_entry"  # ...naming no entry of its inbox
 # The engine's: a message reaching past what its sender takes part in.
@@ -34,7 +35,7 @@ CONTEXT_OWNED = "context_owned"  # a context entry another agent wrote
 CONTEXT_FULL = "context_full"
 ESCALATION_WITHOUT_RUN = "escalation_without_run"
 KINDS = frozenset({
-    BAD_MESSAGE, SPOOFED_SENDER, NOT_ALLOWED, HANDOFF_REJECTED, REJECTED_BAD_ID,
+    BAD_MESSAGE, SPOOFED_SENDER, NOT_ALLOWED, HANDOFF_REJECTED, HANDOFF_FLOOD, REJECTED_BAD_ID,
     REJECTED_UNKNOWN_ENTRY, UNKNOWN_RUN, NOT_IN_RUN, UNKNOWN_CUE, NOT_A_TARGET, OUT_OF_ORDER,
     CONTEXT_OWNED, CONTEXT_FULL, ESCALATION_WITHOUT_RUN,
 })  # fmt: skip

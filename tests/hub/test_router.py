@@ -228,3 +228,14 @@ async def test_a_refused_reply_is_linked_to_its_cue(hub: Hub) -> None:
     events = [e.data for e in await hub.store.events(run.run_id)]
     assert any(e["type"] == "dead_letter" and e["cue"] == "ONLY" for e in events)
     await hub.driver.step(lambda e: e.cancel(run.run_id))
+
+
+async def test_handoffs_outside_a_run_are_held_to_a_budget_per_sender(hub: Hub) -> None:
+    hub.router.runless_handoffs.burst, hub.router.runless_handoffs.per_s = 3, 0.001
+    for n in range(10):
+        await _send(hub, "noel", _handoff("noel", "olga", n=n))
+    violation = await eventually(
+        lambda: _counted(_violations(hub), "handoff_over_budget:noel", 7), 10
+    )
+    assert violation
+    assert len(await _inbox(hub, "olga")) == 3

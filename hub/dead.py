@@ -83,8 +83,8 @@ class DeadLetters:
         kept = []
         for b in bad:
             self.metrics.violations.labels(b.cause).inc()
-            b.run_id, b.cue_id = reply_hint(b.delivery.raw, self.transport.max_message_bytes)
-            if self._within_budget(b):
+            if self._within_budget(b):  # (over it, not even parsed for a hint: no work)
+                b.run_id, b.cue_id = reply_hint(b.delivery.raw, self.transport.max_message_bytes)
                 kept.append(b)
         items = [(b.delivery, f"{b.cause}: {b.detail}", b.sender) for b in kept]
         for b, letter_id in zip(

@@ -205,7 +205,8 @@ class Transport(_Upkeep):
         if poison and on_poison is not None:
             await on_poison(poison)
         elif poison:
-            await self.dead_letter_many([(d, why, "") for d, why in poison], group)
+            sender = self.keys.agent_of_out(stream) or self.keys.agent_of_inbox(stream) or ""
+            await self.dead_letter_many([(d, why, sender) for d, why in poison], group)
         return fresh
 
     async def _autoclaim(

@@ -1,0 +1,124 @@
+"""The desk's Jinja2 environment: templates from the package, filters for times, ids and JSON,
+and `can(method, path)`, which says whether the hub has a route, so an action's button
+appears only once its route exists."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.routing import Route
+
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+STATIC_URL = "/desk-static"
+JSON_PREVIEW = 160
+
+
+def clock(epoch: float | None) -> str:
+    """Time of day in UTC to the millisecond ("" for what has not happened)."""
+    if epoch is None:
+        return ""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def iso(epoch: float | None) -> str:
+    if epoch is None:
+        return ""
+    return (
+        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def when(epoch: float | None) -> str:
+    """Date and time in UTC to the second."""
+    if epoch is None:
+        return ""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return ""
+    span = end - start
+    return f"{span * 1000:.0f} ms" if span < 1 else f"{span:.2f} s"
+
+
+def short(ident: str | None, size: int = 8) -> str:
+    return (ident or "")[:size]
+
+
+def compact(value: Any, limit: int = JSON_PREVIEW) -> str:
+    """JSON on one line, cut at `limit` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True, indent=2)
+
+
+def entry_time(entry_id: str) -> str:
+    """A stream entry id's time part, as a date and time."""
+    head = entry_id.split("-", 1)[0]
+    return when(int(head) / 1000) if head.isdigit() else ""
+
+
+@cache
+def asset_version(name: str) -> str:
+    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
+
+
+def static(name: str) -> str:
+    """A desk asset's URL, versioned by its content so browsers may cache it."""
+    return f"{STATIC_URL}/{name}?v={asset_version(name)}"
+
+
+def routes_of(request: Request) -> frozenset[tuple[str, str]]:
+    app = request.app
+    found: frozenset[tuple[str, str]] | None = getattr(app.state, "desk_routes", None)
+    if found is None:
+        found = frozenset(
+            (method, route.path)
+            for route in app.routes
+            if isinstance(route, Route)
+            for method in route.methods or ()
+        )
+        app.state.desk_routes = found
+    return found
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        clock=clock, iso=iso, when=when, short=short, compact=compact, pretty=pretty,
+        entry_time=entry_time,
+    )  # fmt: skip
+    env.globals.update(static=static, seconds=seconds)
+    return env
+
+
+ENV = environment()
+
+
+def page(request: Request, template: str, **context: Any) -> str:
+    """Render a template with what every page needs."""
+
+    def can(method: str, path: str) -> bool:
+        return (method.upper(), path) in routes_of(request)
+
+    return ENV.get_template(template).render(
+        request=request, can=can, logged_in=getattr(request.state, "desk_cookie", False),
+        **context,
+    )  # fmt: skip

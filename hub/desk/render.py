@@ -54,6 +54,13 @@ def short(ident: str | None, size: int = 8) -> str:
     return (ident or "")[:size]
 
 
+def tail(ident: str | None, size: int = 8) -> str:
+    """A run id for people: its random end (a UUIDv7 starts with the time, shared by runs
+    started together); the full id is in the link and its title."""
+    text = ident or ""
+    return text if len(text) <= size else "…" + text[-size:]
+
+
 def compact(value: Any, limit: int = JSON_PREVIEW) -> str:
     """JSON on one line, cut at `limit` characters."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
@@ -102,7 +109,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        clock=clock, iso=iso, when=when, short=short, compact=compact, pretty=pretty,
+        clock=clock, iso=iso, when=when, short=short, tail=tail, compact=compact, pretty=pretty,
         entry_time=entry_time,
     )  # fmt: skip
     env.globals.update(static=static, seconds=seconds)

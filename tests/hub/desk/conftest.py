@@ -29,8 +29,10 @@ def launch(playwright: Any) -> Browser:
     return browser
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Per module, not per session: while Playwright's sync API is open its event loop runs
+    # in this thread, and the suite's asyncio tests after these could not start their own.
     with sync_playwright() as playwright:
         found = launch(playwright)
         yield found

@@ -311,3 +311,19 @@ def test_yaml_is_shown_as_submitted(stage: Stage, page: Page) -> None:
     assert {c["id"] for c in doc["cues"]} == set(
         page.locator(".node").evaluate_all("(ns) => ns.map((n) => n.dataset.node)")
     )
+
+
+def test_agents_page_shows_the_registry_and_the_wiring_map(stage: Stage, page: Page) -> None:
+    page.goto(f"{stage.url}/agents")
+    registry = stage.api.get("/v1/agents").json()["data"]
+    for agent in AGENTS:
+        row = page.locator(f'tr[data-agent="{agent}"]')
+        online = next(a for a in registry if a["agent"] == agent)["online"]
+        expect(row.locator("td").nth(1)).to_have_text("online" if online else "offline")
+        expect(page.locator("svg.wiring text.mono", has_text=agent)).to_have_count(1)
+    expect(page.locator("svg.wiring .hubnode")).to_have_count(1)
+    wired = stage.api.get("/v1/wiring").json()
+    expect(page.locator("svg.wiring path.edge")).to_have_count(
+        len(wired["agents"])
+        + len({(e["from"], e["to"]) for e in wired["edges"] if e["kind"] == "handoff"})
+    )

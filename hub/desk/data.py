@@ -51,7 +51,6 @@ class Inbox:
     armed: list[tuple[RunState, str]] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     escalations: list[Escalation] = field(default_factory=list)  # open, most severe first
-    arbitrations: list[Escalation] = field(default_factory=list)
     active_runs: int = 0
     looked_at: int = 0
 
@@ -143,9 +142,7 @@ async def inbox(hub: Hub) -> Inbox:
             continue
         out.armed.extend((r, cue_id) for cue_id, cr in r.cues.items() if cr.state is CueState.ARMED)
         out.approvals.extend(await approvals_of(hub, r))
-    opened = open_by_severity(await escalations(hub))
-    out.escalations = opened
-    out.arbitrations = [e for e in opened if e.payload.get("cues_involved")]
+    out.escalations = open_by_severity(await escalations(hub))  # arbitrations among them
     return out
 
 

@@ -151,7 +151,7 @@ async def run_escalations(hub: Hub, run_id: str) -> list[Escalation]:
 
 
 async def context(hub: Hub, run_id: str) -> dict[str, dict[str, Any]]:
-    return dict(await hub.store.context(run_id))
+    return {key: entry.model_dump() for key, entry in (await hub.store.context(run_id)).items()}
 
 
 async def cuelist_names(hub: Hub) -> list[str]:
@@ -159,8 +159,9 @@ async def cuelist_names(hub: Hub) -> list[str]:
 
 
 async def describe_cuelist(hub: Hub, name: str) -> dict[str, Any]:
-    described: dict[str, Any] = await hub.cuelists.describe(name)
-    return described
+    """Every version, newest first, as plain data: {name, latest, versions: [...]}."""
+    described = await hub.cuelists.describe(name)
+    return {**described.model_dump(), "latest": described.latest}
 
 
 async def cuelist_summaries(hub: Hub) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from protocols.transport._client import (
     connect,
     is_group_missing,
     is_transient,
+    is_unreachable,
     retry_transient,
 )
 from protocols.transport._streams import Transport
@@ -36,5 +37,6 @@ __all__ = [
     "connect",
     "is_group_missing",
     "is_transient",
+    "is_unreachable",
     "retry_transient",
 ]

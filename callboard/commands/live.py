@@ -84,3 +84,19 @@ def watch(client: Client, run_id: str, console: Console) -> dict[str, Any]:
     if not console.is_terminal:
         console.line()  # Live leaves the last frame without a line end when not on a tty
     return view.run
+
+
+def wait_done(client: Client, run_id: str) -> dict[str, Any]:
+    """Follow a run until it finishes without drawing it (for `-o json`); its final state."""
+    run = client.run(run_id)
+    if run["status"] not in DONE:
+        try:
+            for _name, _data in client.events(run_id):
+                pass
+        except Unreachable:
+            pass  # the stream broke (hub restarting?): poll instead
+    run = client.run(run_id)
+    while run["status"] not in DONE:
+        time.sleep(POLL_S)
+        run = client.run(run_id)
+    return run

@@ -24,10 +24,11 @@ from hub.store import StateKeys, StateStore
 from protocols.codec import make
 from protocols.errors import StaleLeader
 from protocols.messages import MessageType
+from protocols.outage import one_line
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
 from protocols.states import CueState, Phase
-from protocols.transport import Transport
+from protocols.transport import Transport, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,11 @@ class Hub:
                     exc = task.exception()
                     if isinstance(exc, StaleLeader):
                         log.warning("hub %s: %s; following again", self.hub_id, exc)
+                    elif is_unreachable(exc):  # one line, not a traceback: it is not a bug
+                        log.warning(
+                            "hub %s: task %s lost Redis (%s); following again",
+                            self.hub_id, task.get_name(), one_line(exc),
+                        )  # fmt: skip
                     else:
                         log.error("hub task %s crashed", task.get_name(), exc_info=exc)
         finally:

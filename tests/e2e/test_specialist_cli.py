@@ -159,3 +159,35 @@ def child_env_without_server() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLBOARD_")}
     env.pop("REDIS_URL", None)
     return {**env, "PYTHONUNBUFFERED": "1", "CALLBOARD_PREFIX": f"t{uuid.uuid4().hex[:8]}:"}
+
+
+def test_redis_going_away_and_back_is_lines_not_tracebacks(tmp_path: Path) -> None:
+    with EmbeddedServer() as server:  # its own server: this test stops it
+        env = child_env(server)
+        with processes(env, tmp_path) as procs:
+            url = procs.hub()
+            procs.echo("comes-back")
+            with httpx.Client(base_url=url, timeout=5) as api:
+                wait_online(api, ["comes-back"])
+                server.stop()
+
+                def said(name: str, words: str) -> bool:
+                    return words in (tmp_path / f"{name}.log").read_text(errors="replace")
+
+                hub_log = next(p.stem for p in tmp_path.glob("hub-*.log"))
+                echo_log = next(p.stem for p in tmp_path.glob("echo-*.log"))
+                eventually_sync(lambda: said(hub_log, "unreachable"), 60, interval_s=0.1)
+                eventually_sync(lambda: said(echo_log, "failed"), 60, interval_s=0.1)
+                server.start()  # same port, same data folder
+
+                def leading() -> bool:
+                    try:
+                        return api.get("/healthz").json().get("leader") is True
+                    except httpx.HTTPError:
+                        return False
+
+                eventually_sync(leading, 60, interval_s=0.1, message="the hub leads again")
+                eventually_sync(lambda: said(echo_log, "reads again"), 60, interval_s=0.1)
+    for name in (hub_log, echo_log):
+        text = (tmp_path / f"{name}.log").read_text(errors="replace")
+        assert "Traceback" not in text, text[-3000:]

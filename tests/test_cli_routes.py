@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -20,7 +21,7 @@ from callboard.commands import api
 from callboard.commands.routes import NOT_ACTIONS, ROUTES
 from hub.api import create_app
 from hub.service import Hub, HubSettings
-from tests.cli_fake_hub import FakeHub
+from tests.cli_fake_hub import FakeHub, run_body, sse
 
 # Routes another stream adds this round (shapes in DESIGN.md): their commands are written
 # and tested here against the stand-in hub; the live tests come with the routes.
@@ -168,3 +169,40 @@ def test_version_and_completion() -> None:
     result = invoke(["--version"])
     assert result.exit_code == 0 and result.stdout.startswith("callboard ")
     assert "--install-completion" in invoke(["--help"]).stdout
+
+
+def test_events_resume_from_the_last_id_while_the_run_goes_on(fake: FakeHub) -> None:
+    streams = iter([
+        sse(("cue", {"cue": "CUE-1", "state": "go"})),  # the hub ended this stream early
+        "id: 2-0\nevent: run\ndata: {\"status\": \"success\"}\n\n",
+    ])  # fmt: skip
+    states = iter(["running", "success"])
+    run = "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"
+    fake.answers[("GET", "/v1/runs/{run_id}")] = (200, run_body("running"))
+    handle = fake.handle
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            fake.answers[("GET", "/v1/runs/{run_id}/events")] = (200, next(streams))
+        elif request.url.path == f"/v1/runs/{run}":
+            fake.answers[("GET", "/v1/runs/{run_id}")] = (200, run_body(next(states)))
+        return handle(request)
+
+    api.TRANSPORT = httpx.MockTransport(answer)
+    result = invoke(["events", run, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["1-0", "2-0"]
+    asked = [r for _, route, r in fake.calls if route == "/v1/runs/{run_id}/events"]
+    assert "last-event-id" not in asked[0].headers
+    assert asked[1].headers["last-event-id"] == "1-0"
+
+
+def test_watching_with_json_prints_the_final_run_and_exits_by_it(fake: FakeHub) -> None:
+    result = invoke(["run", "demo", "--watch", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "success"
+    fake.answers[("GET", "/v1/runs/{run_id}")] = (200, run_body("failed"))
+    run = "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"
+    result = invoke(["rerun", run, "--watch", "-o", "json"])
+    assert result.exit_code == 1  # the new run did not succeed
+    assert json.loads(result.stdout)["status"] == "failed"

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from callboard.cli import app
 from callboard.commands import api
-from callboard.commands.routes import NOT_ACTIONS, ROUTES
+from callboard.commands.routes import ESC, NOT_ACTIONS, ROUTES, RUN
 from hub.api import create_app
 from hub.service import Hub, HubSettings
 from tests.cli_fake_hub import FakeHub, run_body, sse
@@ -206,3 +206,19 @@ def test_watching_with_json_prints_the_final_run_and_exits_by_it(fake: FakeHub) 
     result = invoke(["rerun", run, "--watch", "-o", "json"])
     assert result.exit_code == 1  # the new run did not succeed
     assert json.loads(result.stdout)["status"] == "failed"
+
+
+def test_a_run_shows_what_its_cues_returned(fake: FakeHub) -> None:
+    body = run_body()
+    body["cues"]["CUE-1"] = {**body["cues"]["CUE-1"], "results": {"a": {"passed": 42}}}
+    fake.answers[("GET", "/v1/runs/{run_id}")] = (200, body)
+    result = invoke(["status", "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"])
+    assert result.exit_code == 0, result.output
+    assert 'a: {"passed": 42}' in result.stdout
+    fake.answers[("GET", "/v1/runs/{run_id}")] = (200, run_body())
+    assert "result" not in invoke(["status", "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"]).stdout
+
+
+def test_piped_tables_carry_whole_ids_and_uncut_rows(fake: FakeHub) -> None:
+    out = invoke(["escalations"]).stdout  # eight columns, two of them ids: wider than 80
+    assert ESC in out and RUN in out and "escalation.timeout" in out and "…" not in out

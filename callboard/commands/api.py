@@ -147,7 +147,10 @@ def print_json(data: Any) -> None:
 
 def print_table(table: RenderableType) -> None:
     """A table for a person; piped, it is drawn wide, so no cell (an id above all) is cut."""
-    console.print(table, width=None if console.is_terminal else PIPED_WIDTH)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a console of its own: print(width=) cannot go past the console's width
+        Console(width=PIPED_WIDTH, highlight=False).print(table)
 
 
 def say(message: str) -> None:

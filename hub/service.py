@@ -24,11 +24,11 @@ from hub.store import StateKeys, StateStore
 from protocols.codec import make
 from protocols.errors import StaleLeader
 from protocols.messages import MessageType
-from protocols.outage import one_line
+from protocols.outage import is_unreachable, one_line
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
 from protocols.states import CueState, Phase
-from protocols.transport import Transport, is_unreachable
+from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
 

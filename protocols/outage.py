@@ -4,7 +4,8 @@ A process whose Redis is away (not started yet, restarting, a wrong REDIS_URL) m
 print a traceback every second. `Outage` counts consecutive failures: the wait before the
 next try doubles from `first_s` up to `max_s`, and `fail()` says to log only the first
 failure of an outage and then one reminder every `remind_s`; `ok()` says whether an outage
-just ended (worth one line too). `one_line` turns the error into that line's reason.
+just ended (worth one line too). `is_unreachable` tells that case from a real crash;
+`one_line` turns the error into that line's reason.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
+
+from protocols.errors import TransportError
+from protocols.transport import is_transient
 
 
 class Outage:
@@ -49,6 +53,16 @@ class Outage:
         self.failures = 0
         self._said_at = None
         return ended
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Redis out of reach: a lost, refused or timed-out connection, raw from redis-py (code
+    that holds the client itself) or translated by the transport (which keeps the redis-py
+    error as the cause). The one place this is decided."""
+    cause = exc.__cause__
+    return is_transient(exc) or (
+        isinstance(exc, TransportError) and cause is not None and is_transient(cause)
+    )
 
 
 def one_line(exc: BaseException) -> str:

@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 from protocols.codec import Envelope
 from protocols.contracts import Contract
 from protocols.keys import is_agent_id
-from protocols.outage import Outage, one_line, redacted
+from protocols.outage import Outage, is_unreachable, one_line, redacted
 from protocols.payloads import BroadcastNotice, TaskHandoff
 from protocols.process import tune_gc
 from protocols.settings import Settings
-from protocols.transport import Transport, is_unreachable
+from protocols.transport import Transport
 from specialists.cue import Cue, Result
 
 log = logging.getLogger("callboard.specialists")
@@ -134,15 +134,29 @@ class Specialist:
 
     async def _reach_redis(self, transport: Transport, stopped: asyncio.Event) -> bool:
         """Wait until Redis answers (False if stopped first): one log line while it does
-        not, retries backing off, instead of a traceback (REDIS_URL wrong, Redis not up)."""
+        not, retries backing off, instead of a traceback (REDIS_URL wrong, Redis not up).
+        Each try is one quick attempt (the transport's own retries off): this loop waits."""
         outage = Outage()
         where = redacted(self.settings.redis_url)
-        while not stopped.is_set():
-            try:
-                await transport.client.ping()
-            except Exception as exc:
+        inbox = self.settings.keys.inbox(self.agent_id)
+        retry_s, transport.retry_s = transport.retry_s, 0.0
+        try:
+            while not stopped.is_set():
+                # the first thing the replica does anyway (idempotent): is Redis there?
+                attempt = asyncio.ensure_future(transport.ensure_group(inbox, self.agent_id))
+                halt = asyncio.ensure_future(stopped.wait())
+                await asyncio.wait({attempt, halt}, return_when=asyncio.FIRST_COMPLETED)
+                halt.cancel()
+                if not attempt.done():
+                    attempt.cancel()
+                    break
+                exc = attempt.exception()
+                if exc is None:
+                    if outage.ok():
+                        log.info("%s/%s: Redis at %s answers", self.agent_id, self.replica, where)
+                    return True
                 if not is_unreachable(exc):
-                    raise
+                    raise exc
                 delay_s, say = outage.fail()
                 if say:
                     log.error(
@@ -151,11 +165,9 @@ class Specialist:
                     )  # fmt: skip
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), delay_s)
-                continue
-            if outage.ok():
-                log.info("%s/%s: Redis at %s answers", self.agent_id, self.replica, where)
-            return True
-        return False
+            return False
+        finally:
+            transport.retry_s = retry_s
 
     @property
     def state(self) -> str:

@@ -39,5 +39,7 @@ ROUTES: list[tuple[str, str, list[str]]] = [
     ("GET", "/v1/deadletters", ["deadletters"]),
 ]
 
-# Served by the hub, but not API actions: documentation and the web desk's pages.
+# Served by the hub, but not API actions: the documentation pages, and the web desk's
+# pages (HTML for people, from the modules of hub.desk; the desk itself acts through /v1).
 NOT_ACTIONS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+NOT_ACTION_MODULES = ("hub.desk",)

@@ -29,8 +29,7 @@ from hub.api.routes import (
 from hub.api.schemas import CuelistErrorPublic, ErrorPublic
 from hub.registry import Registry
 from hub.service import Hub
-from protocols.outage import Outage, one_line, redacted
-from protocols.transport import is_unreachable
+from protocols.outage import Outage, is_unreachable, one_line, redacted
 
 log = logging.getLogger(__name__)
 # What every secured route may also answer, as errors.py shapes it (documented, so clients

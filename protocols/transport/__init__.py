@@ -24,7 +24,6 @@ from protocols.transport._client import (
     connect,
     is_group_missing,
     is_transient,
-    is_unreachable,
     retry_transient,
 )
 from protocols.transport._streams import Transport
@@ -37,6 +36,5 @@ __all__ = [
     "connect",
     "is_group_missing",
     "is_transient",
-    "is_unreachable",
     "retry_transient",
 ]

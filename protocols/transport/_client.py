@@ -144,15 +144,6 @@ def is_transient(exc: BaseException) -> bool:
     return _transient(exc)
 
 
-def is_unreachable(exc: BaseException) -> bool:
-    """Is `exc` Redis out of reach: a lost or refused connection, raw from redis-py or
-    translated to a TransportError here?"""
-    return _transient(exc) or (
-        isinstance(exc, TransportError) and exc.__cause__ is not None
-        and _transient(exc.__cause__)
-    )  # fmt: skip
-
-
 async def retry_transient(
     fn: Callable[[], Awaitable[T]],
     total_s: float = DEFAULT_RETRY_S,

@@ -131,7 +131,7 @@ class Hub:
                     exc = task.exception()
                     if isinstance(exc, StaleLeader):
                         log.warning("hub %s: %s; following again", self.hub_id, exc)
-                    elif is_unreachable(exc):  # one line, not a traceback: it is not a bug
+                    elif exc is not None and is_unreachable(exc):  # a line, not a traceback
                         log.warning(
                             "hub %s: task %s lost Redis (%s); following again",
                             self.hub_id, task.get_name(), one_line(exc),

@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
-from protocols.errors import TransportError
-from protocols.transport import is_transient
+from protocols.errors import Unreachable
 
 
 class Outage:
@@ -56,13 +55,9 @@ class Outage:
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """Redis out of reach: a lost, refused or timed-out connection, raw from redis-py (code
-    that holds the client itself) or translated by the transport (which keeps the redis-py
-    error as the cause). The one place this is decided."""
-    cause = exc.__cause__
-    return is_transient(exc) or (
-        isinstance(exc, TransportError) and cause is not None and is_transient(cause)
-    )
+    """Redis out of reach: a lost, refused or timed-out connection (the storage gateway
+    translates every such redis-py error to Unreachable). The one place this is decided."""
+    return isinstance(exc, Unreachable)
 
 
 def one_line(exc: BaseException) -> str:

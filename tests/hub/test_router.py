@@ -34,7 +34,7 @@ async def hub(settings: Settings) -> AsyncIterator[Hub]:
 
 async def _send(hub: Hub, agent: str, raw: bytes | Envelope, field: str = STREAM_FIELD) -> None:
     data = raw if isinstance(raw, bytes) else encode(raw)
-    await hub.transport.client.xadd(hub.keys.out(agent), {field: data})
+    await hub.transport._client.xadd(hub.keys.out(agent), {field: data})
 
 
 def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
@@ -45,12 +45,12 @@ def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
 
 
 async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
-    rows = await hub.transport.client.xrange(hub.keys.inbox(agent))
+    rows = await hub.transport._client.xrange(hub.keys.inbox(agent))
     return [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
 
 
 async def _dead(hub: Hub) -> list[dict[str, Any]]:
-    rows = await hub.transport.client.xrange(hub.keys.dead)
+    rows = await hub.transport._client.xrange(hub.keys.dead)
     return [{k.decode(): v for k, v in fields.items()} for _, fields in rows]
 
 

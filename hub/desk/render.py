@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -87,17 +88,24 @@ def static(name: str) -> str:
     return f"{STATIC_URL}/{name}?v={asset_version(name)}"
 
 
-def routes_of(request: Request) -> frozenset[tuple[str, str]]:
-    app = request.app
+def walk_routes(routes: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(method, path) of every route, into included routers: FastAPI keeps an included
+    router whole (its `original_router`, under the include's prefix), not flattened."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            context = getattr(route, "include_context", None)
+            yield from walk_routes(inner.routes, prefix + (getattr(context, "prefix", "") or ""))
+        elif isinstance(route, Route):
+            for method in route.methods or ():
+                yield method, prefix + route.path
+
+
+def routes_of(app: Any) -> frozenset[tuple[str, str]]:
+    """Every (method, path) the app serves, read once."""
     found: frozenset[tuple[str, str]] | None = getattr(app.state, "desk_routes", None)
     if found is None:
-        found = frozenset(
-            (method, route.path)
-            for route in app.routes
-            if isinstance(route, Route)
-            for method in route.methods or ()
-        )
-        app.state.desk_routes = found
+        found = app.state.desk_routes = frozenset(walk_routes(app.routes))
     return found
 
 
@@ -123,7 +131,7 @@ def page(request: Request, template: str, **context: Any) -> str:
     """Render a template with what every page needs."""
 
     def can(method: str, path: str) -> bool:
-        return (method.upper(), path) in routes_of(request)
+        return (method.upper(), path) in routes_of(request.app)
 
     return ENV.get_template(template).render(
         request=request, can=can, logged_in=getattr(request.state, "desk_cookie", False),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 CHROMIUM = os.environ.get("CALLBOARD_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -18,6 +18,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 VIEWPORT = {"width": 1280, "height": 800}
+WAIT_MS = 20_000  # deadlines, not sleeps: generous, as the machine is shared and loaded
+expect.set_options(timeout=WAIT_MS)
 
 
 def launch(playwright: Any) -> Browser:
@@ -54,7 +56,7 @@ class Watched:
 @pytest.fixture
 def watched(browser: Browser) -> Iterator[Watched]:
     context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(WAIT_MS)
     found = Watched(context)
     yield found
     context.close()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from hub.api import errors
 from hub.api.deps import require_api_key
@@ -26,8 +28,10 @@ from hub.api.routes import (
     wiring,
 )
 from hub.api.schemas import CuelistErrorPublic, ErrorPublic
+from hub.desk.mount import install as install_desk
 from hub.registry import Registry
 from hub.service import Hub
+from protocols.outage import Outage, is_unreachable, one_line, redacted
 
 log = logging.getLogger(__name__)
 # What every secured route may also answer, as errors.py shapes it (documented, so clients
@@ -38,18 +42,36 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": CuelistErrorPublic, "description": "invalid request"},
 }
 RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 5.0
+HEALTHY_RUN_S = 10.0  # a hub.run that lasted this long had Redis: its failure is news
 STOP_TIMEOUT_S = 10.0
 
 
 async def supervise(hub: Hub, stop: asyncio.Event) -> None:
-    """Run the hub until `stop`; a crash (Redis away at start, say) is logged and retried."""
+    """Run the hub until `stop`; a crash is logged and retried. Redis out of reach (not up
+    yet, restarting, a wrong REDIS_URL) is one line per outage, not a traceback a second,
+    and the retries back off; any other crash keeps its traceback."""
+    outage = Outage(first_s=RESTART_DELAY_S, max_s=MAX_RESTART_DELAY_S)
+    where = redacted(hub.settings.redis_url)
     while not stop.is_set():
+        started = time.monotonic()
+        delay_s = RESTART_DELAY_S
         try:
             await hub.run(stop)
-        except Exception:
-            log.exception("hub %s stopped with an error; restarting", hub.hub_id)
+        except Exception as exc:
+            if time.monotonic() - started > HEALTHY_RUN_S:
+                outage.ok()  # it ran a while: whatever this is, it is a new outage
+            if is_unreachable(exc):
+                delay_s, say = outage.fail()
+                if say:
+                    log.error(
+                        "hub %s: Redis at %s is unreachable (%s); retrying every %.0f s at most",
+                        hub.hub_id, where, one_line(exc), MAX_RESTART_DELAY_S,
+                    )  # fmt: skip
+            else:
+                log.exception("hub %s stopped with an error; restarting", hub.hub_id)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
+            await asyncio.wait_for(stop.wait(), delay_s)
 
 
 def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
@@ -76,11 +98,15 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
                     await asyncio.wait_for(task, STOP_TIMEOUT_S)
             await hub.close()
 
-    app = FastAPI(
+    # /docs loads Swagger UI from the fastapi-offline package, not a
+    # CDN, so it works on a machine with no internet (as the desk does)
+    app: FastAPI = FastAPIOffline(
         title="callboard hub",
         summary="Runs cuelists over Redis Streams: WARNING, STANDBY, GO.",
         version="1",
         lifespan=lifespan,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from elsewhere
+        redoc_url=None,  # ReDoc draws its logo from its own CDN: /docs is the offline one
     )
     app.state.stopping = stopping
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
@@ -90,4 +116,5 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
         app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
     app.include_router(metrics.router, dependencies=secured, responses=ERRORS)
+    install_desk(app)  # the calling desk at `/`, after the API so /v1 routes match first
     return app

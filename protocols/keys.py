@@ -38,7 +38,11 @@ _ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
 
 
 def is_entry_id(text: str) -> bool:
-    return bool(_ENTRY_ID.fullmatch(text))
+    """`<ms>-<seq>`, each part a 64-bit unsigned number (what Redis accepts)."""
+    if not _ENTRY_ID.fullmatch(text):
+        return False
+    ms, seq = text.split("-")
+    return int(ms) < 1 << 64 and int(seq) < 1 << 64
 
 
 def _tag(name: str) -> str:

@@ -24,7 +24,12 @@ class _Upkeep(_TransportBase):
         `raw_sha256` of the whole entry (a letter written before they were kept: of `raw`)."""
         if before is not None and not is_entry_id(before):
             raise ValueError(f"not a stream entry id: {before!r}")
-        newest = f"({before}" if before else "+"
+        newest = "+"
+        if before is not None:
+            ms, seq = (int(part) for part in before.split("-"))
+            if (ms, seq) == (0, 0):
+                return []  # nothing is older than the first id (and Redis refuses "(0-0")
+            newest = f"({ms}-{seq}"
         rows = await self._call(
             "XREVRANGE", lambda: self._client.xrevrange(self.keys.dead, newest, "-", count=count)
         )

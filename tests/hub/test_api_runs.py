@@ -355,6 +355,8 @@ def test_dead_letters_are_paged_and_bounded(api: httpx.Client, stack: dict[str, 
     [huge] = [d for d in mine({"data": seen}) if d["raw_size"] > 4096]
     assert huge["raw_truncated"] and len(huge["raw_text"]) == 4096
     assert huge["raw_size"] == len(big) and huge["sender"] == "api-pager"
-    for bad in ({"limit": 101}, {"before": "+"}, {"before": "1-0\n"}):
+    for first in ("0-0", "00-000"):  # nothing is older than the first id
+        assert api.get("/v1/deadletters", params={"before": first}).json()["data"] == []
+    for bad in ({"limit": 101}, {"before": "+"}, {"before": "1-0\n"}, {"before": "9" * 20 + "-0"}):
         r = api.get("/v1/deadletters", params=bad)
         assert r.status_code == 422 and "detail" in r.json()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from hub.api.deps import HubDep
 from hub.api.schemas import DeadLetterPublic, DeadLettersPublic
-from protocols.keys import ENTRY_ID_PATTERN
+from protocols.keys import ENTRY_ID_PATTERN, is_entry_id
 
 router = APIRouter(prefix="/deadletters", tags=["deadletters"])
 PAGE_MAX = 100  # letters per page: each keeps at most CALLBOARD_DEADLETTER_RAW_BYTES of raw
@@ -23,6 +23,8 @@ async def list_dead_letters(
         Query(pattern=ENTRY_ID_PATTERN, description="only letters older than this letter id"),
     ] = None,
 ) -> DeadLettersPublic:
+    if before is not None and not is_entry_id(before):
+        raise HTTPException(422, f"before: {before!r} is not a stream entry id Redis accepts")
     letters = await hub.transport.dead_letters(limit + 1, before=before)
     page = letters[:limit]
     data = [

@@ -23,6 +23,7 @@ class MessageType(StrEnum):
     STATUS_BLOCKED = "status.blocked"
     STATUS_REPORT = "status.report"
     STATUS_REQUEST = "status.request"
+    STATUS_REJECTED = "status.rejected"  # asks the hub to dead-letter an entry of its inbox
     # task.*: both ways
     TASK_ASSIGN = "task.assign"
     TASK_HANDOFF = "task.handoff"
@@ -78,6 +79,7 @@ SPECIALIST_SENDS: frozenset[MessageType] = frozenset(
         MessageType.STATUS_FAILED,
         MessageType.STATUS_BLOCKED,
         MessageType.STATUS_REPORT,
+        MessageType.STATUS_REJECTED,
         MessageType.TASK_HANDOFF,
         MessageType.TASK_CONTEXT,
         MessageType.ESCALATION_ERROR,

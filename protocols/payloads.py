@@ -69,6 +69,16 @@ class StatusRequest(Payload):
     reason: str = ""
 
 
+class StatusRejected(Payload):
+    """A specialist asks the hub to dead-letter an entry of its own inbox (undecodable, not
+    for it, poison, or refused); the hub copies the entry from that inbox, not from here."""
+
+    entry_id: str  # the inbox entry's Redis id, e.g. "1700000000000-0"
+    reason: str
+    deliveries: int = Field(ge=1)  # how many times it was delivered (XPENDING's counter)
+    replica: str = ""
+
+
 # -- task.* -----------------------------------------------------------------------------
 
 
@@ -240,6 +250,7 @@ PAYLOAD_MODELS: dict[MessageType, type[Payload]] = {
     MessageType.STATUS_BLOCKED: StatusBlocked,
     MessageType.STATUS_REPORT: StatusReport,
     MessageType.STATUS_REQUEST: StatusRequest,
+    MessageType.STATUS_REJECTED: StatusRejected,
     MessageType.TASK_ASSIGN: TaskAssign,
     MessageType.TASK_HANDOFF: TaskHandoff,
     MessageType.TASK_CONTEXT: TaskContext,

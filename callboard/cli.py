@@ -5,8 +5,9 @@ from __future__ import annotations
 import typer
 
 from callboard.commands import register
+from callboard.schema_cmd import schema
 from callboard.specialist_cmd import specialist
-from callboard.validate_cmd import schema, validate
+from callboard.validate_cmd import validate
 
 app = typer.Typer(
     name="callboard",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from callboard.commands import register
+from callboard.conformance.cmd import conformance
 from callboard.schema_cmd import schema
 from callboard.specialist_cmd import specialist
 from callboard.validate_cmd import validate
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command("validate")(validate)
 app.command("schema")(schema)
 app.command("specialist")(specialist)
+app.command("conformance")(conformance)
 register(app)
 
 if __name__ == "__main__":

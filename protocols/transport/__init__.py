@@ -26,10 +26,12 @@ from protocols.transport._client import (
     is_transient,
     retry_transient,
 )
+from protocols.transport._probe import Probe
 from protocols.transport._streams import Transport
 
 __all__ = [
     "Delivery",
+    "Probe",
     "Redis",
     "Transport",
     "ack_commands",

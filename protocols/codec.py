@@ -22,7 +22,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
 
 
 class Envelope(BaseModel):
-    """A message on the wire (SPEC §2). Build one with `make`; decode one with `decode`."""
+    """A message on the wire (see PROTOCOL.md). Build one with `make`; decode one with `decode`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

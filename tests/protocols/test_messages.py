@@ -62,7 +62,7 @@ def _string_constants(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_protocols_spells_a_message_type() -> None:
-    """Seed 001: two copies of one string caused silent failures. One copy, in protocols/."""
+    """Two copies of one string fail silently once one changes. One copy, in protocols/."""
     wire = {mt.value for mt in MessageType}
     offenders = []
     for folder in ("hub", "specialists", "callboard", "bench"):

@@ -4,6 +4,7 @@ session (every message valid, nothing left pending); one result per behaviour.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -127,6 +128,8 @@ async def registers(stage: Stage) -> str:
     )
     if not online:
         raise Failed(f"no status.online within {stage.timing.start_timeout_s:g}s")
+    if "contract" not in _raw_payload(online[-1].raw):
+        raise Failed("status.online carries no contract (send one, even an empty one)")
     body = online[-1].body(StatusOnline)
     if not is_agent_id(body.replica):
         raise Failed(f"status.online names replica {body.replica!r}: not a usable name")
@@ -136,8 +139,14 @@ async def registers(stage: Stage) -> str:
         if loop.time() >= deadline:
             raise Failed(f"no consumer group {stage.agent!r} on {stage.inbox}")
         await asyncio.sleep(0.05)
-    contract = body.contract.model_dump(exclude_defaults=True)
+    contract = body.contract.model_dump(mode="json", exclude_defaults=True)
     return f"replica {body.replica}, kind {body.kind}, contract {contract or '{}'}"
+
+
+def _raw_payload(raw: bytes) -> dict[str, object]:
+    """The payload as sent, before defaults filled it in (the entry decoded already)."""
+    payload = json.loads(raw).get("payload")
+    return payload if isinstance(payload, dict) else {}
 
 
 async def speaks_the_protocol(stage: Stage) -> str:

@@ -4,7 +4,7 @@ with one deliberate flaw chosen on the command line, so tests can show the kit r
     python -m tests.conformance.raw_agent --agent NAME [--flaw FLAW]
 
 Flaws: none, no-ack-warning, never-acks, double-execution, no-dedup, wrong-reply-id,
-ignores-standdown, no-reclaim, always-ready, no-context, spoofs-sender.
+ignores-standdown, no-reclaim, always-ready, no-context, spoofs-sender, no-contract.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from protocols.keys import Keys
 FLAWS = (
     "none", "no-ack-warning", "never-acks", "double-execution", "no-dedup", "wrong-reply-id",
     "ignores-standdown", "no-reclaim", "always-ready", "no-context", "spoofs-sender",
+    "no-contract",
 )  # fmt: skip
 
 
@@ -129,7 +130,9 @@ class RawAgent:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-        online = {"replica": self.replica, "kind": f"raw-{self.flaw}", "contract": {}}
+        online: dict[str, Any] = {"replica": self.replica, "kind": f"raw-{self.flaw}"}
+        if self.flaw != "no-contract":
+            online["contract"] = {"provides": ["raw_output"]}
         await self.write([self.message("status.online", online, None)], None)
         reclaiming = asyncio.create_task(self.reclaim()) if self.flaw != "no-reclaim" else None
         while True:

@@ -29,6 +29,7 @@ async def test_the_raw_agent_without_a_flaw_passes_every_check(
     )
     assert [(r.check, r.passed, r.detail) for r in report.results if not r.passed] == []
     assert [r.check for r in report.results] == list(ALL_CHECKS)
+    assert "contract {'provides': ['raw_output']}" in report.results[0].detail
 
 
 # (flaw, the check that must fail, words of its detail, the checks that must still pass)
@@ -43,6 +44,7 @@ BROKEN = [
     ("always-ready", "reports-not-ready", "ready: true", ["acks-standby"]),
     ("no-context", "writes-context", "no task.context", ["hands-off"]),
     ("spoofs-sender", "speaks-the-protocol", "is another agent", ["acks-warning"]),
+    ("no-contract", "registers", "carries no contract", []),
 ]
 
 
@@ -63,7 +65,7 @@ async def test_each_flaw_is_reported_by_the_check_it_breaks(
     )  # fmt: skip
     results = {r.check: r for r in report.results}
     assert not report.passed
-    assert results["registers"].passed, results["registers"].detail
+    assert check == "registers" or results["registers"].passed, results["registers"].detail
     assert not results[check].passed
     assert words in results[check].detail
     for name in still:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from callboard.conformance.kit import Report, Unusable, run_kit
+from callboard.conformance.kit import Exited, Report, Unusable, run_kit
 from callboard.conformance.stage import Timing
 from protocols.keys import DEFAULT_PREFIX
 
@@ -86,7 +86,7 @@ def table(report: Report) -> str:
 @contextlib.contextmanager
 def _launched(
     command: list[str], env: dict[str, str], log: Path | None
-) -> Iterator[Callable[[], None] | None]:
+) -> Iterator[Callable[[], Exited] | None]:
     """A `start` coroutine function that runs `command`, which is stopped on the way out."""
     if not command:
         yield None
@@ -94,15 +94,15 @@ def _launched(
     procs: list[subprocess.Popen[bytes]] = []
     sink = open(log, "ab") if log is not None else None  # noqa: SIM115 - closed below
 
-    def start() -> None:
+    def start() -> Exited:
         try:
-            procs.append(
-                subprocess.Popen(
-                    command, env=env, stdout=sink or sys.stderr, stderr=subprocess.STDOUT
-                )
+            proc = subprocess.Popen(
+                command, env=env, stdout=sink or sys.stderr, stderr=subprocess.STDOUT
             )
         except OSError as exc:
             raise Unusable(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+        procs.append(proc)
+        return proc.poll
 
     try:
         yield start

@@ -12,7 +12,7 @@ from functools import partial
 
 from callboard.conformance.checks import CHECKS
 from callboard.conformance.stage import GHOST, Failed, Stage, Timing
-from callboard.conformance.watch import OutWatch
+from callboard.conformance.watch import OutWatch, Seen
 from protocols.errors import TransportError
 from protocols.keys import HUB_GROUP, Keys, is_agent_id
 from protocols.messages import SPECIALIST_SENDS
@@ -23,6 +23,7 @@ from protocols.transport import Probe
 FIRST = "registers"
 LAST = ("speaks-the-protocol", "leaves-nothing-pending")
 ALL_CHECKS = (FIRST, *CHECKS, *LAST)
+Exited = Callable[[], "int | None"]  # the started agent's exit code, None while it runs
 
 
 class Unusable(Exception):
@@ -63,9 +64,10 @@ async def run_kit(
     prefix: str,
     timing: Timing | None = None,
     only: list[str] | None = None,
-    start: Callable[[], None] | None = None,
+    start: Callable[[], Exited] | None = None,
 ) -> Report:
-    """Check `agent` (already running, or started by `start` once the kit watches)."""
+    """Check `agent`: already running, or started by `start` once the kit watches (`start`
+    returns a function telling the agent's exit code once it has exited, else None)."""
     if not is_agent_id(agent):
         raise Unusable(f"{agent!r} is not an agent id")
     unknown = sorted(set(only or ()) - set(ALL_CHECKS))
@@ -87,10 +89,9 @@ async def run_kit(
         watch = OutWatch(probe, out, start_id)
         watch.start()
         try:
-            if start is not None:
-                start()
+            exited = start() if start is not None else _running
             stage = Stage(probe, keys, agent, watch, timing)
-            return await _run(stage, Report(agent, prefix), only)
+            return await _run(stage, Report(agent, prefix), only, exited)
         finally:
             await watch.stop()
             await probe.delete_consumer(keys.inbox(agent), agent, GHOST)
@@ -98,9 +99,13 @@ async def run_kit(
         await probe.close()
 
 
-async def _run(stage: Stage, report: Report, only: list[str] | None) -> Report:
+def _running() -> int | None:
+    return None
+
+
+async def _run(stage: Stage, report: Report, only: list[str] | None, exited: Exited) -> Report:
     wanted = [name for name in ALL_CHECKS if not only or name in only or name == FIRST]
-    registered = await _timed(report, FIRST, lambda: registers(stage))
+    registered = await _timed(report, FIRST, partial(registers, stage, exited))
     for name in wanted[1:]:
         if not registered:
             report.results.append(Result(name, False, "not run: the agent did not register", 0))
@@ -122,10 +127,14 @@ async def _timed(report: Report, name: str, check: Callable[[], Awaitable[str]])
     return passed
 
 
-async def registers(stage: Stage) -> str:
-    online = await stage.watch.wait(
-        lambda m: m.message_type is T.STATUS_ONLINE, stage.timing.start_timeout_s
-    )
+async def registers(stage: Stage, exited: Exited = _running) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + stage.timing.start_timeout_s
+    online: list[Seen] = []
+    while not online and loop.time() < deadline:  # looking in on the agent now and then
+        online = await stage.watch.wait(lambda m: m.message_type is T.STATUS_ONLINE, 0.25)
+        if not online and (code := exited()) is not None:
+            raise Failed(f"the agent exited (code {code}) before it registered")
     if not online:
         raise Failed(f"no status.online within {stage.timing.start_timeout_s:g}s")
     if "contract" not in _raw_payload(online[-1].raw):
@@ -133,8 +142,6 @@ async def registers(stage: Stage) -> str:
     body = online[-1].body(StatusOnline)
     if not is_agent_id(body.replica):
         raise Failed(f"status.online names replica {body.replica!r}: not a usable name")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + stage.timing.start_timeout_s
     while stage.agent not in await stage.probe.groups(stage.inbox):
         if loop.time() >= deadline:
             raise Failed(f"no consumer group {stage.agent!r} on {stage.inbox}")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from callboard.conformance.kit import Exited
 from callboard.embedded import EmbeddedServer
 from tests.e2e.procs import Procs, processes
 
-AgentStarter = Callable[..., Callable[[], None]]
+AgentStarter = Callable[..., Callable[[], Exited]]
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def raw_agent(procs: Procs) -> AgentStarter:
 
     def make(agent: str, flaw: str = "none") -> Callable[[], None]:
         argv = [sys.executable, "-m", "tests.conformance.raw_agent", "--agent", agent]
-        return lambda: procs.spawn(f"raw-{flaw}", [*argv, "--flaw", flaw]) and None
+        return lambda: procs.spawn(f"raw-{flaw}", [*argv, "--flaw", flaw]).poll
 
     return make
 

@@ -60,6 +60,13 @@ def test_a_table_by_default_and_exit_1_when_a_check_fails(env: dict[str, str]) -
     assert lines[-1] == "0 of 2 behaviours hold"
 
 
+def test_an_agent_that_dies_before_registering_is_reported_at_once(env: dict[str, str]) -> None:
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    done = _kit(env, "--agent", "crashes", "--only", "acks-warning", "--", *crash, timeout_s=20)
+    assert done.returncode == 1
+    assert "the agent exited (code 3) before it registered" in done.stdout
+
+
 async def test_it_will_not_run_where_a_hub_reads_the_agent(
     env: dict[str, str], redis_server: EmbeddedServer, keys: Keys
 ) -> None:

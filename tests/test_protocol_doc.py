@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES, Envelope
+from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES, Envelope, decode
 from protocols.keys import AGENT_ID_PATTERN, STREAM_FIELD
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
@@ -55,3 +57,26 @@ def test_limits_and_names_are_the_code_s() -> None:
     assert f"{defaults['min_idle_ms'] // 1000} s (`CALLBOARD_MIN_IDLE_MS`)" in DOC
     assert f"| {defaults['max_deliveries']}, then it is poison" in DOC
     assert f"`{defaults['prefix']}` unless configured" in DOC
+
+
+def _json_examples() -> list[object]:
+    """Every JSON value in the ```json blocks (a block may hold several, one after another)."""
+    found = []
+    for block in re.findall(r"```json\n(.*?)```", DOC, flags=re.S):
+        text, at = block.strip(), 0
+        while at < len(text):
+            value, at = json.JSONDecoder().raw_decode(text, at)
+            found.append(value)
+            while at < len(text) and text[at].isspace():
+                at += 1
+    return found
+
+
+def test_the_example_messages_are_valid_messages() -> None:
+    examples = _json_examples()
+    assert len(examples) >= 3
+    schema = json.loads((ROOT / "schemas" / "messages" / "message.json").read_text())
+    validator = Draft202012Validator(schema)
+    for example in examples:
+        validator.validate(example)
+        decode(json.dumps(example))  # and the hub's own decoder takes it

@@ -137,7 +137,7 @@ def agents_process(
             spec.stop("bench done")
         await asyncio.gather(*running, return_exceptions=True)
         for transport in transports:
-            await transport.client.aclose()
+            await transport._client.aclose()
 
     _profiled(main, profile)
     conn.send(seen)

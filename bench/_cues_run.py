@@ -36,9 +36,8 @@ from bench._cues_host import (
 )
 from bench._cues_procs import agents_process, hub_process, raw_agents_process
 from callboard.embedded import EmbeddedServer
-from hub.commands import CommandClient
-from hub.cuelists import CuelistStore
-from hub.store import StateKeys, StateStore
+from hub.commands import CommandClient, StartRun
+from hub.store import CommandStore, CuelistStore, StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import encode, make
@@ -46,7 +45,7 @@ from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.states import RunStatus
-from protocols.transport import Redis, connect
+from protocols.transport import Redis, Storage, connect
 from protocols.validation import load_cuelist
 
 WARMUP = 2  # calls measured but not counted (connections, caches, first plans)
@@ -211,7 +210,7 @@ class Harness:
 
     async def registered(self, prefix: str, agents: list[str], proc: Any = None) -> None:
         """Wait until the hub's registry has every agent online (its out stream is read)."""
-        key = StateKeys(Keys(prefix)).agents
+        key = Keys(prefix).agents
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -230,14 +229,15 @@ class Harness:
     # -- runs -----------------------------------------------------------------------------
     async def put(self, prefix: str, data: dict[str, Any]) -> tuple[str, str]:
         cuelist, version = load_cuelist(data)
-        await CuelistStore(self.client, Keys(prefix)).put(
+        await CuelistStore(Storage(self.client), Keys(prefix)).put(
             cuelist, version, canonical_json(cuelist), None
         )
         return cuelist.cuelist, version
 
     async def start(self, prefix: str, name: str, version: str, run_id: str) -> None:
-        commands = CommandClient(self.client, StateKeys(Keys(prefix)))
-        await commands.answer("start_run", await _send_start(commands, name, version, run_id))
+        commands = CommandClient(CommandStore(Storage(self.client), Keys(prefix)))
+        command = _start(name, version, run_id)
+        await commands.answer(command, await commands.send(command))
 
     @contextlib.asynccontextmanager
     async def run_ends(self) -> AsyncIterator[Any]:
@@ -258,22 +258,23 @@ class Harness:
     ) -> None:
         """Start a run and return once it ended, without waking in between: the start
         command's answer is read after the run left the active set (`run_ends`)."""
-        sk = StateKeys(Keys(prefix))
-        commands = CommandClient(self.client, sk)
-        command_id = await _send_start(commands, name, version, run_id)
-        deadline, key = time.monotonic() + 60.0, sk.active_runs.encode()
+        keys = Keys(prefix)
+        commands = CommandClient(CommandStore(Storage(self.client), keys))
+        command = _start(name, version, run_id)
+        command_id = await commands.send(command)
+        deadline, key = time.monotonic() + 60.0, keys.active_runs().encode()
         while True:
             note = await ended.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if (note is None or note["data"] == key) and await self._ended(sk, run_id):
+            if (note is None or note["data"] == key) and await self._ended(keys, run_id):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end in 60s")
-        await commands.answer("start_run", command_id)
+        await commands.answer(command, command_id)
 
-    async def _ended(self, sk: StateKeys, run_id: str) -> bool:
+    async def _ended(self, keys: Keys, run_id: str) -> bool:
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.exists(sk.run(run_id))
-            pipe.sismember(sk.active_runs, run_id)
+            pipe.exists(keys.run(run_id))
+            pipe.sismember(keys.active_runs(), run_id)
             there, active = await pipe.execute()
         return bool(there) and not active
 
@@ -288,7 +289,7 @@ class Harness:
 
     async def wait_run(self, prefix: str, run_id: str, timeout_s: float = 60.0) -> None:
         """Block on the run's event stream until it reports a final status."""
-        stream, last = StateKeys(Keys(prefix)).events(run_id), "0-0"
+        stream, last = Keys(prefix).run_events(run_id), "0-0"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             reply: Any = await self.client.xread({stream: last}, count=100, block=1000)
@@ -302,7 +303,7 @@ class Harness:
 
     async def wait_idle(self, prefix: str, timeout_s: float) -> None:
         """Until no run is active (every run started has finished)."""
-        key = StateKeys(Keys(prefix)).active_runs
+        key = Keys(prefix).active_runs()
         deadline = time.monotonic() + timeout_s
         while await self.client.scard(key):
             if time.monotonic() > deadline:
@@ -310,7 +311,7 @@ class Harness:
             await asyncio.sleep(0.01)
 
     async def finished(self, prefix: str, run_ids: list[str]) -> list[Any]:
-        runs = await StateStore(self.client, Keys(prefix)).runs(run_ids)
+        runs = await StateStore(Storage(self.client), Keys(prefix)).runs(run_ids)
         bad = [r.status.value for r in runs if r.status is not RunStatus.SUCCESS]
         if len(runs) != len(run_ids) or bad:
             raise RuntimeError(f"{len(runs)}/{len(run_ids)} runs found; not success: {bad[:5]}")
@@ -325,7 +326,7 @@ class Harness:
         agents. Interleaved so all three see the same (shared) machine at the same moments."""
         agents = [f"a{i:02d}" for i in range(n)]
         bare, raw, sdk = self.prefix(), self.prefix(), self.prefix()
-        acks = Keys(bare).state("bare", "acks")
+        acks = f"{bare}bare:acks"  # the baseline's own key, not callboard's
         inboxes = [Keys(bare).inbox(a) for a in agents]
         raw_ids, sdk_ids = ([new_id() for _ in range(WARMUP + repeats)] for _ in range(2))
         sent: dict[str, float] = {}
@@ -512,11 +513,9 @@ class Harness:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-async def _send_start(commands: CommandClient, name: str, version: str, run_id: str) -> str:
-    """The start command POST /v1/runs sends (what `callboard run` does), queued."""
-    return await commands.send(
-        "start_run", cuelist=name, version=version, run_id=run_id, params={}, dry=False
-    )
+def _start(name: str, version: str, run_id: str) -> StartRun:
+    """The start command POST /v1/runs sends (what `callboard run` does)."""
+    return StartRun(cuelist=name, version=version, run_id=run_id, params={}, dry=False)
 
 
 def _phase_messages(cue: str, agents: list[str]) -> list[bytes]:

@@ -66,7 +66,7 @@ class EmbeddedServer:
         self.aclfile = aclfile
         self.extra_args = extra_args or []
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="callboard-redis-")
-        self.data_dir = data_dir or self._tmp.name  # type: ignore[union-attr]
+        self.data_dir = self._tmp.name if self._tmp is not None else str(data_dir)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -6,46 +6,30 @@ import asyncio
 import contextlib
 import logging
 
-from protocols.transport import Redis
+from hub.store.lease import LeaseStore
+from protocols.errors import TransportError
 
 log = logging.getLogger(__name__)
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 class Leadership:
     """Try to lead; keep the lease renewed; notice at once when it is lost."""
 
-    def __init__(
-        self, client: Redis, leader_key: str, fence_key: str, hub_id: str, lease_ms: int
-    ) -> None:
-        self.client = client
-        self.leader_key = leader_key
-        self.fence_key = fence_key
+    def __init__(self, lease: LeaseStore, hub_id: str, lease_ms: int) -> None:
+        self.lease = lease
         self.hub_id = hub_id
         self.lease_ms = lease_ms
         self.value: str | None = None  # "hub_id:token" while leading
         self.lost = asyncio.Event()
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
 
     @property
     def token(self) -> int | None:
         return int(self.value.rsplit(":", 1)[1]) if self.value else None
 
     async def try_acquire(self) -> bool:
-        token = await self.client.incr(self.fence_key)
+        token = await self.lease.next_token()
         value = f"{self.hub_id}:{token}"
-        if await self.client.set(self.leader_key, value, nx=True, px=self.lease_ms):
+        if await self.lease.acquire(value, self.lease_ms):
             self.value = value
             self.lost.clear()
             log.info("hub %s leads with fencing token %s", self.hub_id, token)
@@ -65,10 +49,10 @@ class Leadership:
         """Renew every third of the lease; set `lost` and return when it cannot."""
         while not stop.is_set() and self.value is not None:
             try:
-                ok = await self._renew(keys=[self.leader_key], args=[self.value, self.lease_ms])
-            except Exception as exc:  # Redis unreachable: the lease may lapse meanwhile
+                ok = await self.lease.renew(self.value, self.lease_ms)
+            except TransportError as exc:  # Redis unreachable: the lease may lapse meanwhile
                 log.warning("lease renewal failed: %s", exc)
-                ok = 1
+                ok = True
             if not ok:
                 log.warning("hub %s lost the leader lease", self.hub_id)
                 self.value = None
@@ -79,10 +63,9 @@ class Leadership:
 
     async def release(self) -> None:
         if self.value is not None:
-            with contextlib.suppress(Exception):
-                await self._release(keys=[self.leader_key], args=[self.value])
+            with contextlib.suppress(TransportError):
+                await self.lease.release(self.value)
             self.value = None
 
     async def current(self) -> str | None:
-        raw = await self.client.get(self.leader_key)
-        return raw.decode() if raw else None
+        return await self.lease.holder()

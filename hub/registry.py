@@ -6,11 +6,10 @@ No heartbeats: a replica is alive while its consumer in the agent's group keeps 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from hub.store import StateKeys
+from hub.store.agents import AgentRecord, AgentStore, ReplicaRecord
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.contracts import Contract
@@ -32,56 +31,51 @@ def _alive(consumer: dict[str, int]) -> bool:
 
 
 class Registry:
-    def __init__(self, transport: Transport, keys: Keys) -> None:
+    def __init__(self, transport: Transport, store: AgentStore, keys: Keys) -> None:
         self.transport = transport
+        self.store = store
         self.keys = keys
-        self.sk = StateKeys(keys)
-        self.agents: dict[str, dict[str, Any]] = {}
+        self.agents: dict[str, AgentRecord] = {}
 
     async def load(self) -> None:
-        raw = await self.transport.client.hgetall(self.sk.agents)
-        self.agents = {k.decode(): json.loads(v) for k, v in raw.items()}
+        self.agents = await self.store.load()
 
     def contract_of(self, agent: str) -> Contract | None:
         entry = self.agents.get(agent)
-        return Contract.model_validate(entry["contract"]) if entry else None
+        return Contract.model_validate(entry.contract) if entry else None
 
     def apply(self, msg: Envelope) -> bool:
         """Update the registry from a status message; True when something changed."""
         now = time.time()
         agent = msg.from_agent
-        entry = self.agents.setdefault(
-            agent, {"agent": agent, "kind": "", "contract": {}, "replicas": {}, "first_seen": now}
-        )
+        entry = self.agents.get(agent)
+        if entry is None:
+            entry = self.agents[agent] = AgentRecord(agent=agent, first_seen=now)
         if msg.message_type is T.STATUS_ONLINE:
-            body: p.StatusOnline = msg.payload  # type: ignore[assignment]
-            entry["kind"] = body.kind
-            entry["contract"] = body.contract.model_dump(mode="json")
-            entry["replicas"][body.replica] = {
-                "online": True, "since": now, "concurrency": body.concurrency, "last_seen": now,
-            }  # fmt: skip
+            online = msg.body(p.StatusOnline)
+            entry.kind = online.kind
+            entry.contract = online.contract.model_dump(mode="json")
+            entry.replicas[online.replica] = ReplicaRecord(
+                online=True, since=now, concurrency=online.concurrency, last_seen=now
+            )
             return True
         if msg.message_type is T.STATUS_OFFLINE:
-            replica = msg.payload.replica  # type: ignore[attr-defined]
-            entry["replicas"].setdefault(replica, {})
-            entry["replicas"][replica].update(
-                online=False, last_seen=now, reason=msg.payload.reason
-            )  # type: ignore[attr-defined]
+            offline = msg.body(p.StatusOffline)
+            replica = entry.replicas.setdefault(offline.replica, ReplicaRecord())
+            replica.online, replica.last_seen, replica.reason = False, now, offline.reason
             return True
-        replica = getattr(msg.payload, "replica", "")
-        if replica in entry["replicas"]:
-            entry["replicas"][replica]["last_seen"] = now
+        seen = entry.replicas.get(getattr(msg.payload, "replica", ""))
+        if seen is not None:
+            seen.last_seen = now
         return False
 
     async def save(self, agents: set[str]) -> None:
         if agents:
-            mapping = {a: json.dumps(self.agents[a]) for a in agents if a in self.agents}
-            await self.transport.client.hset(self.sk.agents, mapping=mapping)
+            await self.store.save(self.agents[a] for a in sorted(agents) if a in self.agents)
 
     async def describe(self) -> list[dict[str, Any]]:
         """Every agent with its replicas' liveness, read from the consumer group."""
-        raw = await self.transport.client.hgetall(self.sk.agents)  # not self.agents: the
-        agents = {k.decode(): json.loads(v) for k, v in raw.items()}  # router owns that copy
+        agents = await self.store.load()  # not self.agents: the router owns that copy
         names = sorted(agents)
         try:  # one round trip for every agent's group
             groups = await self.transport.consumers_of([(self.keys.inbox(a), a) for a in names])
@@ -91,19 +85,18 @@ class Registry:
         for agent, consumers in zip(names, groups, strict=True):
             entry = agents[agent]
             replicas = []
-            for name, info in sorted(entry.get("replicas", {}).items()):
+            for name, info in sorted(entry.replicas.items()):
                 seen = consumers.get(name)
                 idle = seen["idle_ms"] if seen else None
-                alive = bool(info.get("online")) and seen is not None and _alive(seen)
+                alive = info.online and seen is not None and _alive(seen)
                 replicas.append({
                     "replica": name, "online": alive, "idle_ms": idle,
                     "pending": consumers.get(name, {}).get("pending", 0),
-                    "last_seen": info.get("last_seen"),
+                    "last_seen": info.last_seen,
                 })  # fmt: skip
             out.append({
-                "agent": agent, "kind": entry.get("kind", ""),
-                "contract": entry.get("contract", {}),
+                "agent": agent, "kind": entry.kind, "contract": entry.contract,
                 "replicas": replicas, "online": any(r["online"] for r in replicas),
-                "last_seen": max((r["last_seen"] or 0 for r in replicas), default=None),
+                "last_seen": max((r.last_seen or 0 for r in entry.replicas.values()), default=None),
             })  # fmt: skip
         return out

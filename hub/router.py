@@ -69,8 +69,7 @@ class Router:
     async def discover(self) -> None:
         """Find every agent's out stream (new agents appear at any time)."""
         found = set(self.streams)
-        async for key in self.transport.client.scan_iter(match=self.keys.out_pattern, count=1000):
-            name = key.decode()
+        for name in await self.transport.scan_keys(self.keys.out_pattern):
             if name not in found and self.keys.agent_of_out(name):
                 await self.transport.ensure_group(name, HUB_GROUP, "0")
                 found.add(name)
@@ -177,7 +176,7 @@ class Router:
         bad: list[tuple[Delivery, str, str]],
         raw: list[list[Any]],
     ) -> None:
-        engine.out.raw.extend(raw)
+        engine.write_with_step(raw)
         for msg in messages:
             if msg.message_type in inputs.ENGINE_TYPES:
                 inputs.handle(engine, msg)
@@ -193,7 +192,7 @@ class Router:
 
     def _runless_handoff(self, msg: Envelope, agent: str) -> tuple[str, Envelope] | None:
         """A handoff outside any run: checked against the registry's contracts, then forwarded."""
-        body: p.TaskHandoff = msg.payload  # type: ignore[assignment]
+        body = msg.body(p.TaskHandoff)
         problem, _ = inputs.handoff_problem(
             agent, self.registry.contract_of(agent),
             body.to_agent, self.registry.contract_of(body.to_agent),

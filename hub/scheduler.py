@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 
 from croniter import croniter
 
-from hub.cuelists import CuelistStore
-from hub.store import StateKeys, StateStore
+from hub.store.cuelists import CuelistStore
+from hub.store.schedules import ScheduleState, ScheduleStore
+from hub.store.state import StateStore
+from protocols.cuelist import Cuelist
 from protocols.ids import new_id
 from protocols.states import Overlap
 
@@ -28,11 +30,15 @@ TICK_S = 1.0
 
 class Scheduler:
     def __init__(
-        self, cuelists: CuelistStore, store: StateStore, sk: StateKeys, start: StartRun
+        self,
+        cuelists: CuelistStore,
+        store: StateStore,
+        schedules: ScheduleStore,
+        start: StartRun,
     ) -> None:
         self.cuelists = cuelists
         self.store = store
-        self.sk = sk
+        self.schedules = schedules
         self.start = start
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -49,37 +55,34 @@ class Scheduler:
             if version is None:
                 continue
             cuelist = await self.cuelists.get(name, version)
-            if not getattr(cuelist, "schedule", None):
+            if not cuelist.schedule:
                 continue
             run_id = await self._due(name, version, cuelist, now)
             if run_id:
                 started.append(run_id)
         return started
 
-    async def _due(self, name: str, version: str, cuelist: object, now: float) -> str | None:
-        client = self.store.client
-        key = self.sk.schedule(name)
-        state = {k.decode(): v.decode() for k, v in (await client.hgetall(key)).items()}
-        last = float(state.get("last", 0)) or now
-        if "last" not in state:  # first sight: schedule from now, do not fire the past
-            await client.hset(key, mapping={"last": now})
+    async def _due(self, name: str, version: str, cuelist: Cuelist, now: float) -> str | None:
+        state = await self.schedules.get(name)
+        if state.last is None:  # first sight: schedule from now, do not fire the past
+            await self.schedules.save(name, ScheduleState(last=now))
             return None
-        buffered = state.get("buffered") == "1"
-        due = croniter(cuelist.schedule, last).get_next(float) <= now  # type: ignore[attr-defined]
-        if not due and not buffered:
+        schedule = cuelist.schedule or ""
+        due = croniter(schedule, state.last or now).get_next(float) <= now
+        if not due and not state.buffered:
             return None
-        overlap = Overlap(getattr(cuelist, "overlap", Overlap.SKIP))
-        running = await self._running(state.get("run_id"))
-        if running and overlap is not Overlap.ALLOW:
-            if due and overlap is Overlap.BUFFER_ONE:
-                await client.hset(key, mapping={"buffered": 1, "last": now})
+        running = await self._running(state.run_id)
+        if running and cuelist.overlap is not Overlap.ALLOW:
+            if due and cuelist.overlap is Overlap.BUFFER_ONE:
+                state.buffered, state.last = True, now
+                await self.schedules.save(name, state)
             elif due:
-                await client.hset(
-                    key, mapping={"last": now, "skipped": int(state.get("skipped", 0)) + 1}
-                )
+                state.last, state.skipped = now, state.skipped + 1
+                await self.schedules.save(name, state)
             return None
         run_id = new_id()
-        await client.hset(key, mapping={"last": now, "run_id": run_id, "buffered": 0})
+        state.last, state.run_id, state.buffered = now, run_id, False
+        await self.schedules.save(name, state)
         await self.start(name, version, run_id)
         log.info("schedule started run %s of %s", run_id, name)
         return run_id

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic_settings import SettingsConfigDict
 
-from hub.commands import CommandClient, CommandServer
-from hub.cuelists import CuelistStore
+from hub import commands as c
+from hub.engine.core import Engine
 from hub.engine.driver import Driver
 from hub.engine.outbox import Outbox
 from hub.leader import Leadership
@@ -20,8 +20,7 @@ from hub.metrics import Metrics
 from hub.registry import Registry
 from hub.router import Router
 from hub.scheduler import Scheduler
-from hub.store import StateKeys, StateStore
-from protocols.codec import make
+from hub.store import Stores
 from protocols.errors import StaleLeader
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
@@ -65,15 +64,12 @@ class Hub:
             max_message_bytes=settings.max_message_bytes, max_deliveries=settings.max_deliveries,
             on_state_lost=self._state_lost,
         )  # fmt: skip
-        client = self.transport.client
-        self.sk = StateKeys(self.keys)
-        self.store = StateStore(client, self.keys)
-        self.cuelists = CuelistStore(client, self.keys)
-        self.registry = Registry(self.transport, self.keys)
+        self.stores = Stores.open(self.transport, self.keys)
+        self.store = self.stores.state
+        self.cuelists = self.stores.cuelists
+        self.registry = Registry(self.transport, self.stores.agents, self.keys)
         self.metrics = Metrics()
-        self.leadership = Leadership(
-            client, self.sk.leader, self.sk.fence, self.hub_id, settings.lease_ms
-        )
+        self.leadership = Leadership(self.stores.lease, self.hub_id, settings.lease_ms)
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
             contract_of=self.registry.contract_of, on_commit=self._observe,
@@ -82,9 +78,9 @@ class Hub:
         self.router = Router(
             self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id
         )
-        self.commands = CommandClient(client, self.sk)
+        self.commands = c.CommandClient(self.stores.commands)
         self.scheduler = Scheduler(
-            self.cuelists, self.store, self.sk,
+            self.cuelists, self.store, self.stores.schedules,
             lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
         )  # fmt: skip
         self.leading = asyncio.Event()
@@ -107,7 +103,7 @@ class Hub:
         log.info("hub %s leads; resumed %d runs", self.hub_id, resumed)
         self.leading.set()
         self.metrics.leader.set(1)
-        server = CommandServer(self.transport.client, self.sk, self.hub_id, self._handlers())
+        server = c.CommandServer(self.stores.commands, self.hub_id, self._handlers())
         # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
         # been seen to swallow CancelledError, and a stale leader must not keep routing.
         leading_ends = asyncio.Event()
@@ -153,7 +149,7 @@ class Hub:
         reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"
         log.error("%s: failing %d runs", reason, len(lost))
 
-        def abort_all(engine: Any) -> None:
+        def abort_all(engine: Engine) -> None:
             for run_id in lost:
                 engine.abort(run_id, reason)
 
@@ -187,53 +183,49 @@ class Hub:
             self.metrics.phase.labels(phase).observe(until - since)
 
     # -- commands the leader serves -------------------------------------------------------
-    def _handlers(self) -> dict[str, Any]:
-        d = self.driver
+    def _handlers(self) -> c.Handlers:
+        return (
+            c.Handlers()
+            .on(c.StartRun, self._start_run)
+            .on(c.Go, self._go)
+            .on(c.RaiseCondition, self._raise_condition)
+            .on(c.Cancel, self._cancel)
+            .on(c.Resolve, self._resolve)
+            .on(c.Broadcast, self._broadcast)
+        )
 
-        async def start_run(a: dict[str, Any]) -> Any:
-            run = await d.start_run(
-                a["cuelist"],
-                a.get("version"),
-                a["run_id"],
-                a.get("params") or {},
-                bool(a.get("dry")),
-            )
-            return {"run_id": run.run_id, "status": run.status.value, "version": run.version}
+    async def _start_run(self, cmd: c.StartRun) -> c.StartRunReply:
+        run = await self.driver.start_run(cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry)
+        return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
 
-        async def go(a: dict[str, Any]) -> Any:
-            cr = await d.step(lambda e: e.operator_go(a["run_id"], a["cue_id"]))
-            return {"state": cr.state.value, "attempt": cr.attempt}
+    async def _go(self, cmd: c.Go) -> c.GoReply:
+        cr = await self.driver.step(lambda e: e.operator_go(cmd.run_id, cmd.cue_id))
+        return c.GoReply(state=cr.state.value, attempt=cr.attempt)
 
-        async def condition(a: dict[str, Any]) -> Any:
-            run = await d.step(lambda e: e.raise_condition(a["run_id"], a["name"]))
-            return {"conditions": run.conditions}
+    async def _raise_condition(self, cmd: c.RaiseCondition) -> c.RaiseConditionReply:
+        run = await self.driver.step(lambda e: e.raise_condition(cmd.run_id, cmd.name))
+        return c.RaiseConditionReply(conditions=run.conditions)
 
-        async def cancel(a: dict[str, Any]) -> Any:
-            run = await d.step(
-                lambda e: e.cancel(a["run_id"], a.get("reason") or "cancelled by operator")
-            )
-            return {"status": run.status.value}
+    async def _cancel(self, cmd: c.Cancel) -> c.CancelReply:
+        run = await self.driver.step(lambda e: e.cancel(cmd.run_id, cmd.reason))
+        return c.CancelReply(status=run.status.value)
 
-        async def resolve(a: dict[str, Any]) -> Any:
-            esc = await d.step(lambda e: e.resolve(a["id"], a.get("winner"), a.get("note") or ""))
-            return esc.model_dump(mode="json")
+    async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
+        esc = await self.driver.step(lambda e: e.resolve(cmd.id, cmd.winner, cmd.note))
+        return c.ResolveReply(id=esc.id, status=esc.status)
 
-        async def broadcast(a: dict[str, Any]) -> Any:
-            mt = MessageType(a["message_type"])
-            payload = PAYLOAD_MODELS[mt].model_validate(a.get("payload") or {})
+    async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:
+        mt = MessageType(cmd.message_type)
+        payload = PAYLOAD_MODELS[mt].model_validate(cmd.payload)
+        reason = str(getattr(payload, "reason", "") or "operator")
 
-            def send(e: Any) -> None:
-                if mt is MessageType.BROADCAST_RESUME:
-                    e.resume(getattr(payload, "reason", "") or "operator")
-                elif mt is MessageType.BROADCAST_PAUSE:
-                    e.pause(getattr(payload, "reason", "") or "operator")
-                else:
-                    e.out.messages.append((self.keys.broadcast, make(mt, payload)))
+        def send(e: Engine) -> None:
+            if mt is MessageType.BROADCAST_RESUME:
+                e.resume(reason)
+            elif mt is MessageType.BROADCAST_PAUSE:
+                e.pause(reason)
+            else:
+                e.broadcast(mt, payload)
 
-            await d.step(send)
-            return {"sent": mt.value}
-
-        return {
-            "start_run": start_run, "go": go, "condition": condition, "cancel": cancel,
-            "resolve": resolve, "broadcast": broadcast,
-        }  # fmt: skip
+        await self.driver.step(send)
+        return c.BroadcastReply(sent=mt.value)

@@ -8,7 +8,7 @@ carrying the raw bytes and a short reason, so the entry can be dead-lettered who
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
@@ -19,6 +19,7 @@ from protocols.payloads import PAYLOAD_MODELS, Payload
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
+P = TypeVar("P", bound=Payload)
 
 
 class Envelope(BaseModel):
@@ -36,6 +37,16 @@ class Envelope(BaseModel):
     sent_at: datetime = Field(default_factory=utcnow)
     payload: Payload
     v: Literal[1] = 1  # PROTOCOL_VERSION
+
+    def body(self, model: type[P]) -> P:
+        """The payload as `model`, checked: how a reader gets a typed payload. Decoding
+        made the payload its type's model, so a mismatch is a bug (TypeError)."""
+        payload = self.payload
+        if not isinstance(payload, model):
+            raise TypeError(
+                f"{self.message_type} carries {type(payload).__name__}, not {model.__name__}"
+            )
+        return payload
 
     def reply(self, message_type: MessageType, payload: Payload, **fields: Any) -> Envelope:
         """A message answering this one: same run and cue, `in_reply_to` set."""

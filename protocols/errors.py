@@ -7,13 +7,19 @@
     │   └── OversizedMessage       an entry over the size limit
     ├── CuelistError               a cuelist that cannot be used (carries every Issue)
     ├── HandoffRejected            a handoff that misses keys its receiver requires
-    ├── TransportError             Redis cannot be reached (translated in transport.py only)
+    ├── TransportError             Redis refused or failed a command (translated in one place)
+    │   ├── Unreachable            the connection was lost, refused or timed out
+    │   ├── OutOfMemory            OOM: the server is full and evicts nothing
+    │   ├── ReadOnly               READONLY: the server is a replica (a failover is under way)
     │   └── StateLost              Redis came back empty: groups or state are gone
+    │       └── GroupMissing       NOGROUP: a stream or its consumer group is gone
     └── EngineError                an operator request the run engine refuses
         ├── NotFound               unknown run, cue, cuelist or escalation  (HTTP 404)
         ├── Conflict               request not allowed in the current state  (HTTP 409)
         └── StaleLeader            a state write under a fencing token that lost its lease
 
+Redis errors become this tree in one place, protocols/transport/_errors.py (by the error
+code a reply starts with: NOGROUP, OOM, READONLY, and STALE from the hub's commit script).
 The REST API maps this tree to HTTP status codes in one place (hub/api/errors.py).
 """
 
@@ -69,8 +75,24 @@ class TransportError(CallboardError):
     """Redis could not be reached or answered with an error we cannot handle."""
 
 
+class Unreachable(TransportError):
+    """The connection to Redis was lost, refused or timed out (worth retrying)."""
+
+
+class OutOfMemory(TransportError):
+    """Redis refused a write: it is at `maxmemory` and evicts nothing (OOM)."""
+
+
+class ReadOnly(TransportError):
+    """Redis refused a write: this server is a replica (READONLY), e.g. during a failover."""
+
+
 class StateLost(TransportError):
     """Redis came back without our streams or groups (restarted with no persistence)."""
+
+
+class GroupMissing(StateLost):
+    """NOGROUP: the stream or its consumer group is gone (Redis restarted empty, key deleted)."""
 
 
 class EngineError(CallboardError):

@@ -1,4 +1,16 @@
-"""The stream key layout of SPEC §3 under a configurable prefix, and the agent id rule."""
+"""Every Redis key callboard uses, spelled once, under a configurable prefix; the agent id rule.
+
+Braces in the keys are literal Redis Cluster hash tags: only the part between `{` and `}`
+picks the slot, so keys that must be touched together share it.
+
+- Agent-tagged: `{p}out:{AGENT}`, `{p}in:{AGENT}`, `{p}done:{AGENT}:TOKEN`. A specialist's
+  atomic write (XADD out + XACK in + SET done-marker in one MULTI) stays in one slot.
+- Run-tagged: `{p}run:{RUN}` (header, order, one field per cue), `{p}run:{RUN}:events`,
+  `{p}run:{RUN}:context`. A run's state lives together, on any node.
+- Partition-tagged: `{p}hub:{pN}:leader`, `:fence`, `:commands`, `:commit:ID`, `:active`.
+  The engine's fenced state of partition N stays together (N=0 with one partition).
+- Global streams `{p}broadcast`, `{p}dead`, `{p}audit`, and untagged hub keys.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +21,8 @@ DEFAULT_PREFIX = "cb:"
 HUB_GROUP = "hub"  # the consumer group every hub process reads `out` streams in
 STREAM_FIELD = "m"  # the one stream field that holds an encoded envelope
 
-# Agent and replica ids: no `*`, `:`, `{`, `?` or spaces, so ACL key patterns are exact.
+# Agent and replica ids: no `*`, `:`, `{`, `}`, `?` or spaces, so ACL key patterns are
+# exact and an agent id is always a whole hash tag.
 AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 _AGENT_ID = re.compile(AGENT_ID_PATTERN)
 
@@ -18,24 +31,51 @@ def is_agent_id(name: str) -> bool:
     return bool(_AGENT_ID.match(name))
 
 
+def _tag(name: str) -> str:
+    """`{name}`: a Redis Cluster hash tag (the slot is chosen by `name` alone)."""
+    return "{" + name + "}"
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Every stream key callboard uses, built from one prefix."""
+    """Every key callboard uses, built from one prefix; each one a named method."""
 
     prefix: str = DEFAULT_PREFIX
 
+    # -- agent-tagged: one agent's streams and done-markers share a slot -----------------
     def out(self, agent: str) -> str:
         """Written only by `agent`; the key authenticates the sender."""
-        return f"{self.prefix}out:{agent}"
+        return f"{self.prefix}out:{_tag(agent)}"
 
     def inbox(self, agent: str) -> str:
         """Written by the hub, read by the agent's replicas in group `agent`."""
-        return f"{self.prefix}in:{agent}"
+        return f"{self.prefix}in:{_tag(agent)}"
 
     def done(self, agent: str, token: str) -> str:
-        """A done-marker of `agent` for non-idempotent work: `{prefix}done:{agent}:{token}`."""
-        return f"{self.prefix}done:{agent}:{token}"
+        """A done-marker of `agent` for non-idempotent work."""
+        return f"{self.prefix}done:{_tag(agent)}:{token}"
 
+    @property
+    def out_pattern(self) -> str:
+        """SCAN MATCH pattern for every agent's out stream."""
+        return self.out("*")
+
+    def agent_of_out(self, key: str) -> str | None:
+        """The agent an `out` stream belongs to, or None when `key` is not one."""
+        return self._agent_in(key, f"{self.prefix}out:")
+
+    def agent_of_inbox(self, key: str) -> str | None:
+        """The agent an `in` stream belongs to, or None when `key` is not one."""
+        return self._agent_in(key, f"{self.prefix}in:")
+
+    @staticmethod
+    def _agent_in(key: str, head: str) -> str | None:
+        if not (key.startswith(head + "{") and key.endswith("}")):
+            return None
+        agent = key[len(head) + 1 : -1]
+        return agent if is_agent_id(agent) else None
+
+    # -- global streams -------------------------------------------------------------------
     @property
     def broadcast(self) -> str:
         return f"{self.prefix}broadcast"
@@ -48,19 +88,89 @@ class Keys:
     def audit(self) -> str:
         return f"{self.prefix}audit"
 
+    # -- partition-tagged: the engine's fenced state --------------------------------------
+    def _hub(self, partition: int, name: str) -> str:
+        return f"{self.prefix}hub:{_tag(f'p{partition}')}:{name}"
+
+    def leader(self, partition: int = 0) -> str:
+        """The leader lease: `hub_id:fencing_token`, with a TTL."""
+        return self._hub(partition, "leader")
+
+    def fence(self, partition: int = 0) -> str:
+        """The fencing counter: every attempt to lead takes the next token."""
+        return self._hub(partition, "fence")
+
+    def commands(self, partition: int = 0) -> str:
+        """Operator commands for the engine's leader (a stream, consumer group `engine`)."""
+        return self._hub(partition, "commands")
+
+    def commit(self, commit_id: str, partition: int = 0) -> str:
+        """Marks a fenced commit as applied, so a retried one is not applied twice."""
+        return self._hub(partition, f"commit:{commit_id}")
+
+    def active_runs(self, partition: int = 0) -> str:
+        """The ids of the partition's runs that are not finished (a set)."""
+        return self._hub(partition, "active")
+
+    # -- run-tagged: a run's state, events and context share a slot ----------------------
+    def run(self, run_id: str) -> str:
+        """A run's hash: its header, its cue order, one field per cue."""
+        return f"{self.prefix}run:{_tag(run_id)}"
+
+    def run_events(self, run_id: str) -> str:
+        return f"{self.run(run_id)}:events"
+
+    def run_context(self, run_id: str) -> str:
+        return f"{self.run(run_id)}:context"
+
+    # -- other hub keys -------------------------------------------------------------------
     @property
-    def out_pattern(self) -> str:
-        """SCAN MATCH pattern for every agent's out stream."""
-        return f"{self.prefix}out:*"
+    def all_runs(self) -> str:
+        """Every run id, scored by creation time (a sorted set)."""
+        return f"{self.prefix}runs:all"
 
-    def agent_of_out(self, key: str) -> str | None:
-        """The agent an `out` stream belongs to, or None when `key` is not one."""
-        head = f"{self.prefix}out:"
-        if not key.startswith(head):
-            return None
-        agent = key[len(head) :]
-        return agent if is_agent_id(agent) else None
+    def escalation(self, esc_id: str) -> str:
+        return f"{self.prefix}esc:{esc_id}"
 
-    def state(self, *parts: str) -> str:
-        """A hub state key (runs, leases, registry...): `{prefix}{part}:{part}...`."""
-        return self.prefix + ":".join(parts)
+    @property
+    def escalations(self) -> str:
+        """Escalation ids scored by creation time (a sorted set)."""
+        return f"{self.prefix}escs"
+
+    @property
+    def agents(self) -> str:
+        """The registry: one field per agent (contract, replicas)."""
+        return f"{self.prefix}agents"
+
+    @property
+    def cuelists(self) -> str:
+        """Cuelist names (a sorted set)."""
+        return f"{self.prefix}cuelists"
+
+    def cuelist(self, name: str) -> str:
+        """A cuelist's stored versions (a hash: version -> document)."""
+        return f"{self.prefix}cuelist:{_tag(name)}"
+
+    def cuelist_versions(self, name: str) -> str:
+        """A cuelist's versions scored by when they were stored (a sorted set)."""
+        return f"{self.cuelist(name)}:versions"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}idem:{key}"
+
+    def schedule(self, name: str) -> str:
+        return f"{self.prefix}schedule:{name}"
+
+    def reply(self, command_id: str) -> str:
+        """The answer to one operator command (a list the asking hub blocks on)."""
+        return f"{self.prefix}hub:reply:{command_id}"
+
+    @property
+    def resources(self) -> str:
+        """The resource book of the engine (leases held and waiting)."""
+        return f"{self.prefix}resources"
+
+    @property
+    def paused(self) -> str:
+        """Why GOs are paused (a critical escalation), when they are."""
+        return f"{self.prefix}paused"

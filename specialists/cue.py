@@ -8,11 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocols.codec import Envelope
-from protocols.keys import Keys
 from protocols.payloads import Artifact, HandoffContext, TaskHandoff
-from protocols.transport import Redis
-from specialists.batching import Coalescer
 from specialists.context import ContextReader
+from specialists.markers import DoneMarkers
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,41 +69,6 @@ class Result:
         if isinstance(value, Mapping):
             return cls(result=dict(value))
         raise TypeError(f"execute must return a Result, a dict or None, not {type(value).__name__}")
-
-
-class DoneMarkers:
-    """Done-markers for non-idempotent work, shared by every replica of one agent.
-
-    `SET {prefix}done:{agent}:{token} 1 NX EX ttl`: the first replica to mark a token wins,
-    so a GO reclaimed after a crash can tell that a side effect already happened.
-    """
-
-    def __init__(self, client: Redis, keys: Keys, agent_id: str, ttl_s: int) -> None:
-        self._client = client
-        self._keys = keys
-        self._agent = agent_id
-        self.ttl_s = ttl_s
-        self._exists: Coalescer[str, bool] = Coalescer(self._any_marked, "done-markers")
-
-    def set_command(self, token: str) -> list[Any]:
-        """The SET of `mark`, to ride in another round trip (see Transport.publish_many)."""
-        return ["SET", self._keys.done(self._agent, token), b"1", "NX", "EX", self.ttl_s]
-
-    async def mark(self, token: str, ttl_s: int | None = None) -> bool:
-        """True when this call set the marker, False when it was already there."""
-        key = self._keys.done(self._agent, token)
-        return bool(await self._client.set(key, b"1", nx=True, ex=ttl_s or self.ttl_s))
-
-    async def is_marked(self, token: str) -> bool:
-        """Whether `token` is marked; concurrent checks share one MGET."""
-        return await self._exists(token)
-
-    async def _any_marked(self, tokens: list[str]) -> list[bool]:
-        values = await self._client.mget([self._keys.done(self._agent, t) for t in tokens])
-        return [value is not None for value in values]
-
-    async def clear(self, token: str) -> None:
-        await self._client.delete(self._keys.done(self._agent, token))
 
 
 class Cue:

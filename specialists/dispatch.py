@@ -159,7 +159,7 @@ class Dispatcher:
         return cue
 
     async def _warning(self, d: Delivery, m: Envelope) -> bool:
-        p: CoordWarning = m.payload  # type: ignore[assignment]
+        p = m.body(CoordWarning)
         key = (m.run_id, p.cue_id, p.attempt)
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
@@ -183,7 +183,7 @@ class Dispatcher:
             self.preps.pop(key, None)
 
     async def _standby(self, d: Delivery, m: Envelope) -> bool:
-        p: CoordStandby = m.payload  # type: ignore[assignment]
+        p = m.body(CoordStandby)
         key = (m.run_id, p.cue_id, p.attempt)
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.ready_check = list(p.ready_check)
@@ -222,7 +222,7 @@ class Dispatcher:
                 task.cancel()
 
     async def _standdown(self, d: Delivery, m: Envelope) -> bool:
-        p: CoordStanddown = m.payload  # type: ignore[assignment]
+        p = m.body(CoordStanddown)
         for key in [k for k in self.cues if k[:2] == (m.run_id, p.cue_id) and k[2] <= p.attempt]:
             prep = self.preps.pop(key, None)
             if prep is not None:
@@ -239,7 +239,7 @@ class Dispatcher:
         return True
 
     async def _work(self, d: Delivery, m: Envelope) -> bool:
-        p: CoordGo | TaskAssign = m.payload  # type: ignore[assignment]
+        p = m.body(CoordGo) if m.message_type is MessageType.COORD_GO else m.body(TaskAssign)
         key = (m.run_id, p.cue_id, p.attempt)
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
@@ -266,7 +266,7 @@ class Dispatcher:
     # -- task.handoff, status.request, broadcasts ----------------------------------------
 
     async def _handoff(self, d: Delivery, m: Envelope) -> bool:
-        p: TaskHandoff = m.payload  # type: ignore[assignment]
+        p = m.body(TaskHandoff)
         tries = d.deliveries
         while True:
             try:
@@ -318,10 +318,10 @@ class Dispatcher:
         elif m.message_type == MessageType.BROADCAST_RESUME:
             self.rt.pause(False)
         elif m.message_type == MessageType.BROADCAST_SHUTDOWN:
-            shutdown: BroadcastShutdown = m.payload  # type: ignore[assignment]
+            shutdown = m.body(BroadcastShutdown)
             self.rt.stop(f"broadcast.shutdown: {shutdown.reason}".rstrip(": "))
         elif m.message_type == MessageType.BROADCAST_NOTICE:
-            notice: BroadcastNotice = m.payload  # type: ignore[assignment]
+            notice = m.body(BroadcastNotice)
             try:
                 await self.spec.on_broadcast(notice, m)
             except Exception:

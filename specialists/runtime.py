@@ -19,8 +19,8 @@ from protocols.payloads import StatusOffline, StatusOnline
 from protocols.transport import Delivery, Transport
 from specialists.batching import Coalescer
 from specialists.context import ContextReader
-from specialists.cue import DoneMarkers
 from specialists.dispatch import Abandon, Dispatcher
+from specialists.markers import DoneMarkers
 
 if TYPE_CHECKING:
     from specialists.base import Specialist
@@ -62,7 +62,7 @@ class Runtime:
         self.broadcast = keys.broadcast
         self.group = spec.agent_id
         self.consumer = spec.replica
-        self.markers = DoneMarkers(transport.client, keys, spec.agent_id, spec.done_ttl_s)
+        self.markers = DoneMarkers(transport, keys, spec.agent_id, spec.done_ttl_s)
         self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
         self.prefetch = max(spec.settings.prefetch or 4 * spec.concurrency, spec.concurrency)
         self.writes: Coalescer[Write, None] = Coalescer(self._write, "out")

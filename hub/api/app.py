@@ -67,7 +67,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
                 "api_key": hub.settings.api_key or None,
                 # a registry of its own: describe() reloads from Redis, and must not
                 # replace the routing registry's in-memory entries under the router
-                "agents": Registry(hub.transport, hub.keys),
+                "agents": Registry(hub.transport, hub.stores.agents, hub.keys),
             }
         finally:
             stopping.set()

@@ -116,10 +116,7 @@ def _allowed(request: Request) -> str:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    # Redis errors the store did not translate still mean "the server is not answering".
-    if type(exc).__module__.split(".")[0] == "redis":
-        log.warning("redis error on %s %s: %s", request.method, request.url.path, exc)
-        return _json(503, f"Redis is not answering: {type(exc).__name__}", {"Retry-After": "1"})
+    # Redis errors never get here: the storage gateway raised them as TransportError (503).
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return _json(500, "internal error (see the hub's log)")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 
 from hub.service import Hub
+from hub.store.idempotency import IdempotencyHold
 from protocols.errors import Conflict, TransportError
 
 TTL_S = 24 * 3600
@@ -25,36 +25,31 @@ def fingerprint(body: str) -> str:
 
 async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
     """Claim `key` for `run_id`; None when claimed, else the run id that holds it."""
-    name = hub.sk.idempotency(key)
-    value = json.dumps({"run_id": run_id, "request": fingerprint(request)})
-    if await hub.transport.client.set(name, value, nx=True, ex=TTL_S):
+    store = hub.stores.idempotency
+    hold = IdempotencyHold(run_id=run_id, request=fingerprint(request))
+    if await store.claim(key, hold, TTL_S):
         return None
-    raw = await hub.transport.client.get(name)
-    if raw is None:  # the holder failed and let go just now: try again
+    held = await store.get(key)
+    if held is None:  # the holder failed and let go just now: try again
         return await claim(hub, key, run_id, request)
-    held = json.loads(raw)
-    if held["request"] != fingerprint(request):
+    if held.request != hold.request:
         raise Conflict(f"Idempotency-Key {key!r} was used with a different request")
-    return str(held["run_id"])
+    return held.run_id
 
 
 async def release(hub: Hub, key: str, run_id: str) -> None:
     """Let go of a key whose run could not start (only if it still names that run)."""
-    name = hub.sk.idempotency(key)
-    raw = await hub.transport.client.get(name)
-    if raw is not None and json.loads(raw)["run_id"] == run_id:
-        await hub.transport.client.delete(name)
+    await hub.stores.idempotency.release(key, run_id)
 
 
 async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> bool:
     """Wait until the holder's run exists (True) or the holder let go of the key (False)."""
     deadline = time.monotonic() + timeout_s
-    name = hub.sk.idempotency(key)
     while time.monotonic() < deadline:
         if await hub.store.run(run_id) is not None:
             return True
-        raw = await hub.transport.client.get(name)
-        if raw is None or json.loads(raw)["run_id"] != run_id:
+        held = await hub.stores.idempotency.get(key)
+        if held is None or held.run_id != run_id:
             return False
         await asyncio.sleep(POLL_S)
     raise TransportError(f"run {run_id} for Idempotency-Key {key!r} did not start in time")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from hub.api.schemas import ts
 from hub.service import Hub
+from hub.store.state import RunEvent
 from protocols.states import RunStatus
 
 BLOCK_MS = 1_000
@@ -33,33 +33,29 @@ def _public(event: dict[str, Any]) -> dict[str, Any]:
 
 async def follow(
     hub: Hub, run_id: str, after: str, stopping: asyncio.Event
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """(entry id, event) pairs after `after`; ends after the run's final event, on shutdown,
+) -> AsyncIterator[RunEvent]:
+    """The run's events after entry `after`; ends after the run's final event, on shutdown,
     or after `sse_max_s` (the client resumes from its Last-Event-ID)."""
     deadline = time.monotonic() + hub.settings.sse_max_s
     last = after
     while True:  # replay what is there
         batch = await hub.store.events(run_id, last, count=BATCH)
-        for entry_id, event in batch:
-            last = entry_id
-            yield entry_id, _public(event)
-            if finishes(event):
+        for event in batch:
+            last = event.id
+            yield RunEvent(event.id, _public(event.data))
+            if finishes(event.data):
                 return
         if len(batch) < BATCH:
             break
-    key = hub.sk.events(run_id)
-    client = hub.transport.client
     while not stopping.is_set() and time.monotonic() < deadline:
-        rows: Any = await client.xread({key: last}, count=BATCH, block=BLOCK_MS)
-        if not rows:
+        batch = await hub.store.tail_events(run_id, last, BATCH, BLOCK_MS)
+        if not batch:
             run = await hub.store.run(run_id)
             if run is None or run.status.done:  # trimmed or gone: nothing more will come
                 return
             continue
-        for _, entries in rows:
-            for raw_id, fields in entries:
-                last = raw_id.decode()
-                event = json.loads(fields[b"e"])
-                yield last, _public(event)
-                if finishes(event):
-                    return
+        for event in batch:
+            last = event.id
+            yield RunEvent(event.id, _public(event.data))
+            if finishes(event.data):
+                return

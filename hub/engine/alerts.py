@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hub.engine.base import EngineBase, _all
 from hub.engine.escalations import Escalation
 from hub.engine.state import RunState
@@ -33,12 +31,14 @@ class AlertsMixin(EngineBase):
         esc.updated_at = self.clock()
         self.out.escalations[esc.id] = esc
         if esc.type is T.ESCALATION_CONFLICT and winner:
-            self._apply_arbitration(esc, winner)
+            self.arbitrate(esc, winner)
         if self.paused and esc.severity is Severity.CRITICAL:
             self.resume(f"escalation {esc_id} resolved")
         return esc
 
-    def escalate(self, run: RunState | None, cue_id: str | None, mt: T, payload: Any) -> Escalation:
+    def escalate(
+        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation
+    ) -> Escalation:
         """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
         now = self.clock()
         esc = Escalation(
@@ -51,11 +51,13 @@ class AlertsMixin(EngineBase):
         if run is not None:
             if new:
                 run.record.escalations.append(esc.id)
-                self._dirty(run)
-            self._event(run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value)
+                self.mark_dirty(run)
+            self.record_event(
+                run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value
+            )
         if new and esc.severity in (Severity.HIGH, Severity.CRITICAL):
             text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
-            self._broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))
+            self.broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))
         if new and esc.severity is Severity.CRITICAL:
             self.pause(f"critical escalation {esc.id}")
         return esc
@@ -64,25 +66,25 @@ class AlertsMixin(EngineBase):
         if self.paused is None:
             self.paused = reason
             self.out.paused_changed = True
-            self._broadcast(T.BROADCAST_PAUSE, p.BroadcastPause(reason=reason))
+            self.broadcast(T.BROADCAST_PAUSE, p.BroadcastPause(reason=reason))
 
     def resume(self, reason: str) -> None:
         if self.paused is None:
             return
         self.paused = None
         self.out.paused_changed = True
-        self._broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
+        self.broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
         for run in list(self.runs.values()):
             if run.status is RunStatus.HOLDING:
                 run.status, run.hold_reason = RunStatus.RUNNING, None
-                self._event(run, "run", status=run.status.value)
+                self.record_event(run, "run", status=run.status.value)
             for cue_id, cr in run.cues.items():
                 if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
-                    self._go(run, cue_id)
+                    self.go(run, cue_id)
 
     def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
         run.cues[cue_id].reason = reason
         if run.status is RunStatus.RUNNING:
             run.status, run.hold_reason = RunStatus.HOLDING, reason
-            self._event(run, "run", status=run.status.value, reason=reason)
-        self._dirty(run, cue_id)
+            self.record_event(run, "run", status=run.status.value, reason=reason)
+        self.mark_dirty(run, cue_id)

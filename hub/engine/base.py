@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import collections
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from hub.engine.escalations import EscalationBook
+from hub.engine.escalations import Escalation, EscalationBook
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.resources import ResourceBook
@@ -28,7 +29,7 @@ from protocols.states import (
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
 
 
-class EngineBase:
+class EngineBase(ABC):
     """State of the engine and the helpers its parts (core, contest, alerts) share."""
 
     early_warning: bool = True  # warn a successor when its last predecessor is GO'd
@@ -54,10 +55,17 @@ class EngineBase:
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
     def take(self) -> Outbox:
+        """What the steps since the last `take` produced, for the driver to commit."""
         out, self.out = self.out, Outbox()
         return out
 
-    def _broadcast(self, mt: T, payload: p.Payload) -> None:
+    def write_with_step(self, ops: list[list[Any]]) -> None:
+        """Raw one-key commands to run in this step's fenced write, after the engine's own
+        (the router's forwards and XACKs: nothing is acknowledged before it is stored)."""
+        self.out.raw.extend(ops)
+
+    def broadcast(self, mt: T, payload: p.Payload) -> None:
+        """Send a broadcast.* to every replica (with this step's write)."""
         self.out.messages.append((self.keys.broadcast, make(mt, payload)))
 
     def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
@@ -68,7 +76,8 @@ class EngineBase:
         self.out.messages.extend((self.keys.inbox(agent), msg) for agent in targets)
         run.record.messages_out += len(targets)
 
-    def _stand_down(self, run: RunState, cue_id: str, reason: str) -> None:
+    def stand_down(self, run: RunState, cue_id: str, reason: str) -> None:
+        """Tell the targets of a cue in WARNING, STANDBY or GO to stop (coord.standdown)."""
         cr = run.cues[cue_id]
         if cr.state not in ACTIVE:
             return
@@ -83,7 +92,8 @@ class EngineBase:
         self.out.timers.append(Timer(cr.deadline, run.run_id, cue_id, cr.attempt, phase.value))
 
     @staticmethod
-    def _clear_deadline(cr: CueRun) -> None:
+    def clear_deadline(cr: CueRun) -> None:
+        """Drop the cue's deadline: its timer then finds nothing to do."""
         cr.deadline = cr.deadline_phase = None
 
     def _set(
@@ -96,14 +106,17 @@ class EngineBase:
         cr.state, cr.reason = state, reason
         if "root" in extra:
             cr.error = extra["root"]
-        self._dirty(run, cue_id)
+        self.mark_dirty(run, cue_id)
         if changed:
-            self._event(run, "cue", cue=cue_id, state=state, reason=reason, attempt=cr.attempt)
+            self.record_event(
+                run, "cue", cue=cue_id, state=state, reason=reason, attempt=cr.attempt
+            )
 
-    def _event(self, run: RunState, kind: str, **data: Any) -> None:
+    def record_event(self, run: RunState, kind: str, **data: Any) -> None:
+        """Append an event to the run's event stream (with this step's write)."""
         self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
 
-    def _dirty(self, run: RunState, cue_id: str | None = None) -> None:
+    def mark_dirty(self, run: RunState, cue_id: str | None = None) -> None:
         """Mark what must be written: the run's header, and the cue when one is named.
         Every change to a CueRun must name its cue here (or go through `_set`)."""
         self.out.dirty.add(run.run_id)
@@ -122,18 +135,34 @@ class EngineBase:
             raise NotFound(f"run {run.run_id} has no cue {cue_id}")
         return cr
 
-    # -- implemented by core.Engine; declared so each part reads on its own ---------------
+    # -- the engine's surface across its parts: core.Engine implements it --------------
+    # Declared here so each part (core, contest, alerts) and the engine's callers (the
+    # driver, the router, inputs) read and type-check against one public surface.
+    @abstractmethod
     def evaluate(self, run: RunState, cue_id: str) -> None:
-        raise NotImplementedError
+        """Move a cue not yet called as far as its predecessors and conditions allow."""
 
+    @abstractmethod
     def fire(self, run: RunState, cue_id: str, by: FiredBy, early: bool = False) -> None:
-        raise NotImplementedError
+        """Start a call of the cue: WARNING (cued) or task.assign (direct)."""
 
-    def _to_standby(self, run: RunState, cue_id: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def to_standby(self, run: RunState, cue_id: str) -> None:
+        """Every target prepared: claim the cue's resources and send STANDBY."""
 
-    def _go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
+        """Every target ready: GO (one recorded event per attempt), or task.assign."""
+
+    @abstractmethod
+    def escalate(
+        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation
+    ) -> Escalation:
+        """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
+
+    @abstractmethod
+    def arbitrate(self, esc: Escalation, winner: str) -> None:
+        """Apply an operator's binding decision on a resource conflict."""
 
 
 def _all(cr: CueRun, state: TargetState) -> bool:

@@ -40,14 +40,14 @@ class ContestMixin(EngineBase):
         names = ", ".join(f"{h.run_id}/{h.cue_id}" for h in outcome.blocked_by) or "a waiter ahead"
         res = ", ".join(cue.resources)
         self._set(run, cue_id, cr.state, f"waiting for resource {res} held by {names}")
-        self._clear_deadline(cr)
+        self.clear_deadline(cr)
         run.record.waits.append(f"{cue_id}: resource {res} held by {names}")
         for victim in outcome.preempt:
             self._preempt(victim, by=claim)
         if outcome.arbitrate:
             self._open_conflict(run, cue_id, claim, outcome.blocked_by)
         if outcome.preempt:
-            self._retry_waiters([claim])
+            self.retry_waiters([claim])
         return False
 
     def _preempt(self, victim: Claim, by: Claim) -> None:
@@ -59,8 +59,8 @@ class ContestMixin(EngineBase):
         cue_id = victim.cue_id
         why = f"stood down for higher-priority {by.run_id}/{by.cue_id}"
         run.record.conflicts.append(f"{cue_id}: {why}")
-        self._stand_down(run, cue_id, why)
-        self._clear_deadline(run.cues[cue_id])
+        self.stand_down(run, cue_id, why)
+        self.clear_deadline(run.cues[cue_id])
         self.book.release(victim.holder)
         run.cues[cue_id].holds = []
         self.book.waiting[victim.holder] = victim  # re-queued behind the winner
@@ -72,13 +72,13 @@ class ContestMixin(EngineBase):
             return
         cr.holds = []
         self.out.resources_changed = True
-        self._retry_waiters(self.book.release((run.run_id, cue_id)))
+        self.retry_waiters(self.book.release((run.run_id, cue_id)))
 
     def _release_run(self, run: RunState) -> None:
         self.out.resources_changed = True
-        self._retry_waiters(self.book.forget_run(run.run_id))
+        self.retry_waiters(self.book.forget_run(run.run_id))
 
-    def _retry_waiters(self, waiters: list[Claim]) -> None:
+    def retry_waiters(self, waiters: list[Claim]) -> None:
         for claim in waiters:
             run = self.runs.get(claim.run_id)
             if run is None or run.status.done:
@@ -88,7 +88,7 @@ class ContestMixin(EngineBase):
             if cr.state is CueState.WAITING and cr.fired_by is not None:
                 self.fire(run, claim.cue_id, cr.fired_by)  # re-queued: call it again
             elif cr.state is CueState.WARNING and _all(cr, TargetState.PREPARED):
-                self._to_standby(run, claim.cue_id)
+                self.to_standby(run, claim.cue_id)
             elif cr.state in (CueState.PENDING, CueState.WAITING):
                 self.evaluate(run, claim.cue_id)
 
@@ -112,19 +112,20 @@ class ContestMixin(EngineBase):
         at = self.clock() + timeout
         self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
 
-    def _apply_arbitration(self, esc: Escalation, winner: str) -> None:
+    def arbitrate(self, esc: Escalation, winner: str) -> None:
         holder = _holder(winner, esc.run_id)
         rivals = [_holder(c, esc.run_id) for c in esc.payload.get("cues_involved", [])]
         if holder not in rivals:
             raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
         claim = self.book.waiting.get(holder)
-        for r in claim.resources if claim else ():
+        if claim is None:
+            return
+        for r in claim.resources:
             self.book.prefer(r, holder)
             current = self.book.holder_of(r)
             if current is not None and current.holder != holder and not current.went:
-                self._preempt(current, by=claim)  # type: ignore[arg-type]
-        if claim is not None:
-            self._retry_waiters([claim])
+                self._preempt(current, by=claim)
+        self.retry_waiters([claim])
 
     def arbitration_timeout(self, run: RunState, cue_id: str) -> None:
         """No decision in time: fall back to priority."""
@@ -133,10 +134,10 @@ class ContestMixin(EngineBase):
             return
         claim.strategy = ConflictStrategy.PRIORITY
         run.record.conflicts.append(f"{cue_id}: arbitration timed out, priority decides")
-        self._dirty(run)
+        self.mark_dirty(run)
         outcome_claim = self.book.waiting.pop(claim.holder)
         if self._claim_again(run, outcome_claim):
-            self._retry_waiters([outcome_claim])
+            self.retry_waiters([outcome_claim])
 
     def _claim_again(self, run: RunState, claim: Claim) -> bool:
         outcome = self.book.claim(claim)

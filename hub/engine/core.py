@@ -46,7 +46,7 @@ class Engine(ContestMixin, AlertsMixin):
             cues={cue_id: CueRun() for cue_id in plan.order},
         )  # fmt: skip
         self.adopt(run, plan, new=True)
-        self._event(run, "run", status=run.status.value)
+        self.record_event(run, "run", status=run.status.value)
         self.work_backlog(chunk)
         return run
 
@@ -74,13 +74,13 @@ class Engine(ContestMixin, AlertsMixin):
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
         self.out.fresh.add(run.run_id)
-        self._dirty(run)
+        self.mark_dirty(run)
         for cue_id, cr in run.cues.items():
             pending = cr.state is CueState.PENDING
             if pending:
                 self.backlog.append((run.run_id, cue_id))
             if not (new and pending):
-                self._dirty(run, cue_id)
+                self.mark_dirty(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
@@ -92,7 +92,7 @@ class Engine(ContestMixin, AlertsMixin):
             raise Conflict(f"run {run_id} is already {run.status.value}")
         for cue_id, cr in run.cues.items():
             if not cr.state.done:
-                self._stand_down(run, cue_id, reason)
+                self.stand_down(run, cue_id, reason)
                 self._set(run, cue_id, CueState.CANCELLED, reason)
         self._release_run(run)
         self._finish(run, RunStatus.CANCELLED)
@@ -103,8 +103,8 @@ class Engine(ContestMixin, AlertsMixin):
         run = self._run(run_id)
         for cue_id, cr in run.cues.items():
             if not cr.state.done:
-                self._stand_down(run, cue_id, reason)
-                self._clear_deadline(cr)
+                self.stand_down(run, cue_id, reason)
+                self.clear_deadline(cr)
                 cr.error, cr.completed_at = reason, self.clock()
                 self._set(run, cue_id, CueState.FAILED, f"failed: {reason}")
         run.record.errors.append(reason)
@@ -137,9 +137,9 @@ class Engine(ContestMixin, AlertsMixin):
     def _finish(self, run: RunState, status: RunStatus) -> None:
         run.status = status
         run.completed_at = self.clock()
-        self._dirty(run)
+        self.mark_dirty(run)
         self.out.finished.add(run.run_id)
-        self._event(run, "run", status=status.value)
+        self.record_event(run, "run", status=status.value)
 
     # -- firing -------------------------------------------------------------------------
     def evaluate(self, run: RunState, cue_id: str) -> None:
@@ -154,7 +154,7 @@ class Engine(ContestMixin, AlertsMixin):
         root = self._block_root(run, cue_id)
         if root is not None:
             if early:
-                self._stand_down(run, cue_id, f"predecessor {root} did not complete")
+                self.stand_down(run, cue_id, f"predecessor {root} did not complete")
             self._set(run, cue_id, CueState.BLOCKED, f"blocked: {root} failed", root=root)
             cr.completed_at = self.clock()
             self._after_done(run, cue_id)
@@ -167,9 +167,9 @@ class Engine(ContestMixin, AlertsMixin):
             return
         if early:  # the predecessor it was warned for has completed
             cr.early = False
-            self._dirty(run, cue_id)
+            self.mark_dirty(run, cue_id)
             if all(s is TargetState.PREPARED for s in cr.targets.values()):
-                self._to_standby(run, cue_id)
+                self.to_standby(run, cue_id)
             return
         if cr.state is CueState.ARMED:
             return
@@ -235,7 +235,7 @@ class Engine(ContestMixin, AlertsMixin):
         if not new:
             return
         run.conditions.extend(new)
-        self._event(run, "condition", names=new)
+        self.record_event(run, "condition", names=new)
         plan = self.plans[run.run_id]
         for cue_id in plan.order:
             if set(new) & set(plan.cues[cue_id].conditions):
@@ -251,7 +251,7 @@ class Engine(ContestMixin, AlertsMixin):
         cr.fired_by = by
         if cue.coordination is Coordination.DIRECT:
             if self._claim(run, cue_id):
-                self._go(run, cue_id, assign=True)
+                self.go(run, cue_id, assign=True)
             return
         cr.attempt += 1
         cr.early = early
@@ -271,7 +271,7 @@ class Engine(ContestMixin, AlertsMixin):
         self._send_all(run, cue_id, T.COORD_WARNING, payload)
 
     # -- the call -------------------------------------------------------------------------
-    def _to_standby(self, run: RunState, cue_id: str) -> None:
+    def to_standby(self, run: RunState, cue_id: str) -> None:
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         if not self._claim(run, cue_id):
             return
@@ -284,7 +284,7 @@ class Engine(ContestMixin, AlertsMixin):
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_STANDBY, payload)
 
-    def _go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
+    def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """GO: one recorded event per attempt, sent to every target in one write."""
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
@@ -308,7 +308,7 @@ class Engine(ContestMixin, AlertsMixin):
         self._deadline(run, cue_id, Phase.GO, cue.go_timeout_s)
         self.book.mark_go((run.run_id, cue_id))
         self.out.resources_changed = True
-        self._event(run, "go", cue=cue_id, attempt=cr.attempt, fired_by=by.value)
+        self.record_event(run, "go", cue=cue_id, attempt=cr.attempt, fired_by=by.value)
         if assign:
             payload: p.Payload = p.TaskAssign(
                 cue_id=cue_id, attempt=cr.attempt, action=dict(cue.action), context=context
@@ -352,7 +352,7 @@ class Engine(ContestMixin, AlertsMixin):
     def complete(self, run: RunState, cue_id: str) -> None:
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         cr.completed_at = self.clock()
-        self._clear_deadline(cr)
+        self.clear_deadline(cr)
         self._set(run, cue_id, CueState.COMPLETED, None)
         self._release(run, cue_id)
         self._raise_flags(run, list(cue.raises))
@@ -361,10 +361,10 @@ class Engine(ContestMixin, AlertsMixin):
     def fail_attempt(self, run: RunState, cue_id: str, error: str) -> None:
         """The current attempt failed: retry the three phases, or fail the cue."""
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
-        self._clear_deadline(cr)
+        self.clear_deadline(cr)
         self._release(run, cue_id)
         cr.error = error
-        self._event(run, "attempt_failed", cue=cue_id, attempt=cr.attempt, error=error)
+        self.record_event(run, "attempt_failed", cue=cue_id, attempt=cr.attempt, error=error)
         if cr.retries_used < cue.retries:
             cr.retries_used += 1
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)

@@ -13,18 +13,18 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
-from hub.cuelists import CuelistStore
 from hub.engine import inputs
 from hub.engine.core import Engine
 from hub.engine.dry import dry_run
 from hub.engine.escalations import OPEN
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
-from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
-from hub.store import StateStore
+from hub.store.cuelists import CuelistStore
+from hub.store.state import StateStore
 from protocols.contracts import Contract
 from protocols.errors import NotFound, StaleLeader
 from protocols.keys import Keys
@@ -78,8 +78,8 @@ class Driver:
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
             book = await self.store.resources()
-            if book:
-                self.engine.book = ResourceBook.load(book)
+            if book is not None:
+                self.engine.book = book
             self.engine.paused = await self.store.paused()
             runs = await self.store.runs(await self.store.active_run_ids())
             for run in runs:
@@ -100,7 +100,7 @@ class Driver:
         holders = {c.run_id for c in book.held.values()} | {h[0] for h in book.waiting}
         for run_id in sorted(holders - set(self.engine.runs)):
             log.warning("releasing resources held for run %s, which is not running", run_id)
-            self.engine._retry_waiters(book.forget_run(run_id))
+            self.engine.retry_waiters(book.forget_run(run_id))
             self.engine.out.resources_changed = True
 
     async def _fail_lost(self, previous: Engine) -> None:
@@ -240,9 +240,14 @@ class Driver:
             while self._timers and self._timers[0].at <= now:
                 due.append(heapq.heappop(self._timers))
             if due:
-                await self.step(lambda e, due=due: [inputs.on_timer(e, t) for t in due])
+                await self.step(partial(_fire_timers, due=due))
                 continue
             wait_s = min(self._timers[0].at - now, 1.0) if self._timers else 1.0
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
+
+
+def _fire_timers(engine: Engine, due: list[Timer]) -> None:
+    for timer in due:
+        inputs.on_timer(engine, timer)

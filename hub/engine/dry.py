@@ -31,12 +31,11 @@ def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tupl
     for _ in range(MAX_STEPS):
         out = engine.take()
         _merge(collected, out)
-        inbox = keys.inbox("")
         replies = [
             r
             for stream, m in out.messages
-            if stream.startswith(inbox)
-            for r in _stand_in(plan, m, stream.removeprefix(inbox))
+            if (agent := keys.agent_of_inbox(stream)) is not None
+            for r in _stand_in(plan, m, agent)
         ]
         if replies:
             for reply in replies:
@@ -53,9 +52,12 @@ def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tupl
 
 
 def _stand_in(plan: Plan, msg: Envelope, agent: str) -> list[Envelope]:
+    phase = msg.payload
     if msg.message_type not in _STAND_IN_REPLIES or msg.cue_id is None:
         return []
-    attempt = msg.payload.attempt  # type: ignore[attr-defined]
+    if not isinstance(phase, p.CoordWarning | p.CoordStandby | p.CoordGo | p.TaskAssign):
+        return []
+    attempt = phase.attempt
     base = {"from_agent": agent, "run_id": msg.run_id, "cue_id": msg.cue_id}
     if msg.message_type is T.COORD_WARNING:
         return [make(T.ACK_WARNING, p.AckWarning(attempt=attempt), **base)]

@@ -44,25 +44,25 @@ def handle(engine: Engine, msg: Envelope) -> None:
                   f"{msg.message_type.value} for unknown run {msg.run_id}")  # fmt: skip
         return
     run.record.messages_in += 1
-    engine._dirty(run)
+    engine.mark_dirty(run)
     if msg.message_type is T.TASK_CONTEXT:
         _context(engine, run, msg)
         return
     cue_id = msg.cue_id
     if msg.message_type is T.TASK_HANDOFF:
-        cue_id = cue_id or msg.payload.task_id  # type: ignore[attr-defined]
+        cue_id = cue_id or msg.body(p.TaskHandoff).task_id
     cr = run.cues.get(cue_id or "")
-    if cr is None:
+    if cue_id is None or cr is None:
         violation(engine, run, None, f"unknown_cue:{cue_id}", msg, f"no cue {cue_id} in run")
         return
-    if msg.from_agent not in engine.plans[run.run_id].cues[cue_id].target_agents:  # type: ignore[index]
+    if msg.from_agent not in engine.plans[run.run_id].cues[cue_id].target_agents:
         violation(engine, run, cue_id, f"not_a_target:{msg.from_agent}", msg,
                   f"{msg.from_agent} is not a target of {cue_id}")  # fmt: skip
         return
     if msg.message_type is T.TASK_HANDOFF:
-        _handoff(engine, run, cue_id, cr, msg)  # type: ignore[arg-type]
+        _handoff(engine, run, cue_id, cr, msg)
         return
-    _phase_input(engine, run, cue_id, cr, msg)  # type: ignore[arg-type]
+    _phase_input(engine, run, cue_id, cr, msg)
 
 
 def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:
@@ -79,24 +79,24 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     mt = msg.message_type
     if mt is T.STATUS_FAILED:
         cr.targets[agent] = TargetState.FAILED
-        engine.fail_attempt(run, cue_id, f"{agent}: {msg.payload.error}")  # type: ignore[attr-defined]
+        engine.fail_attempt(run, cue_id, f"{agent}: {msg.body(p.StatusFailed).error}")
         return
     if mt is T.STATUS_BLOCKED:
-        cr.reason = f"{agent} blocked: {msg.payload.reason}"  # type: ignore[attr-defined]
-        engine._dirty(run, cue_id)
+        cr.reason = f"{agent} blocked: {msg.body(p.StatusBlocked).reason}"
+        engine.mark_dirty(run, cue_id)
         return
-    if mt is T.ACK_STANDBY and not msg.payload.ready:  # type: ignore[attr-defined]
-        cr.not_ready[agent] = msg.payload.reason or "not ready"  # type: ignore[attr-defined]
+    if mt is T.ACK_STANDBY and not (ack := msg.body(p.AckStandby)).ready:
+        cr.not_ready[agent] = ack.reason or "not ready"
         cr.reason = f"{agent} not ready: {cr.not_ready[agent]}"
-        engine._dirty(run, cue_id)
+        engine.mark_dirty(run, cue_id)
         return
     if mt is T.STATUS_COMPLETED:
-        cr.result[agent] = msg.payload.result  # type: ignore[attr-defined]
+        cr.result[agent] = msg.body(p.StatusCompleted).result
     elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)
     cr.targets[agent] = new_target
-    engine._dirty(run, cue_id)
+    engine.mark_dirty(run, cue_id)
     _advance(engine, run, cue_id, cr)
 
 
@@ -106,15 +106,15 @@ def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
         if waiting:
             cr.reason = f"waiting for ack.warning from {', '.join(waiting)}"
         elif cr.early:
-            engine._clear_deadline(cr)
+            engine.clear_deadline(cr)
             cr.reason = "prepared: waiting for its predecessor to complete"
         else:
-            engine._to_standby(run, cue_id)
+            engine.to_standby(run, cue_id)
     elif cr.state is CueState.STANDBY:
         if waiting:
             cr.reason = f"waiting for ack.standby from {', '.join(waiting)}"
         else:
-            engine._go(run, cue_id)
+            engine.go(run, cue_id)
     elif cr.state is CueState.GO:
         if waiting:
             cr.reason = f"waiting for status.completed from {', '.join(waiting)}"
@@ -134,13 +134,14 @@ def _goal(state: CueState) -> TargetState:
 
 def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:
     """task.handoff: checked against the contracts; forwarded, or refused and the cue fails."""
-    body: p.TaskHandoff = msg.payload  # type: ignore[assignment]
+    body = msg.body(p.TaskHandoff)
     plan = engine.plans[run.run_id]
     cue = plan.cues[cue_id]
     if cr.state.done or cr.handoff_ok:
         return
     declared_to = cue.handoff.to if cue.handoff else None
-    problem, missing = None, []
+    problem: str | None = None
+    missing: list[str] = []
     if body.from_agent != msg.from_agent:
         problem = f"handoff names sender {body.from_agent}, but {msg.from_agent} sent it"
     elif declared_to and body.to_agent != declared_to:
@@ -163,11 +164,11 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
             engine.fail_attempt(run, cue_id, f"handoff rejected: {problem}")
         return
     cr.handoff_ok = True
-    engine._dirty(run, cue_id)
+    engine.mark_dirty(run, cue_id)
     run.handoffs[body.to_agent] = body.handoff_context.model_dump(mode="json")
     forwarded = msg.model_copy(update={"target_agents": (body.to_agent,)})
     engine.out.messages.append((engine.keys.inbox(body.to_agent), forwarded))
-    engine._event(run, "handoff", cue=cue_id, to=body.to_agent)
+    engine.record_event(run, "handoff", cue=cue_id, to=body.to_agent)
     if cr.state is CueState.GO:
         _advance(engine, run, cue_id, cr)
 
@@ -190,13 +191,13 @@ def _contract(engine: Engine, plan: Any, agent: str) -> Contract | None:
 
 
 def _context(engine: Engine, run: RunState, msg: Envelope) -> None:
-    body: p.TaskContext = msg.payload  # type: ignore[assignment]
+    body = msg.body(p.TaskContext)
     entry = {
         "value": body.value, "source": msg.from_agent, "timestamp": msg.sent_at.timestamp(),
         "tags": body.tags, "metadata": body.metadata, "cue_id": msg.cue_id,
     }  # fmt: skip
     engine.out.context.append((run.run_id, body.key, entry))
-    engine._event(run, "context", key=body.key, source=msg.from_agent)
+    engine.record_event(run, "context", key=body.key, source=msg.from_agent)
 
 
 def violation(
@@ -206,7 +207,7 @@ def violation(
     if run is not None:
         run.record.protocol_violations += 1
         run.record.errors.append(detail)
-        engine._dirty(run)
+        engine.mark_dirty(run)
     payload = p.EscalationProtocolViolation(
         severity=Severity.MEDIUM, cause=cause, detail=detail, reason=cause,
         entry_id=msg.message_id, sender=msg.from_agent,
@@ -245,14 +246,14 @@ def on_timer(engine: Engine, timer: Timer) -> None:
         waiting_for=waiting, timeout_s=float(seconds), attempt=cr.attempt,
     )  # fmt: skip
     engine.escalate(run, timer.cue_id, T.ESCALATION_TIMEOUT, payload)
-    engine._stand_down(run, timer.cue_id, detail)
+    engine.stand_down(run, timer.cue_id, detail)
     engine.fail_attempt(run, timer.cue_id, f"timeout: {detail}")
 
 
 def specialist_escalation(engine: Engine, msg: Envelope) -> None:
     """An escalation a specialist raised: routed by its severity like the hub's own."""
     run = engine.runs.get(msg.run_id or "")
-    engine.escalate(run, msg.cue_id, msg.message_type, msg.payload)
+    engine.escalate(run, msg.cue_id, msg.message_type, msg.body(p.Escalation))
 
 
 __all__ = ["ENGINE_TYPES", "handle", "on_timer", "specialist_escalation", "violation"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field
+
 from protocols.states import ConflictStrategy
 
 Holder = tuple[str, str]  # (run_id, cue_id)
@@ -133,41 +135,62 @@ class ResourceBook:
         return self.next_waiters(freed)
 
     # -- persistence ------------------------------------------------------------------
-    def dump(self) -> dict[str, object]:
-        def one(c: Claim) -> dict[str, object]:
-            return {
-                "run_id": c.run_id, "cue_id": c.cue_id, "resources": list(c.resources),
-                "priority": c.priority, "strategy": c.strategy.value, "agents": list(c.agents),
-                "seq": c.seq, "went": c.went,
-            }  # fmt: skip
-
-        return {
-            "held": {r: one(c) for r, c in self.held.items()},
-            "waiting": [one(c) for c in self.waiting.values()],
-            "preferred": {r: list(h) for r, h in self.preferred.items()},
-            "seq": self._seq,
-        }
+    def dump(self) -> BookDump:
+        return BookDump(
+            held={r: ClaimDump.of(c) for r, c in self.held.items()},
+            waiting=[ClaimDump.of(c) for c in self.waiting.values()],
+            preferred={r: list(h) for r, h in self.preferred.items()},
+            seq=self._seq,
+        )
 
     @classmethod
-    def load(cls, data: dict[str, object]) -> ResourceBook:
+    def load(cls, data: BookDump) -> ResourceBook:
         book = cls()
-
-        def one(d: dict[str, object]) -> Claim:
-            return Claim(
-                run_id=str(d["run_id"]), cue_id=str(d["cue_id"]),
-                resources=tuple(d["resources"]), priority=int(d["priority"]),  # type: ignore[arg-type, call-overload]
-                strategy=ConflictStrategy(d["strategy"]), agents=tuple(d["agents"]),  # type: ignore[arg-type]
-                seq=int(d["seq"]), went=bool(d["went"]),  # type: ignore[call-overload]
-            )  # fmt: skip
-
         claims: dict[Holder, Claim] = {}
-        for r, d in dict(data.get("held", {})).items():  # type: ignore[call-overload]
-            c = one(d)
-            c = claims.setdefault(c.holder, c)
+        for r, d in data.held.items():
+            c = d.claim()
+            c = claims.setdefault(c.holder, c)  # one claim of several resources: one object
             book.held[r] = c
-        for d in list(data.get("waiting", [])):  # type: ignore[call-overload]
-            c = one(d)
+        for d in data.waiting:
+            c = d.claim()
             book.waiting[c.holder] = c
-        book.preferred = {r: (h[0], h[1]) for r, h in dict(data.get("preferred", {})).items()}  # type: ignore[call-overload]
-        book._seq = int(data.get("seq", 0))  # type: ignore[call-overload]
+        book.preferred = {r: (h[0], h[1]) for r, h in data.preferred.items()}
+        book._seq = data.seq
         return book
+
+
+class ClaimDump(BaseModel):
+    """A claim as the store keeps it."""
+
+    run_id: str
+    cue_id: str
+    resources: list[str]
+    priority: int
+    strategy: ConflictStrategy
+    agents: list[str] = Field(default_factory=list)
+    seq: int = 0
+    went: bool = False
+
+    @classmethod
+    def of(cls, c: Claim) -> ClaimDump:
+        return cls(
+            run_id=c.run_id, cue_id=c.cue_id, resources=list(c.resources),
+            priority=c.priority, strategy=c.strategy, agents=list(c.agents),
+            seq=c.seq, went=c.went,
+        )  # fmt: skip
+
+    def claim(self) -> Claim:
+        return Claim(
+            run_id=self.run_id, cue_id=self.cue_id, resources=tuple(self.resources),
+            priority=self.priority, strategy=self.strategy, agents=tuple(self.agents),
+            seq=self.seq, went=self.went,
+        )  # fmt: skip
+
+
+class BookDump(BaseModel):
+    """The resource book as the store keeps it (one JSON document)."""
+
+    held: dict[str, ClaimDump] = Field(default_factory=dict)
+    waiting: list[ClaimDump] = Field(default_factory=list)
+    preferred: dict[str, list[str]] = Field(default_factory=dict)  # resource -> [run, cue]
+    seq: int = 0

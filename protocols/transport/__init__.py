@@ -1,4 +1,4 @@
-"""Redis Streams transport: the only package that imports `redis` (split in four parts).
+"""Redis access: the only package that imports `redis`.
 
 Publish (XADD, pipelined for batches), consume in consumer groups (XREADGROUP BLOCK),
 XACK after handling, reclaim entries idle past `min_idle_ms` (XAUTOCLAIM) so a dead
@@ -13,30 +13,34 @@ TransportError. Repeating XADD can duplicate an entry whose reply was lost; that
 accepted price of at-least-once delivery (handlers are idempotent). A repeated
 XREADGROUP or XAUTOCLAIM whose reply was lost leaves its entries pending, so they come
 back through `reclaim`.
+
+Parts: `_gateway` (Gateway: the private client, `_call` with the retry policy and the
+error translation of `_errors`; Script), `_storage` (Storage: typed commands the state
+stores of hub/store/ and specialists/markers.py are built from), `_base`, `_streams` and
+`_upkeep` (Transport: streams), `_client` (connecting, the retry policy, Delivery).
 """
 
 from __future__ import annotations
 
-from protocols.transport._client import (
-    Delivery,
-    Redis,
-    ack_commands,
-    connect,
-    is_group_missing,
-    is_transient,
-    retry_transient,
-)
+from redis.asyncio.client import Pipeline
+
+from protocols.transport._client import Delivery, Redis, ack_commands, connect, retry_transient
+from protocols.transport._gateway import Gateway, Script
 from protocols.transport._probe import Probe
+from protocols.transport._storage import Entry, Storage
 from protocols.transport._streams import Transport
 
 __all__ = [
     "Delivery",
+    "Entry",
+    "Gateway",
+    "Pipeline",
     "Probe",
     "Redis",
+    "Script",
+    "Storage",
     "Transport",
     "ack_commands",
     "connect",
-    "is_group_missing",
-    "is_transient",
     "retry_transient",
 ]

@@ -1,23 +1,15 @@
-"""The Transport's construction and its one retrying, error-translating call."""
+"""The Transport's construction: a Gateway with the stream settings of one process."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Self
 
 from protocols.keys import Keys
-from protocols.transport._client import (
-    DEFAULT_RETRY_S,
-    OnStateLost,
-    Redis,
-    T,
-    _translated,
-    connect,
-    retry_transient,
-)
+from protocols.transport._client import DEFAULT_RETRY_S, OnStateLost, Redis, connect
+from protocols.transport._gateway import Gateway
 
 
-class _TransportBase:
+class _TransportBase(Gateway):
     """Streams I/O for one process. Safe to share between asyncio tasks."""
 
     def __init__(
@@ -30,32 +22,20 @@ class _TransportBase:
         on_state_lost: OnStateLost | None = None,
         retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
-        self._client = client
+        super().__init__(client, retry_s=retry_s)
         self.keys = keys
         self.max_message_bytes = max_message_bytes
         self.max_deliveries = max_deliveries
         self.on_state_lost = on_state_lost
-        self.retry_s = retry_s
         self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
-        self._owns_client = False
 
     @classmethod
-    def from_url(cls, url: str, keys: Keys, **options: Any) -> Any:
+    def from_url(cls, url: str, keys: Keys, **options: Any) -> Self:
         names = ("max_message_bytes", "max_deliveries", "on_state_lost", "retry_s")
         own = {name: options.pop(name) for name in names if name in options}
         transport = cls(connect(url, **options), keys, **own)
         transport._owns_client = True
         return transport
-
-    @property
-    def client(self) -> Redis:
-        """The underlying client, for hub state stores (they never import redis)."""
-        return self._client
-
-    async def close(self) -> None:
-        # A client passed in belongs to the caller; one made by from_url is ours.
-        if self._owns_client:
-            await self._client.aclose()
 
     def _block(self, block_ms: int | None) -> int | None:
         """`block_ms`, kept under the client's read timeout if it has one (0 is forever)."""
@@ -65,8 +45,3 @@ class _TransportBase:
             return block_ms
         limit_ms = max(1, int(timeout_s * 1000) - 500)
         return limit_ms if block_ms == 0 else min(block_ms, limit_ms)
-
-    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run `fn` with retries on connection loss and errors translated."""
-        with _translated(op):
-            return await retry_transient(fn, self.retry_s)

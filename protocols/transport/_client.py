@@ -1,14 +1,12 @@
-"""The Redis client, its errors translated in one place, and what a read hands out."""
+"""The Redis client, the one retry policy, and what a read hands out."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 from redis.asyncio import Redis as Redis  # re-exported: the client type, for callers
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -21,13 +19,13 @@ from tenacity import (
 )
 
 from protocols.codec import Envelope
-from protocols.errors import ProtocolError, StateLost, TransportError
+from protocols.errors import ProtocolError
 from protocols.keys import STREAM_FIELD
+from protocols.transport._errors import is_transient
 
 T = TypeVar("T")
 DEFAULT_RETRY_S = 10.0
 _FIELD = STREAM_FIELD.encode()
-_NOT_RETRIED = (rx.AuthenticationError, rx.AuthorizationError, rx.ExternalAuthProviderError)
 
 
 def connect(url: str, **options: Any) -> Redis:
@@ -76,8 +74,9 @@ class _PackedConnection(aioredis.Connection):
         head = args[0]
         if isinstance(head, str) and " " in head:  # "CONFIG GET", "XINFO CONSUMERS"...
             args = (*head.split(), *args[1:])
+        pack = _pack_command  # set: this class is used only when hiredis is importable
         try:
-            return [_pack_command(args)]  # type: ignore[misc]  # only used when importable
+            return [pack(args)] if pack is not None else super().pack_command(*args)
         except TypeError:  # an argument type hiredis does not take: the Python packer
             return super().pack_command(*args)
 
@@ -114,36 +113,6 @@ def ack_commands(deliveries: Sequence[Delivery], group: str) -> list[list[str]]:
 OnStateLost = Callable[[str, str], Awaitable[None]]  # (stream, group) recreated after NOGROUP
 
 
-class _GroupMissing(StateLost):
-    """NOGROUP: the stream or its group is gone (Redis restarted empty, key deleted)."""
-
-
-def _is_group_missing(exc: rx.ResponseError) -> bool:
-    text = str(exc)
-    return text.startswith("NOGROUP") or "stream key no longer exists" in text
-
-
-@contextmanager
-def _translated(op: str) -> Iterator[None]:
-    """The one place redis-py errors become protocols.errors (like httpx's mapping)."""
-    try:
-        yield
-    except rx.ResponseError as exc:
-        if _is_group_missing(exc):
-            raise _GroupMissing(f"{op}: {exc}") from exc
-        raise TransportError(f"{op}: {exc}") from exc
-    except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
-        raise TransportError(f"{op}: Redis unreachable: {exc}") from exc
-    except rx.RedisError as exc:
-        raise TransportError(f"{op}: {exc}") from exc
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Is `exc` a lost or refused connection, worth retrying (for code that uses the client
-    directly, such as the hub's state store, without importing redis)?"""
-    return _transient(exc)
-
-
 async def retry_transient(
     fn: Callable[[], Awaitable[T]],
     total_s: float = DEFAULT_RETRY_S,
@@ -156,7 +125,7 @@ async def retry_transient(
     try:
         return await fn()
     except Exception as exc:
-        if not _transient(exc):
+        if not is_transient(exc):
             raise
 
     def heard(state: RetryCallState) -> None:
@@ -167,7 +136,7 @@ async def retry_transient(
     retrying = AsyncRetrying(
         stop=stop_after_delay(total_s),
         wait=wait_random_exponential(multiplier=0.05, max=1.0),
-        retry=retry_if_exception(_transient),
+        retry=retry_if_exception(is_transient),
         reraise=True,
         before_sleep=heard,
     )
@@ -176,17 +145,6 @@ async def retry_transient(
         return await fn()
 
     return await retrying(attempt)
-
-
-def is_group_missing(exc: BaseException) -> bool:
-    """Is `exc` a NOGROUP: the stream or its group is gone (Redis came back empty)?"""
-    return isinstance(exc, rx.ResponseError) and _is_group_missing(exc)
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, _NOT_RETRIED):
-        return False
-    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, ConnectionError))
 
 
 def _text(value: Any) -> str:

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocols.errors import TransportError
-from protocols.transport._client import (
-    _FIELD,
-    Delivery,
-    _GroupMissing,
-    _stream_replies,
-    _text,
-)
+from protocols.errors import GroupMissing, TransportError
+from protocols.transport._client import _FIELD, Delivery, _stream_replies, _text
+from protocols.transport._errors import is_no_such_key
 from protocols.transport._streams import Transport
 
 
@@ -47,7 +42,7 @@ class Probe(Transport):
         try:
             rows = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
         except TransportError as exc:  # a missing key is an empty answer, not an error
-            if "no such key" in str(exc):
+            if is_no_such_key(exc.__cause__):
                 return {}
             raise
         return {
@@ -65,7 +60,7 @@ class Probe(Transport):
                 "XPENDING",
                 lambda: self._client.xpending_range(stream, group, "-", "+", 1000),
             )
-        except _GroupMissing:
+        except GroupMissing:
             return []
         return [
             (_text(r["message_id"]), _text(r["consumer"]), int(r["times_delivered"])) for r in rows
@@ -106,5 +101,5 @@ class Probe(Transport):
                 "XGROUP DELCONSUMER",
                 lambda: self._client.xgroup_delconsumer(stream, group, consumer),
             )
-        except _GroupMissing:
+        except GroupMissing:
             return

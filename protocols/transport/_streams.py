@@ -6,24 +6,21 @@ from collections.abc import Awaitable, Sequence
 from functools import partial
 from typing import Any
 
-from redis import exceptions as rx
-
 from protocols import codec
 from protocols.codec import Envelope
-from protocols.errors import DecodeError, ProtocolError
+from protocols.errors import DecodeError, GroupMissing, ProtocolError
 from protocols.ids import rfc3339, utcnow
 from protocols.keys import STREAM_FIELD
 from protocols.transport._client import (
     _FIELD,
     Delivery,
     _bytes,
-    _GroupMissing,
     _id_key,
     _ids_by_stream,
     _stream_replies,
     _text,
-    _translated,
 )
+from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._upkeep import _Upkeep
 
 
@@ -84,10 +81,10 @@ class Transport(_Upkeep):
 
         created = []
         for stream, reply in zip(streams, await self._call("XGROUP CREATE", send), strict=True):
-            if isinstance(reply, rx.ResponseError) and str(reply).startswith("BUSYGROUP"):
+            if is_busy_group(reply):
                 continue
             if isinstance(reply, Exception):
-                with _translated("XGROUP CREATE"):
+                with translated("XGROUP CREATE"):
                     raise reply
             created.append(stream)
         return created
@@ -119,11 +116,11 @@ class Transport(_Upkeep):
 
         try:
             response = await self._call("XREADGROUP", send)
-        except _GroupMissing:
+        except GroupMissing:
             await self._recover(list(wanted), group)
             try:
                 response = await self._call("XREADGROUP", send)
-            except _GroupMissing:
+            except GroupMissing:
                 return []  # deleted again meanwhile: the next read recovers
         return [
             self._delivery(stream, entry_id, fields, 1)
@@ -180,7 +177,7 @@ class Transport(_Upkeep):
         try:
             claimed, deleted = await self._autoclaim(stream, group, consumer, min_idle_ms, count)
             counts = await self._delivery_counts(stream, group, consumer, [i for i, _ in claimed])
-        except _GroupMissing:
+        except GroupMissing:
             await self._recover([stream], group)
             return []
         if deleted:  # XDEL'd or trimmed while pending: nothing left to deliver
@@ -271,7 +268,7 @@ class Transport(_Upkeep):
                     stream, group, consumer, 0, list(entry_ids), justid=True
                 ),
             )
-        except _GroupMissing:
+        except GroupMissing:
             await self._recover([stream], group)
 
     async def dead_letter(self, delivery: Delivery, reason: str, group: str | None = None) -> str:
@@ -286,7 +283,7 @@ class Transport(_Upkeep):
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for delivery, reason in items:
-                    entry = {
+                    entry: dict[Any, Any] = {
                         "reason": reason,
                         "stream": delivery.stream,
                         "entry_id": delivery.entry_id,
@@ -295,7 +292,7 @@ class Transport(_Upkeep):
                         "raw": delivery.raw,
                         "at": at or "",
                     }
-                    pipe.xadd(self.keys.dead, entry)  # type: ignore[arg-type]
+                    pipe.xadd(self.keys.dead, entry)
                     if group:
                         pipe.xack(delivery.stream, group, delivery.entry_id)
                 return await pipe.execute()

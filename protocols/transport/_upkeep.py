@@ -5,18 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis import exceptions as rx
-
-from protocols.errors import TransportError
+from protocols.errors import GroupMissing, TransportError
 from protocols.transport._base import _TransportBase
-from protocols.transport._client import (
-    _bytes,
-    _GroupMissing,
-    _id_key,
-    _is_group_missing,
-    _text,
-    _translated,
-)
+from protocols.transport._client import _bytes, _id_key, _text
+from protocols.transport._errors import is_group_missing, is_no_such_key, translated
 
 
 class _Upkeep(_TransportBase):
@@ -38,6 +30,14 @@ class _Upkeep(_TransportBase):
             letter["raw_text"] = raw.decode(errors="replace")
             letters.append(letter)
         return letters
+
+    async def scan_keys(self, match: str) -> list[str]:
+        """Every key matching the glob `match` (SCAN, a thousand at a time)."""
+
+        async def scan() -> list[str]:
+            return [_text(k) async for k in self._client.scan_iter(match=match, count=1000)]
+
+        return await self._call("SCAN", scan)
 
     async def broadcast_tail(self) -> str:
         """The id of the newest broadcast entry ("0-0" if none): read after it for new ones."""
@@ -66,11 +66,11 @@ class _Upkeep(_TransportBase):
 
         out: list[dict[str, dict[str, int]]] = []
         for reply in await self._call("XINFO CONSUMERS", send):
-            if isinstance(reply, rx.ResponseError):
-                if _is_group_missing(reply) or "no such key" in str(reply):
-                    out.append({})
-                    continue
-                with _translated("XINFO CONSUMERS"):
+            if is_group_missing(reply) or is_no_such_key(reply):
+                out.append({})
+                continue
+            if isinstance(reply, Exception):
+                with translated("XINFO CONSUMERS"):
                     raise reply
             out.append({_text(row["name"]): _consumer(row) for row in reply})
         return out
@@ -86,7 +86,7 @@ class _Upkeep(_TransportBase):
         """How many entries `group` has delivered and not yet acked (0 if it is missing)."""
         try:
             summary = await self._call("XPENDING", lambda: self._client.xpending(stream, group))
-        except _GroupMissing:
+        except GroupMissing:
             return 0
         return int(summary["pending"])
 
@@ -95,7 +95,7 @@ class _Upkeep(_TransportBase):
         try:
             info = await self._call("XINFO STREAM", lambda: self._client.xinfo_stream(stream))
         except TransportError as exc:
-            if "no such key" in str(exc):
+            if is_no_such_key(exc.__cause__):
                 return None
             raise
         first, last = info.get("first-entry"), info.get("last-entry")

@@ -14,9 +14,11 @@ from typer.testing import CliRunner
 
 from callboard.acl import acl
 from callboard.embedded import EmbeddedServer
+from protocols.keys import Keys
 
 pytestmark = pytest.mark.redis
 P = "cb:"
+K = Keys(P)
 
 
 @pytest.fixture(scope="module")
@@ -51,40 +53,40 @@ def test_default_user_is_off(acl_server: EmbeddedServer) -> None:
 
 def test_specialist_uses_its_own_streams(acl_server: EmbeddedServer) -> None:
     hub = as_user(acl_server, "hub", "hub-pw")
-    hub.xadd(f"{P}in:agent-a", {"m": "go"})
-    hub.xadd(f"{P}broadcast", {"m": "notice"})
+    hub.xadd(K.inbox("agent-a"), {"m": "go"})
+    hub.xadd(K.broadcast, {"m": "notice"})
     me = as_user(acl_server, "agent-a", "a-pw")
     assert me.ping()
-    me.xgroup_create(f"{P}in:agent-a", "agent-a", id="0", mkstream=True)
-    rows = me.xreadgroup("agent-a", "r1", {f"{P}in:agent-a": ">"}, count=10)
+    me.xgroup_create(K.inbox("agent-a"), "agent-a", id="0", mkstream=True)
+    rows = me.xreadgroup("agent-a", "r1", {K.inbox("agent-a"): ">"}, count=10)
     entry_id = rows[0][1][0][0]
-    assert me.xack(f"{P}in:agent-a", "agent-a", entry_id) == 1
-    me.xautoclaim(f"{P}in:agent-a", "agent-a", "r1", 0)
-    me.xpending(f"{P}in:agent-a", "agent-a")
-    me.xinfo_consumers(f"{P}in:agent-a", "agent-a")
-    me.xadd(f"{P}out:agent-a", {"m": "ack"})
-    assert me.xread({f"{P}broadcast": "0"})
-    me.xrevrange(f"{P}broadcast", count=1)
-    me.xadd(f"{P}dead", {"reason": "poison"})
-    assert me.set(f"{P}done:agent-a:tok", 1, nx=True, ex=60)
-    assert me.exists(f"{P}done:agent-a:tok") == 1
-    assert me.delete(f"{P}done:agent-a:tok") == 1
+    assert me.xack(K.inbox("agent-a"), "agent-a", entry_id) == 1
+    me.xautoclaim(K.inbox("agent-a"), "agent-a", "r1", 0)
+    me.xpending(K.inbox("agent-a"), "agent-a")
+    me.xinfo_consumers(K.inbox("agent-a"), "agent-a")
+    me.xadd(K.out("agent-a"), {"m": "ack"})
+    assert me.xread({K.broadcast: "0"})
+    me.xrevrange(K.broadcast, count=1)
+    me.xadd(K.dead, {"reason": "poison"})
+    assert me.set(K.done("agent-a", "tok"), 1, nx=True, ex=60)
+    assert me.exists(K.done("agent-a", "tok")) == 1
+    assert me.delete(K.done("agent-a", "tok")) == 1
 
 
 @pytest.mark.parametrize(
     "command",
     [
-        ("XADD", f"{P}out:agent-ab", "*", "m", "x"),  # a longer id with the same start
-        ("XREAD", "STREAMS", f"{P}in:agent-ab", "0"),
-        ("SET", f"{P}done:agent-ab:tok", "1"),
-        ("XADD", f"{P}broadcast", "*", "m", "x"),
-        ("XRANGE", f"{P}dead", "-", "+"),
-        ("GET", f"{P}hub:leader"),
+        ("XADD", K.out("agent-ab"), "*", "m", "x"),  # a longer id with the same start
+        ("XREAD", "STREAMS", K.inbox("agent-ab"), "0"),
+        ("SET", K.done("agent-ab", "tok"), "1"),
+        ("XADD", K.broadcast, "*", "m", "x"),
+        ("XRANGE", K.dead, "-", "+"),
+        ("GET", K.leader()),
         ("KEYS", "*"),
         ("CONFIG", "GET", "maxmemory"),
         ("FLUSHALL",),
-        ("DEL", f"{P}in:agent-a"),
-        ("XGROUP", "DESTROY", f"{P}in:agent-a", "agent-a"),
+        ("DEL", K.inbox("agent-a")),
+        ("XGROUP", "DESTROY", K.inbox("agent-a"), "agent-a"),
     ],
 )
 def test_specialist_gets_noperm_elsewhere(

@@ -25,11 +25,11 @@ EXIT_CODE = 3
 
 
 def effects_key(prefix_keys: Any, agent: str) -> str:
-    return str(prefix_keys.state("effects", agent))
+    return f"{prefix_keys.prefix}effects:{agent}"
 
 
 def execs_key(prefix_keys: Any, agent: str) -> str:
-    return str(prefix_keys.state("execs", agent))
+    return f"{prefix_keys.prefix}execs:{agent}"
 
 
 class Effects(Specialist):

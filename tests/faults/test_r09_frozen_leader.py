@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from callboard.embedded import EmbeddedServer, free_port
-from hub.store import _COMMIT, StateKeys
+from hub.store.commit import _COMMIT
 from protocols.keys import Keys
 from tests.e2e.procs import Procs, wait_done, wait_online
 from tests.faults.conftest import Figure
@@ -49,7 +49,6 @@ def test_frozen_leader_is_replaced_and_fenced(
     procs: Procs, redis_server: EmbeddedServer, figure: Figure
 ) -> None:
     keys = Keys(procs.env["CALLBOARD_PREFIX"])
-    sk = StateKeys(keys)
     r = redis.Redis.from_url(redis_server.url)
     leader_url = procs.hub()
     leader = procs.procs[-1]
@@ -68,14 +67,14 @@ def test_frozen_leader_is_replaced_and_fenced(
             lambda: get_run(api, run_id).get("cues", {}).get("A", {}).get("state") == "go",
             20, message="A running",
         )  # fmt: skip
-        stale_value = r.get(sk.leader).decode()
+        stale_value = r.get(keys.leader()).decode()
         leader.send_signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
-            lease_left_s = max(r.pttl(sk.leader), 0) / 1000
+            lease_left_s = max(r.pttl(keys.leader()), 0) / 1000
             eventually_sync(lambda: _leads(follower_url), 10, interval_s=0.02, message="takeover")
             took_over_s = time.monotonic() - frozen_at
-            new_value = r.get(sk.leader).decode()
+            new_value = r.get(keys.leader()).decode()
             # freeze on past the takeover, 20 s in all, before the stale one wakes
             eventually_sync(
                 lambda: time.monotonic() - frozen_at >= FREEZE_S, FREEZE_S + 1, interval_s=0.05
@@ -83,9 +82,9 @@ def test_frozen_leader_is_replaced_and_fenced(
         finally:
             leader.send_signal(signal.SIGCONT)
         # The stale leader's fencing token no longer opens the commit: the write is refused.
-        probe = keys.state("fx", "stale-probe")
+        probe = f"{keys.prefix}fx:stale-probe"
         with pytest.raises(redis.ResponseError, match="STALE"):
-            r.eval(_COMMIT, 1, sk.leader, stale_value, json.dumps([["SET", probe, "stale"]]))
+            r.eval(_COMMIT, 1, keys.leader(), stale_value, json.dumps([["SET", probe, "stale"]]))
         assert not r.exists(probe)
         run = wait_done(api, run_id, timeout_s=60)
         log_name = f"hub-{leader_url.rsplit(':', 1)[1]}"
@@ -98,7 +97,7 @@ def test_frozen_leader_is_replaced_and_fenced(
         refused = stale_log.count("state write refused") + stale_log.count("not the leader")
         counted = gos(r, keys, AGENTS, run_id)
         go_events = Counter(
-            (e["cue"], e["attempt"]) for e in _events(r, sk, run_id) if e["type"] == "go"
+            (e["cue"], e["attempt"]) for e in _events(r, keys, run_id) if e["type"] == "go"
         )
     finally:
         api.close()
@@ -131,5 +130,5 @@ def _up(url: str) -> bool:
     return True
 
 
-def _events(r: redis.Redis, sk: StateKeys, run_id: str) -> list[dict[str, object]]:
-    return [json.loads(f[b"e"]) for _, f in r.xrange(sk.events(run_id))]
+def _events(r: redis.Redis, keys: Keys, run_id: str) -> list[dict[str, object]]:
+    return [json.loads(f[b"e"]) for _, f in r.xrange(keys.run_events(run_id))]

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import redis
 
-from hub.store import StateKeys
 from protocols.codec import encode, make
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType
@@ -73,7 +72,7 @@ def gos(client: redis.Redis, keys: Keys, agents: list[str], run_id: str) -> Coun
 
 
 def run_events(client: redis.Redis, keys: Keys, run_id: str) -> list[dict[str, Any]]:
-    rows = client.xrange(StateKeys(keys).events(run_id))
+    rows = client.xrange(keys.run_events(run_id))
     return [json.loads(fields[b"e"]) for _, fields in rows]
 
 

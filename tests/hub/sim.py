@@ -9,7 +9,7 @@ from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
-from hub.store import read_run, run_fields
+from hub.store.layout import read_run, run_fields
 from protocols import payloads as p
 from protocols.codec import Envelope, make
 from protocols.keys import Keys
@@ -59,9 +59,8 @@ class Sim:
     def _drain(self) -> None:
         out = self.engine.take()
         self.outs.append(out)
-        inbox = KEYS.inbox("")
         for stream, msg in out.messages:
-            agent = stream.removeprefix(inbox) if stream.startswith(inbox) else "*"
+            agent = KEYS.agent_of_inbox(stream) or "*"
             self.sent.append((agent, msg))
         self.timers.extend(out.timers)
         self._persist_and_compare(out)

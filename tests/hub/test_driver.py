@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from hub.cuelists import CuelistStore
 from hub.engine import driver as driver_module
 from hub.engine import inputs
 from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.resources import Claim, ResourceBook
-from hub.store import StateStore
+from hub.store import CuelistStore, StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.states import ConflictStrategy
+from protocols.transport import Storage
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
@@ -31,9 +31,9 @@ LEASE = "hub-a:1"
 
 async def _leading(real_redis: Any, keys: Keys, cuelist: dict[str, Any] | None = None) -> Driver:
     """A driver that holds the lease on `keys`, with `cuelist` stored."""
-    store = StateStore(real_redis, keys)
-    await real_redis.set(store.sk.leader, LEASE)
-    cuelists = CuelistStore(real_redis, keys)
+    store = StateStore(Storage(real_redis), keys)
+    await real_redis.set(store.keys.leader(), LEASE)
+    cuelists = CuelistStore(Storage(real_redis), keys)
     if cuelist is not None:
         model, version = load_cuelist(cuelist)
         await cuelists.put(model, version, canonical_json(model), None)
@@ -46,10 +46,10 @@ async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     book = ResourceBook()
     book.claim(Claim("gone-run", "CUE-1", ("runner",), 5, ConflictStrategy.PRIORITY))
     driver = await _leading(real_redis, keys)
-    await real_redis.set(driver.store.sk.resources, json.dumps(book.dump()))
+    await real_redis.set(driver.store.keys.resources, book.dump().model_dump_json())
     await driver.load()
     assert driver.engine.book.holder_of("runner") is None
-    saved = json.loads(await real_redis.get(driver.store.sk.resources))
+    saved = json.loads(await real_redis.get(driver.store.keys.resources))
     assert saved["held"] == {}  # and the release is written, fenced like any state
 
 

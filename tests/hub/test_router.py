@@ -35,7 +35,7 @@ async def hub(settings: Settings) -> AsyncIterator[Hub]:
 
 async def _send(hub: Hub, agent: str, raw: bytes | Envelope, field: str = STREAM_FIELD) -> None:
     data = raw if isinstance(raw, bytes) else encode(raw)
-    await hub.transport.client.xadd(hub.keys.out(agent), {field: data})
+    await hub.transport._client.xadd(hub.keys.out(agent), {field: data})
 
 
 def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
@@ -46,12 +46,12 @@ def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
 
 
 async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
-    rows = await hub.transport.client.xrange(hub.keys.inbox(agent))
+    rows = await hub.transport._client.xrange(hub.keys.inbox(agent))
     return [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
 
 
 async def _dead(hub: Hub) -> list[dict[str, Any]]:
-    rows = await hub.transport.client.xrange(hub.keys.dead)
+    rows = await hub.transport._client.xrange(hub.keys.dead)
     return [{k.decode(): v for k, v in fields.items()} for _, fields in rows]
 
 
@@ -174,5 +174,5 @@ async def test_status_rejected_is_routed_without_raising_anything(
 
 
 async def _audited(hub: Hub, message_type: str) -> bool:
-    rows = await hub.transport.client.xrange(hub.keys.audit)
+    rows = await hub.transport._client.xrange(hub.keys.audit)
     return any(m["type"] == message_type for _, f in rows for m in json.loads(f[b"m"]))

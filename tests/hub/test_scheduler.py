@@ -7,14 +7,13 @@ from typing import Any
 
 import pytest
 
-from hub.cuelists import CuelistStore
 from hub.engine.state import RunState
 from hub.scheduler import Scheduler
-from hub.store import StateKeys, StateStore
+from hub.store import CuelistStore, ScheduleStore, StateStore
 from protocols.canonical import canonical_json
 from protocols.keys import Keys
 from protocols.states import RunStatus
-from protocols.transport import Redis
+from protocols.transport import Redis, Storage
 from protocols.validation import load_cuelist
 
 pytestmark = pytest.mark.redis
@@ -24,11 +23,12 @@ T0 = 1_800_000_000.0  # a Unix time on a whole minute (…:00)
 class Harness:
     def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
-        self.cuelists = CuelistStore(client, keys)
-        self.store = StateStore(client, keys)
-        self.sk = StateKeys(keys)
+        self.cuelists = CuelistStore(Storage(client), keys)
+        self.store = StateStore(Storage(client), keys)
         self.started: list[str] = []
-        self.scheduler = Scheduler(self.cuelists, self.store, self.sk, self._start)
+        self.scheduler = Scheduler(
+            self.cuelists, self.store, ScheduleStore(Storage(client), keys), self._start
+        )
 
     async def _start(self, name: str, version: str, run_id: str) -> None:
         self.started.append(run_id)

@@ -6,26 +6,29 @@ from typing import Any
 
 import pytest
 
-from hub.store import COMMIT_ID_TTL_MS, StateStore, _flat
+from hub.store.commit import COMMIT_ID_TTL_MS, FencedCommit, flat
+from protocols.errors import StaleLeader
 from protocols.keys import Keys
+from protocols.transport import Storage
 
 pytestmark = pytest.mark.redis
 
 
-async def _script(store: StateStore, commit_key: str, lease: str, ops: list[list[str]]) -> Any:
-    args = [lease, COMMIT_ID_TTL_MS, *_flat(ops)]
-    return await store._commit(keys=[store.sk.leader, commit_key], args=args)
+async def _script(commit: FencedCommit, commit_key: str, lease: str, ops: list[list[str]]) -> Any:
+    keys = [commit.keys.leader(), commit_key]
+    args = [lease, COMMIT_ID_TTL_MS, *flat(ops, keys)]
+    return await commit.script(keys, args)
 
 
 async def test_commit_is_fenced_and_applied_once(real_redis: Any, keys: Keys) -> None:
-    store = StateStore(real_redis, keys)
-    await real_redis.set(store.sk.leader, "hub-a:7")
+    commit = FencedCommit(Storage(real_redis), keys)
+    await real_redis.set(keys.leader(), "hub-a:7")
     stream = keys.inbox("agent")
     go = [["XADD", stream, "*", "m", "{}"]]
-    commit_key = keys.state("hub", "commit", "c1")
-    assert await _script(store, commit_key, "hub-a:7", go) == 1
-    assert await _script(store, commit_key, "hub-a:7", go) == -1  # a retry: not applied again
+    commit_key = keys.commit("c1")
+    assert await _script(commit, commit_key, "hub-a:7", go) == 1
+    assert await _script(commit, commit_key, "hub-a:7", go) == -1  # a retry: not applied again
     assert await real_redis.xlen(stream) == 1
-    with pytest.raises(Exception, match="STALE"):
-        await _script(store, keys.state("hub", "commit", "c2"), "hub-a:6", go)  # old token
+    with pytest.raises(StaleLeader, match="STALE"):
+        await _script(commit, keys.commit("c2"), "hub-a:6", go)  # old token
     assert await real_redis.xlen(stream) == 1

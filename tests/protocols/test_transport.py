@@ -80,7 +80,7 @@ async def read_all(t: Transport, stream: str, consumer: str = "c1") -> list[Deli
 
 
 async def stream_ids(t: Transport, stream: str) -> list[str]:
-    rows: Any = await t.client.xrange(stream)
+    rows: Any = await t._client.xrange(stream)
     return [entry_id.decode() for entry_id, _ in rows]
 
 
@@ -129,7 +129,7 @@ async def test_publish_many_keeps_order_in_one_round_trip(
         (streams[i % 2], notice(f"n{i}")) for i in range(300)
     ]
 
-    client = transport.client
+    client = transport._client
     commands: list[object] = []
     executions: list[int] = []
     real_pipeline = client.pipeline
@@ -196,8 +196,8 @@ async def test_ensure_group_is_idempotent(transport: Transport, keys: Keys) -> N
 
 
 async def test_ensure_group_does_not_swallow_other_errors(transport: Transport, keys: Keys) -> None:
-    key = keys.state("not-a-stream")
-    await transport.client.set(key, b"x")
+    key = f"{keys.prefix}not-a-stream"
+    await transport._client.set(key, b"x")
     with pytest.raises(TransportError, match="WRONGTYPE"):
         await transport.ensure_group(key, GROUP)
     with pytest.raises(TransportError, match="WRONGTYPE"):
@@ -210,7 +210,7 @@ async def test_group_destroyed_is_recreated_and_reported(
     streams = [keys.out("agent-a"), keys.out("agent-b")]
     for stream in streams:
         await transport.ensure_group(stream, GROUP)
-    await transport.client.xgroup_destroy(streams[1], GROUP)
+    await transport._client.xgroup_destroy(streams[1], GROUP)
 
     assert await transport.read_group(streams, GROUP, "c1", block_ms=None) == []
     assert lost.calls == [(streams[1], GROUP)]
@@ -226,7 +226,7 @@ async def test_stream_deleted_is_recreated_and_reported(
     t = real_transport
     stream = keys.out("agent-a")
     await t.ensure_group(stream, GROUP)
-    await t.client.delete(stream)
+    await t._client.delete(stream)
     assert await read_all(t, stream) == []
     assert lost.calls == [(stream, GROUP)]
     await t.publish(stream, notice())
@@ -242,14 +242,14 @@ async def test_stream_deleted_under_a_blocked_reader(
     await t.ensure_group(stream, GROUP)
     reader = asyncio.create_task(t.read_group([stream], GROUP, "c1", block_ms=3000))
     await eventually(lambda: _blocked_clients(t))
-    await t.client.delete(stream)
+    await t._client.delete(stream)
     await eventually(lambda: lost.calls == [(stream, GROUP)])
     await t.publish(stream, notice())
     assert len(await asyncio.wait_for(reader, 5)) == 1
 
 
 async def _blocked_clients(t: Transport) -> bool:
-    info = await t.client.info("clients")
+    info = await t._client.info("clients")
     return int(info["blocked_clients"]) > 0
 
 
@@ -293,7 +293,7 @@ async def test_entry_with_wrong_fields_is_an_error_delivery(
 ) -> None:
     stream = keys.out("agent-a")
     await transport.ensure_group(stream, GROUP)
-    await transport.client.xadd(stream, fields)  # type: ignore[arg-type]
+    await transport._client.xadd(stream, fields)  # type: ignore[arg-type]
     [delivery] = await read_all(transport, stream)
     assert delivery.message is None
     assert isinstance(delivery.error, DecodeError)
@@ -312,7 +312,7 @@ async def test_dead_letter_keeps_reason_and_raw_bytes(transport: Transport, keys
     dead_id = await transport.dead_letter(delivery, "not JSON", GROUP)
     assert await transport.pending_count(stream, GROUP) == 0  # acked with it
 
-    rows: Any = await transport.client.xrange(keys.dead)
+    rows: Any = await transport._client.xrange(keys.dead)
     [(entry_id, fields)] = rows
     assert entry_id.decode() == dead_id
     assert set(fields) == {
@@ -376,7 +376,7 @@ async def test_reclaim_acks_entries_deleted_while_pending(transport: Transport, 
     await transport.ensure_group(stream, GROUP)
     gone, kept = await transport.publish_many([(stream, notice("gone")), (stream, notice())])
     await read_all(transport, stream, "dead")
-    await transport.client.xdel(stream, gone)
+    await transport._client.xdel(stream, gone)
     got = await reclaim_some(transport, stream, "live")
     assert [d.entry_id for d in got] == [kept]
     assert await transport.pending_count(stream, GROUP) == 1
@@ -473,7 +473,7 @@ async def test_trim_stream_without_groups(transport: Transport, keys: Keys) -> N
     assert await transport.trim(stream, maxlen=2) == 6  # nearer the new end
     remaining = await stream_ids(transport, stream)
     assert remaining == ids[8:]
-    assert await transport.trim(keys.state("missing"), maxlen=2) == 0
+    assert await transport.trim(f"{keys.prefix}missing", maxlen=2) == 0
 
 
 # -- broadcast and inspection ----------------------------------------------------------

@@ -117,7 +117,7 @@ async def test_reconnects_after_restart_with_data(
     stream = keys.inbox("agent-a")
     await t.ensure_group(stream, GROUP)
     first = await t.publish(stream, notice("before"))
-    await t.client.bgrewriteaof()
+    await t._client.bgrewriteaof()
     await eventually(lambda: _aof_idle(t))
 
     await asyncio.to_thread(aof_server.restart)
@@ -130,7 +130,7 @@ async def test_reconnects_after_restart_with_data(
 
 
 async def _aof_idle(t: Transport) -> bool:
-    info = await t.client.info("persistence")
+    info = await t._client.info("persistence")
     return not int(info["aof_rewrite_in_progress"]) and not int(info["aof_rewrite_scheduled"])
 
 
@@ -146,7 +146,7 @@ async def test_call_during_outage_retries_until_server_is_back(
     assert not publishing.done()
     await asyncio.to_thread(own_server.start)
     entry_id = await asyncio.wait_for(publishing, 10)
-    rows: Any = await t.client.xrange(stream)
+    rows: Any = await t._client.xrange(stream)
     assert [e.decode() for e, _ in rows] == [entry_id]
 
 

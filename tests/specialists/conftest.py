@@ -78,7 +78,7 @@ class HubSide:
 
     async def out(self) -> list[Envelope]:
         """Everything the agent has written to its out stream, in order."""
-        rows: Any = await self.t.client.xrange(self.keys.out(self.agent))
+        rows: Any = await self.t._client.xrange(self.keys.out(self.agent))
         return [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
 
     async def of(self, mt: MessageType, cue: str | None = None) -> list[Envelope]:
@@ -112,8 +112,8 @@ def fast(settings: Settings) -> Settings:
 async def transport(settings: Settings) -> AsyncIterator[Transport]:
     t = Transport.from_url(settings.redis_url, settings.keys)
     yield t
-    async for key in t.client.scan_iter(match=f"{settings.prefix}*", count=1000):
-        await t.client.delete(key)
+    async for key in t._client.scan_iter(match=f"{settings.prefix}*", count=1000):
+        await t._client.delete(key)
     await t.close()
 
 

@@ -320,9 +320,10 @@ async def test_stop_drains_work_in_progress(settings: Settings, hub: HubSide) ->
 async def test_done_markers_once_across_replicas(start: Starter, hub: HubSide) -> None:
     spec = await start(Scripted)
     assert spec is not None
-    from specialists.cue import Cue, DoneMarkers
+    from specialists.cue import Cue
+    from specialists.markers import DoneMarkers
 
-    markers = DoneMarkers(hub.t.client, hub.keys, AGENT, ttl_s=60)
+    markers = DoneMarkers(hub.t, hub.keys, AGENT, ttl_s=60)
     go = make(M.TASK_ASSIGN, TaskAssign(cue_id="C"), run_id=RUN)
     cue = Cue(
         agent_id=AGENT, replica="r1", run_id=RUN, cue_id="C", attempt=1, message=go, markers=markers

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from hub.api.deps import HubDep
 from hub.api.schemas import BroadcastCreate, BroadcastPublic, ErrorPublic
+from hub.commands import Broadcast
 from protocols.messages import Channel, MessageType
 from protocols.payloads import PAYLOAD_MODELS
 
@@ -34,8 +35,6 @@ async def send_broadcast(body: BroadcastCreate, hub: HubDep) -> BroadcastPublic:
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", "payload", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
-    result = await hub.commands.call(
-        "broadcast", timeout_s=hub.settings.command_timeout_s,
-        message_type=mt.value, payload=body.payload,
-    )  # fmt: skip
-    return BroadcastPublic(sent=result["sent"])
+    command = Broadcast(message_type=mt.value, payload=body.payload)
+    reply = await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
+    return BroadcastPublic(sent=reply.sent)

@@ -130,9 +130,7 @@ async def list_cuelists(hub: HubDep) -> CuelistsPublic:
     for name in await hub.cuelists.names():
         described = await hub.cuelists.describe(name)
         data.append(
-            CuelistSummary(
-                name=name, latest=described["latest"], versions=len(described["versions"])
-            )
+            CuelistSummary(name=name, latest=described.latest, versions=len(described.versions))
         )
     return CuelistsPublic(data=data, count=len(data))
 
@@ -142,11 +140,8 @@ async def get_cuelist(hub: HubDep, name: Annotated[str, Path(max_length=200)]) -
     described = await hub.cuelists.describe(name)
     versions = [
         CuelistVersionPublic(
-            version=v["version"],
-            stored_at=ts(v["stored_at"]),
-            cuelist=v["cuelist"],
-            source=v["source"],
+            version=v.version, stored_at=ts(v.stored_at), cuelist=v.cuelist, source=v.source
         )
-        for v in described["versions"]
+        for v in described.versions
     ]
-    return CuelistPublic(name=name, latest=described["latest"], versions=versions)
+    return CuelistPublic(name=name, latest=described.latest, versions=versions)

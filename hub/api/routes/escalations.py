@@ -14,6 +14,7 @@ from hub.api.schemas import (
     EscalationsPublic,
     ts,
 )
+from hub.commands import Resolve
 from hub.engine.escalations import Escalation
 from protocols.errors import NotFound
 
@@ -57,10 +58,8 @@ async def resolve_escalation(
     if await hub.store.escalation(esc_id) is None:
         raise NotFound(f"no escalation {esc_id}")
     body = body or EscalationResolve()
-    await hub.commands.call(
-        "resolve", timeout_s=hub.settings.command_timeout_s,
-        id=esc_id, winner=body.winner, note=body.note or "",
-    )  # fmt: skip
+    command = Resolve(id=esc_id, winner=body.winner, note=body.note or "")
+    await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
     esc = await hub.store.escalation(esc_id)
     if esc is None:
         raise NotFound(f"no escalation {esc_id}")

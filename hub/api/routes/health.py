@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from hub.api.deps import HubDep
 from hub.api.schemas import HealthPublic
+from protocols.errors import TransportError
 
 router = APIRouter(tags=["health"])
 PING_TIMEOUT_S = 2.0
@@ -17,8 +18,8 @@ PING_TIMEOUT_S = 2.0
 @router.get("/healthz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
 async def healthz(hub: HubDep, request: Request) -> JSONResponse:
     try:
-        redis_ok = bool(await asyncio.wait_for(hub.transport.client.ping(), PING_TIMEOUT_S))
-    except Exception:
+        redis_ok = await asyncio.wait_for(hub.transport.ping(), PING_TIMEOUT_S)
+    except (TransportError, TimeoutError):
         redis_ok = False
     task: asyncio.Task[None] | None = request.state.hub_task
     hub_ok = task is None or not task.done()

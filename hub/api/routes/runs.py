@@ -24,6 +24,8 @@ from hub.api.schemas import (
     RunsPublic,
 )
 from hub.api.views import run_public, run_summary
+from hub.commands import Cancel, Command, Go, RaiseCondition, StartRun
+from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
 from protocols.errors import Conflict, NotFound
@@ -42,8 +44,8 @@ JSON_ERRORS: dict[int | str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-async def _call(hub: Hub, op: str, **args: Any) -> Any:
-    return await hub.commands.call(op, timeout_s=hub.settings.command_timeout_s, **args)
+async def _call(hub: Hub, command: Command[R]) -> R:
+    return await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
 
 
 def _must_be_live(run: RunState) -> None:
@@ -69,10 +71,10 @@ async def create_run(
             if await idempotency.wait_for_run(hub, idempotency_key, held, timeout_s):
                 return RunCreated(run_id=held)
     try:
-        await _call(
-            hub, "start_run", cuelist=body.cuelist, version=version, run_id=run_id,
-            params=body.params, dry=body.dry,
-        )  # fmt: skip
+        command = StartRun(
+            cuelist=body.cuelist, version=version, run_id=run_id, params=body.params, dry=body.dry
+        )
+        await _call(hub, command)
     except BaseException:
         if idempotency_key:
             await idempotency.release(hub, idempotency_key, run_id)
@@ -107,23 +109,23 @@ async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
     if cue_id not in run.cues:
         raise NotFound(f"run {run.run_id} has no cue {cue_id}")
     _must_be_live(run)
-    result = await _call(hub, "go", run_id=run.run_id, cue_id=cue_id)
-    return GoPublic(run_id=run.run_id, cue=cue_id, state=result["state"], attempt=result["attempt"])
+    reply = await _call(hub, Go(run_id=run.run_id, cue_id=cue_id))
+    return GoPublic(run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt)
 
 
 @router.post("/{run_id}/conditions/{name}", response_model=ConditionPublic, responses=REFUSED)
 async def raise_condition(run: RunDep, name: Name, hub: HubDep) -> ConditionPublic:
     _must_be_live(run)
-    result = await _call(hub, "condition", run_id=run.run_id, name=name)
-    return ConditionPublic(run_id=run.run_id, condition=name, conditions=result["conditions"])
+    reply = await _call(hub, RaiseCondition(run_id=run.run_id, name=name))
+    return ConditionPublic(run_id=run.run_id, condition=name, conditions=reply.conditions)
 
 
 @router.post("/{run_id}/cancel", response_model=CancelPublic, responses=REFUSED)
 async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> CancelPublic:
     _must_be_live(run)
     reason = (body.reason if body else None) or "cancelled by operator"
-    result = await _call(hub, "cancel", run_id=run.run_id, reason=reason)
-    return CancelPublic(run_id=run.run_id, status=result["status"])
+    reply = await _call(hub, Cancel(run_id=run.run_id, reason=reason))
+    return CancelPublic(run_id=run.run_id, status=reply.status)
 
 
 @router.get("/{run_id}/events", response_class=EventSourceResponse, responses=JSON_ERRORS)
@@ -134,8 +136,9 @@ async def events(
     last_event_id: Annotated[str | None, Header(max_length=64, pattern=r"^\d+-\d+$")] = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The run's events from the start (or after `Last-Event-ID`), live until it finishes."""
-    async for entry_id, event in sse.follow(hub, run.run_id, last_event_id or "0-0", stopping):
-        yield ServerSentEvent(id=entry_id, event=str(event.get("type", "event")), data=event)
+    async for event in sse.follow(hub, run.run_id, last_event_id or "0-0", stopping):
+        kind = str(event.data.get("type", "event"))
+        yield ServerSentEvent(id=event.id, event=kind, data=event.data)
 
 
 @router.get("/{run_id}/context", response_model=ContextPublic, responses=NOT_FOUND)
@@ -146,9 +149,8 @@ async def context(
     source: Annotated[str | None, Query(max_length=200)] = None,
 ) -> ContextPublic:
     entries = {
-        key: ContextEntryPublic.model_validate(entry)
+        key: ContextEntryPublic.model_validate(entry.model_dump())
         for key, entry in (await hub.store.context(run.run_id)).items()
-        if (tag is None or tag in (entry.get("tags") or []))
-        and (source is None or entry.get("source") == source)
+        if (tag is None or tag in entry.tags) and (source is None or entry.source == source)
     }
     return ContextPublic(run_id=run.run_id, entries=entries, count=len(entries))

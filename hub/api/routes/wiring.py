@@ -26,8 +26,8 @@ async def wiring(
     docs: list[dict[str, Any]] = []
     for name in await hub.cuelists.names():
         described = await hub.cuelists.describe(name)
-        doc = described["versions"][0]["cuelist"]
-        if isinstance(doc, dict):
+        doc = described.versions[0].cuelist
+        if doc is not None:
             docs.append(doc)
     data = wiring_map.build(await agents.describe(), docs)
     if format == "mermaid":

@@ -1,0 +1,149 @@
+"""The operator commands any hub's API sends the leading engine, and their replies.
+
+Each command is a model whose type parameter names its reply model, so a reader and mypy
+follow a call from the route (`await hub.commands.call(Go(...))` is a GoReply) to the
+engine. On the wire a command is one JSON field, told apart by `op`; an answer is one JSON
+value on the asker's reply list, carrying the reply or a typed error code.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocols.errors import Conflict, EngineError, NotFound
+from protocols.ids import new_id
+
+
+class Reply(BaseModel):
+    """Base of every reply."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class Command(BaseModel, Generic[R]):
+    """Base of every command; `R` is its reply model (read off the class parameter)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    reply_model: ClassVar[type[Reply]] = Reply
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        args = cls.__pydantic_generic_metadata__["args"]
+        if args and isinstance(args[0], type) and issubclass(args[0], Reply):
+            cls.reply_model = args[0]  # on Command[GoReply]; Go inherits it
+
+    def read_reply(self, data: Any) -> R:
+        """The reply to this command from its JSON form."""
+        return cast(R, self.reply_model.model_validate(data))  # R is reply_model, by the above
+
+
+class StartRunReply(Reply):
+    run_id: str
+    status: str
+    version: str
+
+
+class StartRun(Command[StartRunReply]):
+    op: Literal["start_run"] = "start_run"
+    cuelist: str
+    version: str | None = None
+    run_id: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    dry: bool = False
+
+
+class GoReply(Reply):
+    state: str
+    attempt: int
+
+
+class Go(Command[GoReply]):
+    op: Literal["go"] = "go"
+    run_id: str
+    cue_id: str
+
+
+class RaiseConditionReply(Reply):
+    conditions: list[str]
+
+
+class RaiseCondition(Command[RaiseConditionReply]):
+    op: Literal["condition"] = "condition"
+    run_id: str
+    name: str
+
+
+class CancelReply(Reply):
+    status: str
+
+
+class Cancel(Command[CancelReply]):
+    op: Literal["cancel"] = "cancel"
+    run_id: str
+    reason: str = "cancelled by operator"
+
+
+class ResolveReply(Reply):
+    id: str
+    status: str
+
+
+class Resolve(Command[ResolveReply]):
+    op: Literal["resolve"] = "resolve"
+    id: str
+    winner: str | None = None
+    note: str = ""
+
+
+class BroadcastReply(Reply):
+    sent: str
+
+
+class Broadcast(Command[BroadcastReply]):
+    op: Literal["broadcast"] = "broadcast"
+    message_type: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+AnyCommand = Annotated[
+    StartRun | Go | RaiseCondition | Cancel | Resolve | Broadcast, Field(discriminator="op")
+]
+
+
+class Request(BaseModel):
+    """A command on the wire, with the id its answer is filed under."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    command: AnyCommand
+
+
+class ErrorCode(StrEnum):
+    """Why the engine refused a command; the asking hub raises the matching error."""
+
+    NOT_FOUND = "not_found"  # NotFound: unknown run, cue, escalation (or command)
+    CONFLICT = "conflict"  # Conflict: not allowed in the current state
+    ENGINE = "engine"  # any other EngineError
+
+    def error(self, detail: str) -> EngineError:
+        cls = {ErrorCode.NOT_FOUND: NotFound, ErrorCode.CONFLICT: Conflict}.get(self, EngineError)
+        return cls(detail)
+
+
+class Answer(BaseModel):
+    """The leader's answer to one request: the reply, or an error code and its detail."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorCode | None = None
+    detail: str = ""

@@ -1,0 +1,115 @@
+"""Serving commands on the leading hub: read them in a consumer group, run each one's
+handler (engine steps), and file every answer in one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from hub.commands.models import Answer, Command, ErrorCode, Reply, Request
+from hub.store.commands import CommandStore, QueuedCommand
+from protocols.errors import (
+    CallboardError,
+    Conflict,
+    GroupMissing,
+    NotFound,
+    StaleLeader,
+    Unreachable,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+C = TypeVar("C", bound=Command[Any])
+
+
+class Handlers:
+    """Which coroutine serves each kind of command."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[type[Command[Any]], Callable[[Any], Awaitable[Reply]]] = {}
+
+    def on(self, kind: type[C], handler: Callable[[C], Awaitable[Reply]]) -> Handlers:
+        self._by_kind[kind] = handler
+        return self
+
+    def of(self, command: Command[Any]) -> Callable[[Any], Awaitable[Reply]] | None:
+        return self._by_kind.get(type(command))
+
+
+class CommandServer:
+    def __init__(self, store: CommandStore, consumer: str, handlers: Handlers) -> None:
+        self.store = store
+        self.consumer = consumer
+        self.handlers = handlers
+
+    async def run(self, stop: asyncio.Event) -> None:
+        ready = False
+        while not stop.is_set():
+            try:
+                if not ready:
+                    await self.store.ensure_group()
+                    ready = True
+                await self._read(stop)
+            except (Unreachable, GroupMissing) as exc:
+                # A Redis restart must not cost the hub its leadership: wait and read again
+                # (recreating the group if Redis came back empty). Anything else is a bug.
+                ready = ready and not isinstance(exc, GroupMissing)
+                log.warning("commands: %s; retrying", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RETRY_S)
+
+    async def _read(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            # own pending first (a restarted leader finishes what it had read), then new ones
+            for start in ("0", ">"):
+                block_ms = None if start == "0" else 500
+                queued = await self.store.read(self.consumer, start, 100, block_ms)
+                # a batch is served concurrently: its engine steps share fenced writes, and
+                # its answers go back in one round trip
+                if queued:
+                    answers = await asyncio.gather(*(self._serve(q) for q in queued))
+                    await self.store.answer([q.entry_id for q in queued], answers)
+
+    async def _serve(self, queued: QueuedCommand) -> tuple[str, bytes]:
+        """(command id, answer) for one command."""
+        try:
+            request = Request.model_validate_json(queued.body)
+        except ValidationError as exc:
+            detail = f"unknown command: {exc.errors()[0]['msg']}"
+            return _request_id(queued.body), _refused(ErrorCode.NOT_FOUND, detail)
+        handler = self.handlers.of(request.command)
+        try:
+            if handler is None:
+                raise NotFound(f"unknown command {request.command.op!r}")
+            reply = await handler(request.command)
+            answer = Answer(ok=True, result=reply.model_dump(mode="json"))
+        except StaleLeader:
+            raise
+        except NotFound as exc:
+            answer = Answer(ok=False, error=ErrorCode.NOT_FOUND, detail=str(exc))
+        except Conflict as exc:
+            answer = Answer(ok=False, error=ErrorCode.CONFLICT, detail=str(exc))
+        except CallboardError as exc:  # any other refusal (Redis errors included)
+            answer = Answer(ok=False, error=ErrorCode.ENGINE, detail=str(exc))
+        return request.id, answer.model_dump_json().encode()
+
+
+def _refused(code: ErrorCode, detail: str) -> bytes:
+    return Answer(ok=False, error=code, detail=detail).model_dump_json().encode()
+
+
+def _request_id(body: bytes) -> str:
+    """The id of a request that does not validate, if it has one (so its asker hears)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else ""

@@ -1,0 +1,68 @@
+"""The hub's storage gateway: every Redis read and write of the hub, typed, in one package.
+
+Each store returns models, never raw replies, and is built on one Storage (the typed
+commands of protocols.transport, whose Gateway translates every Redis error into
+protocols.errors once). No other hub module touches Redis except through the Transport.
+
+    state.StateStore      runs, events, context, escalations, resources; the fenced commit
+    commit.FencedCommit   the commit script (every key in KEYS) and the ops of a step
+    layout                how a run lies in its hash (header, order, one field per cue)
+    cuelists.CuelistStore cuelist versions by content hash
+    agents.AgentStore     the registry's records
+    commands.CommandStore operator commands for the leader, and their answers
+    idempotency           Idempotency-Key holds
+    lease.LeaseStore      the leader lease and its fencing counter
+    schedules             cron schedule state
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hub.store.agents import AgentStore
+from hub.store.commands import CommandStore
+from hub.store.cuelists import CuelistStore
+from hub.store.idempotency import IdempotencyStore
+from hub.store.lease import LeaseStore
+from hub.store.schedules import ScheduleStore
+from hub.store.state import StateStore
+from protocols.keys import Keys
+from protocols.transport import Gateway, Storage
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Every store of one hub, sharing one client (the Transport's)."""
+
+    state: StateStore
+    cuelists: CuelistStore
+    agents: AgentStore
+    commands: CommandStore
+    idempotency: IdempotencyStore
+    lease: LeaseStore
+    schedules: ScheduleStore
+
+    @classmethod
+    def open(cls, gateway: Gateway, keys: Keys) -> Stores:
+        db = Storage.sharing(gateway)
+        return cls(
+            state=StateStore(db, keys),
+            cuelists=CuelistStore(db, keys),
+            agents=AgentStore(db, keys),
+            commands=CommandStore(db, keys),
+            idempotency=IdempotencyStore(db, keys),
+            lease=LeaseStore(db, keys),
+            schedules=ScheduleStore(db, keys),
+        )
+
+
+__all__ = [
+    "AgentStore",
+    "CommandStore",
+    "CuelistStore",
+    "IdempotencyStore",
+    "LeaseStore",
+    "ScheduleStore",
+    "StateStore",
+    "Stores",
+]

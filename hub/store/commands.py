@@ -1,0 +1,60 @@
+"""The commands stream in Redis: operator commands queued for the engine's leader, and the
+short-lived lists their answers come back on (the asking hub blocks on its own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocols.keys import Keys
+from protocols.transport import Pipeline, Storage
+
+GROUP = "engine"  # the consumer group the leading hub reads commands in
+REPLY_TTL_S = 60
+FIELD = "c"  # the one stream field holding a command (JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedCommand:
+    """One entry of the commands stream: its id and the command's bytes as sent."""
+
+    entry_id: str
+    body: bytes
+
+
+class CommandStore:
+    def __init__(self, db: Storage, keys: Keys, partition: int = 0) -> None:
+        self.db = db
+        self.keys = keys
+        self.stream = keys.commands(partition)
+
+    async def push(self, body: bytes) -> None:
+        await self.db.xadd(self.stream, {FIELD: body})
+
+    async def wait_answer(self, command_id: str, timeout_s: float) -> bytes | None:
+        """The answer to `command_id`, waiting up to `timeout_s`; None when none came."""
+        return await self.db.blpop(self.keys.reply(command_id), timeout_s)
+
+    async def ensure_group(self) -> None:
+        """The leader's consumer group (new commands only); an existing one is kept."""
+        await self.db.create_group(self.stream, GROUP, "$")
+
+    async def read(
+        self, consumer: str, start: str, count: int, block_ms: int | None
+    ) -> list[QueuedCommand]:
+        """Commands for `consumer`: its own pending ones ("0") or new ones (">")."""
+        rows = await self.db.xreadgroup(self.stream, GROUP, consumer, start, count, block_ms)
+        return [
+            QueuedCommand(entry_id, fields.get(FIELD.encode(), b"")) for entry_id, fields in rows
+        ]
+
+    async def answer(self, entry_ids: list[str], answers: list[tuple[str, bytes]]) -> None:
+        """Each (command id, answer) onto its reply list, and the entries done, in one trip."""
+
+        def build(pipe: Pipeline) -> None:
+            for command_id, answer in answers:
+                pipe.rpush(self.keys.reply(command_id), answer)
+                pipe.expire(self.keys.reply(command_id), REPLY_TTL_S)
+            pipe.xack(self.stream, GROUP, *entry_ids)
+            pipe.xdel(self.stream, *entry_ids)
+
+        await self.db.pipeline("ANSWER COMMANDS", build)

@@ -1,0 +1,41 @@
+"""How a run is laid out in its hash: a header, the cue order, one field per cue.
+
+A step writes only the header and the cues it touched, so a 10,000-cue run costs what it
+changed; the order (which never changes) is written when the run is new or adopted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from hub.engine.state import CueRun, RunState
+
+HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
+HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
+
+Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
+
+
+def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
+    """HSET operations for a run: its header, and the named cues, one field each; `fresh`
+    (a new or adopted run) adds the cue order, which never changes."""
+    fields: list[Any] = [HEADER, run.model_dump_json(exclude={"cues"}, exclude_defaults=True)]
+    if fresh:
+        fields += [ORDER, json.dumps(list(run.cues))]
+    for cue_id in cue_ids:
+        fields += [CUE + cue_id, run.cues[cue_id].model_dump_json(exclude_defaults=True)]
+    return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+
+
+def read_run(fields: dict[bytes, bytes]) -> RunState | None:
+    """A run back from its hash (None when there is none)."""
+    header = fields.get(HEADER.encode())
+    if header is None:
+        return None
+    run = RunState.model_validate_json(header)
+    for cue_id in json.loads(fields.get(ORDER.encode(), b"[]")):
+        raw = fields.get((CUE + cue_id).encode())
+        run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()
+    return run

@@ -1,0 +1,48 @@
+"""Schedule state in Redis: per scheduled cuelist, the last fire time and the run it started,
+so a new leader neither repeats nor loses a tick."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from protocols.keys import Keys
+from protocols.transport import Storage
+
+
+class ScheduleState(BaseModel):
+    """One schedule's state; `last` is None until the schedule was first seen."""
+
+    last: float | None = None  # epoch seconds of the last tick taken (fired or not)
+    run_id: str | None = None  # the last run it started
+    buffered: bool = False  # overlap `buffer_one`: a tick waits for the run to end
+    skipped: int = 0  # ticks dropped by overlap `skip`
+
+
+class ScheduleStore:
+    def __init__(self, db: Storage, keys: Keys) -> None:
+        self.db = db
+        self.keys = keys
+
+    async def get(self, name: str) -> ScheduleState:
+        raw = {
+            k.decode(): v.decode()
+            for k, v in (await self.db.hgetall(self.keys.schedule(name))).items()
+        }
+        return ScheduleState(
+            last=float(raw["last"]) if "last" in raw else None,
+            run_id=raw.get("run_id") or None,
+            buffered=raw.get("buffered") == "1",
+            skipped=int(raw.get("skipped", 0)),
+        )
+
+    async def save(self, name: str, state: ScheduleState) -> None:
+        """Write the fields `state` has (a hash: one field each, as before)."""
+        fields: dict[str, str | float | int] = {
+            "buffered": int(state.buffered),
+            "skipped": state.skipped,
+        }
+        if state.last is not None:
+            fields["last"] = state.last
+        if state.run_id is not None:
+            fields["run_id"] = state.run_id
+        await self.db.hset(self.keys.schedule(name), fields)

@@ -1,0 +1,125 @@
+"""The engine's state in Redis: the fenced commit, and reads of runs, events, context,
+escalations, the resource book and the pause flag (for the driver and the API)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from hub.engine.escalations import Escalation
+from hub.engine.outbox import Outbox
+from hub.engine.resources import BookDump, ResourceBook
+from hub.engine.state import RunState
+from hub.store.commit import EngineState, FencedCommit
+from hub.store.layout import read_run, run_fields
+from protocols.keys import Keys
+from protocols.transport import Storage
+
+EVENT_FIELD = b"e"  # the one field of a run event entry
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One entry of a run's event stream: its id (for Last-Event-ID) and the event."""
+
+    id: str
+    data: dict[str, Any]
+
+
+class ContextEntry(BaseModel):
+    """One entry of a run's shared context (seed 003), as `task.context` wrote it."""
+
+    value: Any = None
+    source: str | None = None
+    timestamp: float | None = None
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    cue_id: str | None = None
+
+
+class StateStore:
+    """The fenced commit of engine steps, and every read of engine state."""
+
+    def __init__(self, db: Storage, keys: Keys) -> None:
+        self.db = db
+        self.keys = keys
+        self._commit = FencedCommit(db, keys)
+
+    async def commit(self, out: Outbox, engine: EngineState, lease_value: str) -> None:
+        """One engine step, atomically under the fencing token (see hub.store.commit)."""
+        await self._commit(out, engine, lease_value)
+
+    # -- runs -----------------------------------------------------------------------------
+    async def run(self, run_id: str) -> RunState | None:
+        return read_run(await self.db.hgetall(self.keys.run(run_id)))
+
+    async def runs(self, run_ids: list[str]) -> list[RunState]:
+        """The runs that exist of these, in one round trip."""
+        if not run_ids:
+            return []
+        found = await self.db.hgetall_each([self.keys.run(r) for r in run_ids])
+        return [run for fields in found if (run := read_run(fields)) is not None]
+
+    async def missing_runs(self, run_ids: list[str]) -> list[str]:
+        """Which of these runs Redis no longer holds (one pipelined EXISTS)."""
+        if not run_ids:
+            return []
+        present = await self.db.exists_each([self.keys.run(r) for r in run_ids])
+        return [r for r, there in zip(run_ids, present, strict=True) if not there]
+
+    async def active_run_ids(self) -> list[str]:
+        return sorted(m.decode() for m in await self.db.smembers(self.keys.active_runs()))
+
+    async def recent_run_ids(self, limit: int = 100) -> list[str]:
+        ids = await self.db.zrange(self.keys.all_runs, 0, limit - 1, desc=True)
+        return [i.decode() for i in ids]
+
+    async def save_run(self, run: RunState) -> None:
+        """Write a whole run outside the engine (tools and tests; the engine commits)."""
+        for op in run_fields(self.keys.run(run.run_id), run, list(run.cues), fresh=True):
+            await self.db.command(*op)
+
+    # -- what runs wrote ------------------------------------------------------------------
+    async def events(self, run_id: str, after: str = "0-0", count: int = 500) -> list[RunEvent]:
+        """The run's events after entry `after` ("0-0": from the first), oldest first."""
+        start = "-" if after == "0-0" else after
+        rows = await self.db.xrange(self.keys.run_events(run_id), start, count)
+        return [_event(entry_id, fields) for entry_id, fields in rows]
+
+    async def tail_events(
+        self, run_id: str, after: str, count: int, block_ms: int
+    ) -> list[RunEvent]:
+        """Events after `after`, waiting up to `block_ms` for the next ones."""
+        rows = await self.db.xread(self.keys.run_events(run_id), after, count, block_ms)
+        return [_event(entry_id, fields) for entry_id, fields in rows]
+
+    async def context(self, run_id: str) -> dict[str, ContextEntry]:
+        raw = await self.db.hgetall(self.keys.run_context(run_id))
+        return {k.decode(): ContextEntry.model_validate_json(v) for k, v in raw.items()}
+
+    # -- engine-wide state ----------------------------------------------------------------
+    async def escalation(self, esc_id: str) -> Escalation | None:
+        raw = await self.db.get(self.keys.escalation(esc_id))
+        return Escalation.model_validate_json(raw) if raw else None
+
+    async def escalations(self, limit: int = 200) -> list[Escalation]:
+        """The newest `limit` escalations, newest first."""
+        ids = await self.db.zrange(self.keys.escalations, 0, limit - 1, desc=True)
+        raws = await self.db.mget([self.keys.escalation(i.decode()) for i in ids])
+        return [Escalation.model_validate_json(r) for r in raws if r]
+
+    async def resources(self) -> ResourceBook | None:
+        raw = await self.db.get(self.keys.resources)
+        return ResourceBook.load(BookDump.model_validate_json(raw)) if raw else None
+
+    async def paused(self) -> str | None:
+        raw = await self.db.get(self.keys.paused)
+        return raw.decode() if raw else None
+
+
+def _event(entry_id: str, fields: dict[bytes, bytes]) -> RunEvent:
+    data: dict[str, Any] = json.loads(fields[EVENT_FIELD])
+    return RunEvent(entry_id, data)

@@ -1,0 +1,86 @@
+"""The one place redis-py errors become protocols.errors (as httpx's map_httpcore_exceptions).
+
+A Redis error reply starts with a code (`NOGROUP ...`, `OOM ...`, `READONLY ...`); the hub's
+commit script answers `STALE ...` when its fencing token lost the lease. Codes are read
+here and nowhere else; callers catch the classes of protocols.errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from redis import exceptions as rx
+
+from protocols.errors import (
+    CallboardError,
+    GroupMissing,
+    OutOfMemory,
+    ReadOnly,
+    StaleLeader,
+    TransportError,
+    Unreachable,
+)
+
+_BY_CODE: dict[str, type[CallboardError]] = {
+    "NOGROUP": GroupMissing,
+    "OOM": OutOfMemory,
+    "READONLY": ReadOnly,
+    "STALE": StaleLeader,  # the hub's commit script: the fencing token lost the lease
+}
+_NOT_RETRIED = (rx.AuthenticationError, rx.AuthorizationError, rx.ExternalAuthProviderError)
+
+
+def _code(exc: BaseException) -> str:
+    return str(exc).split(" ", 1)[0]
+
+
+def is_group_missing(exc: BaseException) -> bool:
+    """NOGROUP, or a blocked read whose stream was deleted under it."""
+    if not isinstance(exc, rx.ResponseError):
+        return False
+    return _code(exc) == "NOGROUP" or "stream key no longer exists" in str(exc)
+
+
+def is_busy_group(reply: object) -> bool:
+    """BUSYGROUP: the consumer group exists already (creating it again is not an error)."""
+    return isinstance(reply, rx.ResponseError) and _code(reply) == "BUSYGROUP"
+
+
+def is_no_such_key(reply: object) -> bool:
+    """`ERR no such key`: XINFO on a stream that does not exist."""
+    return isinstance(reply, rx.ResponseError) and "no such key" in str(reply)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A lost or refused connection, worth retrying (an authentication error is not)."""
+    if isinstance(exc, _NOT_RETRIED):
+        return False
+    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, ConnectionError))
+
+
+def translate(exc: BaseException, op: str) -> CallboardError | None:
+    """The protocols.errors exception for a redis-py (or socket) error; None for others."""
+    if isinstance(exc, rx.ResponseError):
+        if is_group_missing(exc):
+            return GroupMissing(f"{op}: {exc}")
+        return _BY_CODE.get(_code(exc), TransportError)(f"{op}: {exc}")
+    if is_transient(exc) or isinstance(exc, OSError):
+        return Unreachable(f"{op}: Redis unreachable: {exc}")
+    if isinstance(exc, rx.RedisError):
+        return TransportError(f"{op}: {exc}")
+    return None
+
+
+@contextmanager
+def translated(op: str) -> Iterator[None]:
+    """Run the block; a Redis error leaving it is raised as its protocols.errors class."""
+    try:
+        yield
+    except CallboardError:
+        raise
+    except Exception as exc:
+        mapped = translate(exc, op)
+        if mapped is None:
+            raise
+        raise mapped from exc

@@ -1,0 +1,81 @@
+"""The base of all Redis access: a private client, the retry policy, the error translation.
+
+The Transport (streams) and the Storage (typed commands for the state stores) are both
+Gateways; nothing outside protocols/transport/ holds a client. Each call runs through
+`_call`: retried on a lost connection for at most its `retry_s`, and its Redis error
+raised as its class in protocols.errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Self
+
+from protocols.transport._client import DEFAULT_RETRY_S, Redis, T, retry_transient
+from protocols.transport._errors import translated
+
+OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
+ScriptArg = str | bytes | int | float
+
+
+class Gateway:
+    """A Redis client that only this package touches, and how it is called."""
+
+    def __init__(self, client: Redis, *, retry_s: float = DEFAULT_RETRY_S) -> None:
+        self._client = client
+        self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
+        self._owns_client = False
+
+    @classmethod
+    def sharing(cls, other: Gateway, **options: Any) -> Self:
+        """A gateway of this kind on `other`'s client (one pool); closing it is `other`'s."""
+        return cls(other._client, **options)
+
+    async def close(self) -> None:
+        # A client passed in belongs to the caller; one made by from_url is ours.
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def _call(
+        self,
+        op: str,
+        fn: Callable[[], Awaitable[T]],
+        retry_s: float | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> T:
+        """`await fn()`: retried on connection loss (`retry_s`, else the gateway's), its
+        errors translated. The common case costs one call."""
+        total_s = self.retry_s if retry_s is None else retry_s
+        with translated(op):
+            if total_s <= 0:
+                return await fn()
+            return await retry_transient(fn, total_s, on_retry)
+
+    async def ping(self) -> bool:
+        """True when the server answers (no retry: a health check wants the truth now)."""
+        return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
+
+    def script(self, source: str) -> Script:
+        """A Lua script, run by EVALSHA (loaded again when the server lost it)."""
+        return Script(self, source)
+
+
+class Script:
+    """A registered Lua script; every key it touches is passed in KEYS (Redis Cluster)."""
+
+    def __init__(self, gateway: Gateway, source: str) -> None:
+        self._gateway = gateway
+        self._script = gateway._client.register_script(source)
+
+    async def __call__(
+        self,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        retry_s: float | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> Any:
+        """The script's reply; an error reply is raised translated (STALE: StaleLeader)."""
+        return await self._gateway._call(
+            "EVALSHA", lambda: self._script(keys=keys, args=args), retry_s, on_retry
+        )

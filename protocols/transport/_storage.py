@@ -1,0 +1,185 @@
+"""Storage: the typed Redis commands the state stores are built from (hub/store/, markers).
+
+Each method is one command (or one pipelined round trip), with bytes in and typed values
+out, errors translated by the Gateway. By default nothing is retried beyond the client's
+one immediate retry on a fresh connection (an API read answers 503 at once rather than
+hang); a caller that must get through (the engine's commit) passes its own `retry_s`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from redis.asyncio.client import Pipeline
+
+from protocols.transport._client import Redis, _bytes, _stream_replies, _text
+from protocols.transport._errors import is_busy_group, translated
+from protocols.transport._gateway import Gateway
+
+Value = str | bytes | int | float
+Entry = tuple[str, dict[bytes, bytes]]  # a stream entry: (id, fields)
+
+
+def _opt(value: Any) -> bytes | None:
+    return None if value is None else _bytes(value)
+
+
+def _fields(raw: Any) -> dict[bytes, bytes]:
+    return {_bytes(k): _bytes(v) for k, v in (raw or {}).items()}
+
+
+def _entries(rows: Any) -> list[Entry]:
+    return [(_text(entry_id), _fields(fields)) for entry_id, fields in rows or []]
+
+
+class Storage(Gateway):
+    """Typed commands on the shared client; no retry unless asked (see the module doc)."""
+
+    def __init__(self, client: Redis, *, retry_s: float = 0.0) -> None:
+        super().__init__(client, retry_s=retry_s)
+
+    # -- strings --------------------------------------------------------------------------
+    async def get(self, key: str) -> bytes | None:
+        return _opt(await self._call("GET", lambda: self._client.get(key)))
+
+    async def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        return [_opt(v) for v in await self._call("MGET", lambda: self._client.mget(keys))]
+
+    async def set(
+        self, key: str, value: Value, *, nx: bool = False, ex_s: int | None = None,
+        px_ms: int | None = None,
+    ) -> bool:  # fmt: skip
+        """SET; with `nx`, False when the key was there already."""
+        reply = await self._call(
+            "SET", lambda: self._client.set(key, value, nx=nx, ex=ex_s, px=px_ms)
+        )
+        return bool(reply)
+
+    async def delete(self, *keys: str) -> int:
+        return int(await self._call("DEL", lambda: self._client.delete(*keys)))
+
+    async def incr(self, key: str) -> int:
+        return int(await self._call("INCR", lambda: self._client.incr(key)))
+
+    async def exists_each(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key exists, in one pipelined round trip."""
+        replies = await self.pipeline("EXISTS", lambda pipe: [pipe.exists(k) for k in keys])
+        return [bool(r) for r in replies]
+
+    # -- hashes ---------------------------------------------------------------------------
+    async def hget(self, key: str, field: str) -> bytes | None:
+        return _opt(await self._call("HGET", lambda: self._client.hget(key, field)))
+
+    async def hmget(self, key: str, fields: Sequence[str]) -> list[bytes | None]:
+        if not fields:
+            return []
+        replies = await self._call("HMGET", lambda: self._client.hmget(key, list(fields)))
+        return [_opt(v) for v in replies]
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        return _fields(await self._call("HGETALL", lambda: self._client.hgetall(key)))
+
+    async def hgetall_each(self, keys: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """HGETALL of each key, in one pipelined round trip."""
+        replies = await self.pipeline("HGETALL", lambda pipe: [pipe.hgetall(k) for k in keys])
+        return [_fields(r) for r in replies]
+
+    async def hset(self, key: str, mapping: Mapping[str, Value]) -> int:
+        if not mapping:
+            return 0
+        data: dict[Any, Any] = dict(mapping)
+        return int(await self._call("HSET", lambda: self._client.hset(key, mapping=data)))
+
+    async def command(self, *words: Value) -> Any:
+        """One command given as its words (e.g. an HSET built for the commit script)."""
+        replies = await self.pipeline("COMMAND", lambda pipe: pipe.execute_command(*words))
+        return replies[0]
+
+    # -- sets and sorted sets -------------------------------------------------------------
+    async def smembers(self, key: str) -> builtins.set[bytes]:
+        return {_bytes(m) for m in await self._call("SMEMBERS", lambda: self._client.smembers(key))}
+
+    async def zrange(self, key: str, start: int, stop: int, *, desc: bool = False) -> list[bytes]:
+        rows = await self._call("ZRANGE", lambda: self._client.zrange(key, start, stop, desc=desc))
+        return [_bytes(m) for m in rows]
+
+    async def zrange_scored(
+        self, key: str, start: int, stop: int, *, desc: bool = False
+    ) -> list[tuple[bytes, float]]:
+        rows = await self._call(
+            "ZRANGE", lambda: self._client.zrange(key, start, stop, desc=desc, withscores=True)
+        )
+        return [(_bytes(row[0]), float(row[1])) for row in rows]
+
+    # -- lists ----------------------------------------------------------------------------
+    async def blpop(self, key: str, timeout_s: float) -> bytes | None:
+        """The head of list `key`, waiting up to `timeout_s`; None when nothing came."""
+        reply = await self._call("BLPOP", lambda: self._client.blpop([key], timeout=timeout_s))
+        return None if reply is None else _bytes(reply[1])
+
+    # -- streams (other than the Transport's envelopes) -----------------------------------
+    async def xadd(self, stream: str, fields: Mapping[str, Value]) -> str:
+        data: dict[Any, Any] = dict(fields)
+        return _text(await self._call("XADD", lambda: self._client.xadd(stream, data)))
+
+    async def xrange(self, stream: str, after: str = "-", count: int | None = None) -> list[Entry]:
+        """Entries after `after` (exclusive; "-" from the start), oldest first."""
+        low = after if after == "-" else f"({after}"
+        rows = await self._call("XRANGE", lambda: self._client.xrange(stream, min=low, count=count))
+        return _entries(rows)
+
+    async def xread(self, stream: str, after: str, count: int, block_ms: int) -> list[Entry]:
+        """Entries after `after`, waiting up to `block_ms` for some (XREAD BLOCK)."""
+        reply = await self._call(
+            "XREAD", lambda: self._client.xread({stream: after}, count=count, block=block_ms)
+        )
+        return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
+
+    async def create_group(self, stream: str, group: str, start_id: str = "$") -> bool:
+        """XGROUP CREATE ... MKSTREAM; False (not an error) when the group exists."""
+
+        def build(pipe: Pipeline) -> None:
+            pipe.xgroup_create(stream, group, id=start_id, mkstream=True)
+
+        replies = await self.pipeline("XGROUP CREATE", build, raise_on_error=False)
+        if is_busy_group(replies[0]):
+            return False
+        if isinstance(replies[0], Exception):
+            with translated("XGROUP CREATE"):
+                raise replies[0]
+        return True
+
+    async def xreadgroup(
+        self, stream: str, group: str, consumer: str, start: str, count: int,
+        block_ms: int | None,
+    ) -> list[Entry]:  # fmt: skip
+        """XREADGROUP from `start` (">" new entries, "0" this consumer's pending ones)."""
+        reply = await self._call(
+            "XREADGROUP",
+            lambda: self._client.xreadgroup(
+                group, consumer, {stream: start}, count=count, block=block_ms
+            ),
+        )
+        return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
+
+    # -- batches --------------------------------------------------------------------------
+    async def pipeline(
+        self,
+        op: str,
+        build: Callable[[Pipeline], object],
+        *,
+        transaction: bool = False,
+        raise_on_error: bool = True,
+    ) -> list[Any]:
+        """Commands queued by `build` in one round trip (MULTI/EXEC with `transaction`)."""
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=transaction) as pipe:
+                build(pipe)
+                return await pipe.execute(raise_on_error=raise_on_error)
+
+        return await self._call(op, send)

@@ -1,0 +1,77 @@
+"""The API-to-leader RPC: typed commands and replies, refusals raised as typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hub.commands import (
+    Cancel,
+    CancelReply,
+    CommandClient,
+    CommandServer,
+    Go,
+    GoReply,
+    Handlers,
+    LeaderUnavailable,
+    RaiseCondition,
+    StartRun,
+    StartRunReply,
+)
+from hub.store import CommandStore
+from protocols.errors import Conflict, NotFound
+from protocols.keys import Keys
+from protocols.transport import Storage
+
+pytestmark = pytest.mark.redis
+
+
+def test_each_command_names_its_reply_model() -> None:
+    assert StartRun.reply_model is StartRunReply
+    assert Go.reply_model is GoReply
+    reply = Go(run_id="r", cue_id="C").read_reply({"state": "go", "attempt": 2})
+    assert reply == GoReply(state="go", attempt=2)
+
+
+async def _go(cmd: Go) -> GoReply:
+    if cmd.cue_id == "missing":
+        raise NotFound(f"run {cmd.run_id} has no cue {cmd.cue_id}")
+    if cmd.cue_id == "busy":
+        raise Conflict(f"cue {cmd.cue_id} is not armed")
+    return GoReply(state="go", attempt=1)
+
+
+async def _cancel(cmd: Cancel) -> CancelReply:
+    return CancelReply(status=f"cancelled: {cmd.reason}")
+
+
+async def test_a_call_reaches_the_leader_and_its_refusals_come_back_typed(
+    real_redis: Any, keys: Keys
+) -> None:
+    store = CommandStore(Storage(real_redis), keys)
+    handlers = Handlers().on(Go, _go).on(Cancel, _cancel)
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", handlers).run(stop))
+    client = CommandClient(store)
+    try:
+        await store.ensure_group()  # as a leader has (it reads new commands only)
+        assert await client.call(Go(run_id="r1", cue_id="C"), 5) == GoReply(state="go", attempt=1)
+        cancelled = await client.call(Cancel(run_id="r1", reason="bye"), 5)
+        assert cancelled.status == "cancelled: bye"
+        with pytest.raises(NotFound, match="has no cue missing"):
+            await client.call(Go(run_id="r1", cue_id="missing"), 5)
+        with pytest.raises(Conflict, match="not armed"):
+            await client.call(Go(run_id="r1", cue_id="busy"), 5)
+        with pytest.raises(NotFound, match="unknown command"):  # no handler on this leader
+            await client.call(RaiseCondition(run_id="r1", name="x"), 5)
+    finally:
+        stop.set()
+        await server
+
+
+async def test_no_leader_answers_in_time(real_redis: Any, keys: Keys) -> None:
+    client = CommandClient(CommandStore(Storage(real_redis), keys))
+    with pytest.raises(LeaderUnavailable, match="Go"):
+        await client.call(Go(run_id="r1", cue_id="C"), 0.2)

@@ -1,0 +1,45 @@
+"""Redis errors become protocols.errors in one place, by the code their reply starts with."""
+
+from __future__ import annotations
+
+import pytest
+from redis import exceptions as rx
+
+from protocols import errors as e
+from protocols.transport._errors import translate, translated
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (rx.ResponseError("NOGROUP No such key 's' or consumer group 'g'"), e.GroupMissing),
+        (rx.ResponseError("ERR The XREADGROUP stream key no longer exists"), e.GroupMissing),
+        (rx.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'."),
+         e.OutOfMemory),
+        (rx.ReadOnlyError("READONLY You can't write against a read only replica."), e.ReadOnly),
+        (rx.ResponseError("STALE leader lease lost: state write refused"), e.StaleLeader),
+        (rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
+         e.TransportError),
+        (rx.ConnectionError("Connection refused"), e.Unreachable),
+        (rx.TimeoutError("Timeout reading from socket"), e.Unreachable),
+        (ConnectionResetError("reset by peer"), e.Unreachable),
+        (rx.AuthenticationError("invalid username-password pair"), e.TransportError),
+    ],
+)  # fmt: skip
+def test_each_error_gets_its_class(raised: Exception, expected: type[e.CallboardError]) -> None:
+    mapped = translate(raised, "OP")
+    assert type(mapped) is expected
+    assert str(mapped).startswith("OP: ")
+
+
+def test_translated_raises_the_class_and_keeps_the_cause() -> None:
+    cause = rx.ResponseError("STALE leader lease lost")
+    with pytest.raises(e.StaleLeader) as caught, translated("EVALSHA"):
+        raise cause
+    assert caught.value.__cause__ is cause
+
+
+def test_other_errors_pass_through_untouched() -> None:
+    with pytest.raises(KeyError), translated("OP"):
+        raise KeyError("not a Redis error")
+    assert translate(ValueError("x"), "OP") is None

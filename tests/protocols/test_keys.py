@@ -1,0 +1,65 @@
+"""The key layout of DESIGN.md: literal hash tags, parsed back, one slot where it matters."""
+
+from __future__ import annotations
+
+import binascii
+
+import pytest
+
+from protocols.keys import Keys
+
+K = Keys("cb:")
+
+
+def slot(key: str) -> int:
+    """Redis Cluster's slot of `key` (CRC16/XMODEM of the hash tag, when there is one)."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key.encode(), 0) % 16384
+
+
+def test_the_layout_is_spelled_as_designed() -> None:
+    assert K.out("specialist-build") == "cb:out:{specialist-build}"
+    assert K.inbox("specialist-build") == "cb:in:{specialist-build}"
+    assert K.done("specialist-build", "r1:C:1:x") == "cb:done:{specialist-build}:r1:C:1:x"
+    assert (K.broadcast, K.dead, K.audit) == ("cb:broadcast", "cb:dead", "cb:audit")
+    assert K.leader() == "cb:hub:{p0}:leader"
+    assert K.fence(3) == "cb:hub:{p3}:fence"
+    assert K.commands() == "cb:hub:{p0}:commands"
+    assert K.commit("c1") == "cb:hub:{p0}:commit:c1"
+    assert K.active_runs() == "cb:hub:{p0}:active"
+    assert K.run("R1") == "cb:run:{R1}"
+    assert K.run_events("R1") == "cb:run:{R1}:events"
+    assert K.run_context("R1") == "cb:run:{R1}:context"
+    assert K.cuelist("deploy") == "cb:cuelist:{deploy}"
+    assert K.cuelist_versions("deploy") == "cb:cuelist:{deploy}:versions"
+    assert K.reply("c1") == "cb:hub:reply:c1"
+    assert K.out_pattern == "cb:out:{*}"
+
+
+def test_keys_touched_together_share_a_slot() -> None:
+    agent = "specialist-build"
+    assert slot(K.out(agent)) == slot(K.inbox(agent)) == slot(K.done(agent, "t"))
+    assert slot(K.run("R1")) == slot(K.run_events("R1")) == slot(K.run_context("R1"))
+    assert slot(K.leader()) == slot(K.fence()) == slot(K.commit("c")) == slot(K.active_runs())
+    assert slot(K.cuelist("deploy")) == slot(K.cuelist_versions("deploy"))
+
+
+@pytest.mark.parametrize("agent", ["a", "specialist-build", "x.y_z-9"])
+def test_agent_of_a_stream(agent: str) -> None:
+    assert K.agent_of_out(K.out(agent)) == agent
+    assert K.agent_of_inbox(K.inbox(agent)) == agent
+    assert K.agent_of_out(K.inbox(agent)) is None
+    assert K.agent_of_inbox(K.out(agent)) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["cb:out:agent", "cb:out:{}", "cb:out:{a}b}", "cb:out:{A}", "cb:out:{a:b}", "xx:out:{a}",
+     "cb:out:{a", "cb:out:a}"],
+)  # fmt: skip
+def test_agent_of_out_refuses_what_is_not_an_out_stream(key: str) -> None:
+    assert K.agent_of_out(key) is None

@@ -10,7 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES, Envelope, decode
-from protocols.keys import AGENT_ID_PATTERN, STREAM_FIELD
+from protocols.keys import AGENT_ID_PATTERN, STREAM_FIELD, Keys
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
@@ -80,3 +80,18 @@ def test_the_example_messages_are_valid_messages() -> None:
     for example in examples:
         validator.validate(example)
         decode(json.dumps(example))  # and the hub's own decoder takes it
+
+
+def test_the_key_examples_are_the_keys_the_code_builds() -> None:
+    keys = Keys("cb:")
+    table = DOC[DOC.index("## Keys and who may touch them") : DOC.index("An **agent id**")]
+    for built in (
+        keys.out("specialist-build"),
+        keys.inbox("specialist-build"),
+        keys.done("specialist-build", "run-1:CUE-1:1:done"),
+        keys.broadcast,
+        keys.dead,
+        keys.audit,
+    ):
+        assert f"| `{built}` |" in table
+    assert f"XADD {keys.out('specialist-build')} * {STREAM_FIELD} " in DOC

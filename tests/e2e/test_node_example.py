@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from callboard.conformance import ALL_CHECKS
+from callboard.acl import render
+from callboard.conformance import ALL_CHECKS, Timing, run_kit
 from callboard.embedded import EmbeddedServer
 from protocols.codec import Envelope, decode
 from protocols.keys import Keys
@@ -60,6 +61,24 @@ def test_the_node_specialist_passes_the_conformance_kit(
     report = json.loads(done.stdout)
     assert [c["check"] for c in report["checks"]] == list(ALL_CHECKS)
     assert all(c["passed"] for c in report["checks"]), report
+
+
+async def test_the_node_specialist_needs_only_the_rights_protocol_md_gives_it(
+    node: str, tmp_path: Path
+) -> None:
+    # A server that knows only the users `callboard acl` writes: the agent runs with its own
+    # credentials, the kit (standing in for the hub) with the hub's.
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text(render(["node-acl"], "cb:", {"hub": "hub-pw", "node-acl": "node-pw"}))
+    with EmbeddedServer(aclfile=str(aclfile)) as server:
+        agent_url = f"redis://node-acl:node-pw@127.0.0.1:{server.port}/0"
+        with processes({**child_env(server, "cb:"), "REDIS_URL": agent_url}, tmp_path) as procs:
+            agent = procs.spawn("node-acl", [node, str(SPECIALIST), "node-acl"])
+            hub_url = f"redis://hub:hub-pw@127.0.0.1:{server.port}/0"
+            timing = Timing(settle_s=0.5)
+            report = await run_kit(hub_url, "node-acl", prefix="cb:", timing=timing)
+            assert agent.poll() is None, procs.log("node-acl")
+    assert [(r.check, r.detail) for r in report.results if not r.passed] == []
 
 
 @pytest.fixture

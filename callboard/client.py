@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+from callboard.profiles import DEFAULT_URL
 
 
 class ApiError(Exception):
@@ -30,10 +31,20 @@ class Unreachable(Exception):
 
 
 class Client:
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, timeout_s: float = 30.0):
+    """One method per route of the hub's API (routes.py maps each route to its command)."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -48,13 +59,41 @@ class Client:
             raise Unreachable(f"no hub at {self.url}: {exc}") from None
         return _answer(response)
 
-    # -- the calls the CLI makes ---------------------------------------------------------
+    # -- cuelists --------------------------------------------------------------------------
     def submit(self, text: str, content_type: str = "application/yaml") -> dict[str, Any]:
-        stored: dict[str, Any] = self.request(
-            "POST", "/v1/cuelists", content=text.encode(), headers={"Content-Type": content_type}
-        )
-        return stored
+        return _dict(
+            self.request(
+                "POST", "/v1/cuelists", content=text.encode(),
+                headers={"Content-Type": content_type},
+            )
+        )  # fmt: skip
 
+    def check(
+        self, text: str, content_type: str = "application/yaml", strict: bool = False
+    ) -> dict[str, Any]:
+        """POST /v1/cuelists/validate: the hub's checks, nothing stored."""
+        return _dict(
+            self.request(
+                "POST", "/v1/cuelists/validate", content=text.encode(),
+                headers={"Content-Type": content_type}, params={"strict": strict},
+            )
+        )  # fmt: skip
+
+    def cuelists(self) -> dict[str, Any]:
+        return _dict(self.request("GET", "/v1/cuelists"))
+
+    def cuelist(self, name: str) -> dict[str, Any]:
+        return _dict(self.request("GET", f"/v1/cuelists/{_seg(name)}"))
+
+    def delete_cuelist(self, name: str, version: str | None = None) -> dict[str, Any]:
+        params = {"version": version} if version else {}
+        return _dict(self.request("DELETE", f"/v1/cuelists/{_seg(name)}", params=params))
+
+    def schedule(self, name: str, action: str) -> dict[str, Any]:
+        """`pause` or `resume` the cuelist's schedule."""
+        return _dict(self.request("POST", f"/v1/cuelists/{_seg(name)}/schedule/{action}"))
+
+    # -- runs ------------------------------------------------------------------------------
     def start_run(
         self,
         cuelist: str,
@@ -69,22 +108,99 @@ class Client:
         return str(self.request("POST", "/v1/runs", json=body, headers=headers)["run_id"])
 
     def run(self, run_id: str) -> dict[str, Any]:
-        run: dict[str, Any] = self.request("GET", f"/v1/runs/{run_id}")
-        return run
+        return _dict(self.request("GET", f"/v1/runs/{_seg(run_id)}"))
+
+    def runs_page(
+        self, limit: int = 20, cuelist: str | None = None, status: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if cuelist:
+            params["cuelist"] = cuelist
+        if status:
+            params["status"] = status
+        return _dict(self.request("GET", "/v1/runs", params=params))
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
-        runs: list[dict[str, Any]] = self.request("GET", "/v1/runs", params={"limit": limit})[
-            "data"
-        ]
+        runs: list[dict[str, Any]] = self.runs_page(limit)["data"]
         return runs
 
     def go(self, run_id: str, cue_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("POST", f"/v1/runs/{run_id}/cues/{cue_id}/go")
-        return result
+        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/go"))
+
+    def retry(self, run_id: str, cue_id: str) -> dict[str, Any]:
+        path = f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/retry"
+        return _dict(self.request("POST", path))
+
+    def rerun(self, run_id: str, from_failure: bool = False) -> dict[str, Any]:
+        body = {"from_failure": from_failure}
+        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/rerun", json=body))
+
+    def condition(self, run_id: str, name: str) -> dict[str, Any]:
+        path = f"/v1/runs/{_seg(run_id)}/conditions/{_seg(name)}"
+        return _dict(self.request("POST", path))
+
+    def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
+        body = {"reason": reason} if reason else None
+        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/cancel", json=body))
+
+    def budget(self, run_id: str, limits: dict[str, Any]) -> dict[str, Any]:
+        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/budget", json=limits))
+
+    def context(
+        self, run_id: str, tag: str | None = None, source: str | None = None
+    ) -> dict[str, Any]:
+        params = {k: v for k, v in (("tag", tag), ("source", source)) if v}
+        return _dict(self.request("GET", f"/v1/runs/{_seg(run_id)}/context", params=params))
+
+    # -- agents, escalations, broadcasts, wiring, dead letters, health, metrics --------------
+    def agents_page(self) -> dict[str, Any]:
+        return _dict(self.request("GET", "/v1/agents"))
 
     def agents(self) -> list[dict[str, Any]]:
-        agents: list[dict[str, Any]] = self.request("GET", "/v1/agents")["data"]
+        agents: list[dict[str, Any]] = self.agents_page()["data"]
         return agents
+
+    def escalations(
+        self, status: str | None = None, run_id: str | None = None, limit: int = 200
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if run_id:
+            params["run_id"] = run_id
+        return _dict(self.request("GET", "/v1/escalations", params=params))
+
+    def resolve(
+        self, esc_id: str, winner: str | None = None, note: str | None = None
+    ) -> dict[str, Any]:
+        body = {k: v for k, v in (("winner", winner), ("note", note)) if v}
+        return _dict(self.request("POST", f"/v1/escalations/{_seg(esc_id)}/resolve", json=body))
+
+    def broadcast(self, message_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        body = {"message_type": message_type, "payload": payload}
+        return _dict(self.request("POST", "/v1/broadcasts", json=body))
+
+    def wiring(self) -> dict[str, Any]:
+        return _dict(self.request("GET", "/v1/wiring"))
+
+    def wiring_mermaid(self) -> str:
+        return self._text("/v1/wiring", params={"format": "mermaid"})
+
+    def deadletters(self, limit: int = 100, before: str | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if before:
+            params["before"] = before
+        return _dict(self.request("GET", "/v1/deadletters", params=params))
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """GET /healthz: (status code, body); a 503 is an answer here, not a refusal."""
+        try:
+            response = self.http.get("/healthz")
+        except httpx.TransportError as exc:
+            raise Unreachable(f"no hub at {self.url}: {exc}") from None
+        if response.status_code == 503:
+            return 503, _dict(response.json())
+        return response.status_code, _dict(_answer(response))
 
     def healthy(self) -> bool:
         try:
@@ -92,34 +208,77 @@ class Client:
         except httpx.TransportError:
             return False
 
-    def events(self, run_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    def metrics(self) -> str:
+        return self._text("/metrics")
+
+    def _text(self, path: str, **kwargs: Any) -> str:
+        try:
+            response = self.http.get(path, **kwargs)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"no hub at {self.url}: {exc}") from None
+        if response.status_code >= 400:
+            _answer(response)
+        return response.text
+
+    def events(
+        self, run_id: str, last_event_id: str | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """The run's server-sent events as (event name, data) until the hub ends the stream."""
+        for _id, name, data in self.event_entries(run_id, last_event_id):
+            yield name, data
+
+    def event_entries(
+        self, run_id: str, last_event_id: str | None = None
+    ) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
+        """Like `events`, with each event's id (for Last-Event-ID)."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
         try:
             with self.http.stream(
-                "GET", f"/v1/runs/{run_id}/events", timeout=httpx.Timeout(30.0, read=None)
-            ) as response:
+                "GET", f"/v1/runs/{_seg(run_id)}/events", headers=headers,
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:  # fmt: skip
                 if response.status_code >= 400:
                     response.read()
                     _answer(response)
-                yield from parse_sse(response.iter_lines())
+                yield from parse_sse_entries(response.iter_lines())
         except httpx.TransportError as exc:
             raise Unreachable(f"event stream from {self.url} broke: {exc}") from None
 
 
+def _seg(value: str) -> str:
+    """One path segment: a `/` or `?` in a name must not change the route."""
+    return quote(value, safe="")
+
+
+def _dict(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(200, f"expected a JSON object, got {type(body).__name__}")
+    return body
+
+
 def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Minimal text/event-stream parsing: `event:` and `data:` fields, blank line ends one."""
+    for _id, name, data in parse_sse_entries(lines):
+        yield name, data
+
+
+def parse_sse_entries(lines: Iterator[str]) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
+    """(id, event name, data) per event; `id:` is what a client resumes from."""
+    entry_id: str | None = None
     name, data = "message", list[str]()
     for line in lines:
         if not line:
             if data:
-                yield name, json.loads("\n".join(data))
-            name, data = "message", list[str]()
+                yield entry_id, name, json.loads("\n".join(data))
+            entry_id, name, data = None, "message", list[str]()
         elif line.startswith(":"):
             continue
         elif line.startswith("event:"):
             name = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].lstrip())
+        elif line.startswith("id:"):
+            entry_id = line[3:].strip()
 
 
 def _answer(response: httpx.Response) -> Any:

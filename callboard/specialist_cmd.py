@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -15,8 +17,13 @@ import typer
 import yaml
 
 from protocols.contracts import Contract
+from protocols.keys import DEFAULT_PREFIX
 from protocols.settings import Settings
 from specialists.builtin import load
+
+# Shown in --help; the same defaults as protocols.settings.Settings.
+DEFAULT_REDIS_URL = str(Settings.model_fields["redis_url"].default)
+DEFAULT_API_URL = str(Settings.model_fields["api_url"].default)
 
 
 def read_contract(path: Path) -> Contract:
@@ -30,6 +37,14 @@ def read_contract(path: Path) -> Contract:
         raise ValueError(f"{path}: a contract must be a mapping")
     data = {k: v for k, v in data.items() if k not in ("id", "name")}
     return Contract.model_validate(data)
+
+
+def importable_here() -> None:
+    """Put the current directory first on the import path, as `python -m` and `python
+    script.py` do, so `callboard specialist mymodule:Class` finds ./mymodule.py."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def specialist(
@@ -51,14 +66,43 @@ def specialist(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", envvar="CALLBOARD_LOG_LEVEL")] = "INFO",
+    redis_url: Annotated[
+        str,
+        typer.Option("--redis-url", envvar="REDIS_URL", help="the Redis the hub uses"),
+    ] = DEFAULT_REDIS_URL,
+    prefix: Annotated[
+        str,
+        typer.Option("--prefix", envvar="CALLBOARD_PREFIX", help="the hub's key prefix"),
+    ] = DEFAULT_PREFIX,
+    api_url: Annotated[
+        str,
+        typer.Option(
+            "--api-url", envvar="CALLBOARD_API_URL", help="the hub's API (to read a run's context)"
+        ),
+    ] = DEFAULT_API_URL,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="CALLBOARD_API_KEY", help="the hub's API key, if any"),
+    ] = None,
 ) -> None:
-    """Run one specialist replica until SIGTERM/SIGINT or a broadcast.shutdown drains it."""
+    """Run one specialist replica until SIGTERM/SIGINT or a broadcast.shutdown drains it.
+
+    To join a cluster that `callboard up` started, copy the `export ...` line it prints
+    (REDIS_URL, CALLBOARD_PREFIX, CALLBOARD_API_URL). KIND `module:Class` is imported with
+    the current directory on the import path, as `python -m` does.
+    """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    importable_here()
     try:
         cls = load(kind)
-        settings = Settings() if prefetch is None else Settings(prefetch=prefetch)
+        given: dict[str, object] = {
+            "redis_url": redis_url, "prefix": prefix, "api_url": api_url, "api_key": api_key,
+        }  # fmt: skip
+        if prefetch is not None:
+            given["prefetch"] = prefetch
+        settings = Settings.model_validate(given)
         spec = cls(
             agent,
             replica,

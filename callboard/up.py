@@ -1,18 +1,20 @@
 """`callboard up`: a local cluster: embedded server (unless REDIS_URL), hub, echo specialists.
 
-Each piece is its own process. It submits the example cuelists, runs the demo with a live
-table, prints where the API is, and stays up until Ctrl-C / SIGTERM, then stops every
-process it started (specialists first, then the hub, then the server).
+Each piece is its own process. It refuses a port something already listens on (`--port 0`
+picks a free one), talks only to the hub it started (cluster.py), keeps its state in a
+data folder (`--data`, default `.callboard/`: the server's AOF and every log), says what
+it is doing while it starts, submits the example cuelists, runs the demo with a live table,
+prints the lines that let another shell join, and stays up until Ctrl-C / SIGTERM; then it
+stops every process it started (specialists first, then the hub, then the server).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,13 +23,15 @@ import yaml
 from rich.console import Console
 
 from callboard.client import ApiError, Client, Unreachable
+from callboard.cluster import Cluster, DataDir, UpError, log_name, port_taken, wait_for_own_hub
 from callboard.commands.live import watch
-from callboard.embedded import EmbeddedServer
+from callboard.embedded import EmbeddedServer, free_port
+from protocols.keys import DEFAULT_PREFIX
+from protocols.outage import redacted
 
-console = Console()
+console = Console(highlight=False)
 PACKAGE_CUELISTS = Path(__file__).resolve().parents[1] / "cuelists"
-READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 60.0
 
 
 def agents_of(paths: list[Path]) -> list[str]:
@@ -46,54 +50,23 @@ def agents_of(paths: list[Path]) -> list[str]:
     return list(found)
 
 
-class Cluster:
-    """The processes `up` started, stopped in reverse order."""
-
-    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
-        self.log_dir = log_dir
-        self.env = env
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.server: EmbeddedServer | None = None
-
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen(
-            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        self.procs.append((name, proc))
-        return proc
-
-    def dead(self) -> list[str]:
-        return [name for name, proc in self.procs if proc.poll() is not None]
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for _, proc in reversed(self.procs):
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.procs.clear()
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+def join_lines(redis_url: str, url: str, prefix: str) -> list[str]:
+    """What a user pastes into another shell to join this cluster."""
+    return [
+        f"export REDIS_URL={redis_url} CALLBOARD_URL={url} CALLBOARD_API_URL={url} "
+        f"CALLBOARD_PREFIX={prefix}",
+        "callboard specialist mymodule:MyClass --agent my-agent   # your own specialist",
+    ]
 
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _wait_ready(client: Client, cluster: Cluster, agents: list[str]) -> None:
+def _wait_registered(client: Client, cluster: Cluster, agents: list[str]) -> None:
+    """A nicer demo: every specialist registered before the first run."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not client.healthy():
-        if cluster.dead() or time.monotonic() > deadline:
-            raise RuntimeError(f"the hub did not come up; see {cluster.log_dir}/hub.log")
-        time.sleep(0.1)
-    while time.monotonic() < deadline:  # nicer demo: every specialist registered
+    while time.monotonic() < deadline and not cluster.dead():
         registered = {a["agent"] for a in client.agents() if a["replicas"]}
         if set(agents) <= registered:
             return
@@ -101,39 +74,86 @@ def _wait_ready(client: Client, cluster: Cluster, agents: list[str]) -> None:
 
 
 def up(
-    port: Annotated[int, typer.Option(help="the hub's API port")] = 8080,
+    port: Annotated[
+        int, typer.Option(help="the hub's API port; 0 picks a free one", min=0, max=65535)
+    ] = 8080,
+    data: Annotated[
+        Path, typer.Option(help="state (the server's AOF) and logs, kept between runs")
+    ] = Path(".callboard"),
     cuelists: Annotated[Path | None, typer.Option(help="folder of example cuelists")] = None,
     demo: Annotated[str, typer.Option(help="the cuelist file to run as the demo")] = "demo.yaml",
     exit_after_demo: Annotated[bool, typer.Option("--exit-after-demo")] = False,
     redis_url: Annotated[str | None, typer.Option(envvar="REDIS_URL", hidden=True)] = None,
 ) -> None:
-    """A local cluster running the demo cuelist; Ctrl-C stops everything it started."""
+    """A local cluster running the demo cuelist; Ctrl-C stops everything it started.
+
+    Its state (the embedded server's append-only file) and logs are kept in --data, so
+    runs and cuelists survive a restart; delete the folder to start afresh."""
     folder = cuelists or (Path("cuelists") if Path("cuelists").is_dir() else PACKAGE_CUELISTS)
     files = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
     if not files:
         console.print(f"[red]error:[/] no cuelists in {folder}")
         raise typer.Exit(2)
+    if port == 0:
+        port = free_port()
+        console.print(f"--port 0: the hub takes free port {port}")
+    elif port_taken(port):
+        console.print(
+            f"[red]error:[/] port {port} is taken (another callboard up or hub, or another "
+            "program); nothing was started. Use --port N, or --port 0 for a free one"
+        )
+        raise typer.Exit(2)
+    try:
+        store = DataDir(data.resolve()).lock()
+    except UpError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    try:
+        raise typer.Exit(_run(port, store, files, demo, exit_after_demo, redis_url))
+    finally:
+        store.unlock()
+
+
+def _run(
+    port: int, store: DataDir, files: list[Path], demo: str, exit_after_demo: bool,
+    redis_url: str | None,
+) -> int:  # fmt: skip
     demo_file = next((f for f in files if f.name == demo), files[0])
     agents = agents_of(files)
-    log_dir = Path(tempfile.mkdtemp(prefix="callboard-up-"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cluster = Cluster(log_dir, env)
-    signal.signal(signal.SIGTERM, _interrupt)
     url = f"http://127.0.0.1:{port}"
-    status = "failed"
+    hub_id = f"up-{uuid.uuid4().hex[:12]}"
+    prefix = os.environ.get("CALLBOARD_PREFIX") or DEFAULT_PREFIX
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CALLBOARD_API_URL": url}
+    cluster = Cluster(store.logs, env)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if not redis_url:
-            cluster.server = EmbeddedServer(appendonly=True).start()
+            console.print(f"starting the embedded server (state in {store.redis}) ...")
+            cluster.server = EmbeddedServer(appendonly=True, data_dir=str(store.redis)).start()
             redis_url = cluster.server.url
-            console.print(f"embedded server {cluster.server.binary} at {redis_url}")
+            console.print(f"  {cluster.server.binary} at {redis_url}")
         env["REDIS_URL"] = redis_url
-        cluster.spawn("hub", [sys.executable, "-m", "hub.main", "--port", str(port)])
-        for agent in agents:
-            argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
-            cluster.spawn(f"specialist-{agent}", argv)
-        console.print(f"hub and {len(agents)} specialists starting; logs in {log_dir}")
+        console.print(f"starting the hub on port {port} (logs in {store.logs}) ...")
+        hub = cluster.spawn(
+            "hub", [sys.executable, "-m", "hub.main", "--port", str(port)], CALLBOARD_HUB_ID=hub_id
+        )
         with Client(url, os.environ.get("CALLBOARD_API_KEY")) as client:
-            _wait_ready(client, cluster, agents)
+            try:
+                wait_for_own_hub(client, hub_id, lambda: hub.poll() is None, READY_TIMEOUT_S)
+            except UpError as exc:
+                tail = cluster.log_tail("hub")
+                raise UpError(f"{exc}\n{tail}" if tail else str(exc)) from None
+            before = client.runs_page(1000)["count"]
+            if before:
+                runs = f"{before} run{'s' if before != 1 else ''}"
+                console.print(f"  state kept from before: {runs} (in {store.root})")
+            console.print(
+                f"starting {len(agents)} specialists: {', '.join(agents)} ...", soft_wrap=True
+            )
+            for agent in agents:
+                argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
+                cluster.spawn(log_name(agent), argv)
+            _wait_registered(client, cluster, agents)
             names = {}
             for path in files:
                 stored = client.submit(path.read_text())
@@ -141,23 +161,29 @@ def up(
                 console.print(f"submitted {stored['name']} {stored['version'][:12]}")
             run_id = client.start_run(names[demo_file])
             final = watch(client, run_id, console)
-            status = final["status"]
-        console.print(f"demo {names[demo_file]}: [bold]{status}[/]")
-        console.print(f"API: {url}/v1   docs: {url}/docs   metrics: {url}/metrics")
+            status = str(final["status"])
+        console.print(f"the demo ({names[demo_file]}) finished: [bold]{status}[/]")
+        console.print(
+            f"desk: {url}/   API: {url}/v1   docs: {url}/docs   metrics: {url}/metrics",
+            soft_wrap=True,
+        )
+        console.print("to join from another shell:")
+        for line in join_lines(redacted(redis_url), url, prefix):
+            console.print(f"  {line}", soft_wrap=True)
         if exit_after_demo:
-            raise typer.Exit(0 if status == "success" else 1)
+            return 0 if status == "success" else 1
         console.print("running; Ctrl-C stops everything")
         while not cluster.dead():
             time.sleep(0.5)
-        console.print(f"[red]stopped:[/] {', '.join(cluster.dead())} exited; see {log_dir}")
-        raise typer.Exit(1)
-    except typer.Exit:
-        raise
+        dead = ", ".join(cluster.dead())
+        console.print(f"[red]stopped:[/] {dead} exited; see {store.logs}")
+        return 1
     except KeyboardInterrupt:
         console.print("stopping")
-    except (ApiError, Unreachable, RuntimeError) as exc:
+        return 0
+    except (ApiError, Unreachable, UpError) as exc:
         console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        return 2
     finally:
         cluster.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

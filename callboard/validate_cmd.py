@@ -1,7 +1,7 @@
 """`callboard validate FILE...` and `callboard schema`: check cuelists offline, print the schema.
 
 Exit codes of validate: 0 every file valid, 1 some file invalid, 2 some file unusable
-(missing, unreadable, not UTF-8).
+(missing, unreadable, not UTF-8, over the size limit).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 
 from protocols.cuelist import Cuelist
-from protocols.issues import Issue
 from protocols.loader import MAX_BYTES
 from protocols.validation import Report, validate_text
 
@@ -40,10 +39,10 @@ def check_files(files: list[Path], *, strict: bool = False, as_json: bool = Fals
     code = VALID
     for path in files:
         name = str(path)
-        raw, problem = _read(path)
+        raw, problem, why = _read(path)
         if raw is None:
             code = UNUSABLE
-            unusable = {"code": "unusable", "message": problem, "severity": "error"}
+            unusable = {"code": why, "message": problem, "severity": "error"}
             results.append(
                 {
                     "file": name,
@@ -57,11 +56,7 @@ def check_files(files: list[Path], *, strict: bool = False, as_json: bool = Fals
             if not as_json:
                 typer.secho(f"{name}: cannot use: {problem}", err=True, fg="red")
             continue
-        if len(raw) > MAX_BYTES:  # cut at MAX_BYTES + 1 by _read: an ordinary invalid file
-            issue = Issue(code="too_large", message=f"over the {MAX_BYTES}-byte limit", file=name)
-            report = Report(None, [issue], file=name)
-        else:
-            report = validate_text(raw, file=name, strict=strict)
+        report = validate_text(raw, file=name, strict=strict)
         if not report.valid and code == VALID:
             code = INVALID
         results.append(report.to_dict())
@@ -72,9 +67,10 @@ def check_files(files: list[Path], *, strict: bool = False, as_json: bool = Fals
     return code
 
 
-def _read(path: Path) -> tuple[str | None, str]:
-    """The text of a file (at most MAX_BYTES + 1 bytes of it), or None and why it cannot
-    be used."""
+def _read(path: Path) -> tuple[str | None, str, str]:
+    """The text of a file, or None, why it cannot be used and a code for that: a file over
+    the size limit is unusable input (like one that is not text), not an invalid cuelist;
+    only MAX_BYTES + 1 bytes are read to find out."""
     try:
         if str(path) == "-":
             data = sys.stdin.buffer.read(MAX_BYTES + 1)
@@ -82,15 +78,17 @@ def _read(path: Path) -> tuple[str | None, str]:
             with path.open("rb") as handle:
                 data = handle.read(MAX_BYTES + 1)
     except FileNotFoundError:
-        return None, "no such file"
+        return None, "no such file", "unusable"
     except IsADirectoryError:
-        return None, "a directory, not a file"
+        return None, "a directory, not a file", "unusable"
     except OSError as exc:
-        return None, exc.strerror or str(exc)
+        return None, exc.strerror or str(exc), "unusable"
+    if len(data) > MAX_BYTES:
+        return None, f"over the {MAX_BYTES}-byte limit of a cuelist", "too_large"
     try:
-        return data.decode("utf-8"), ""
+        return data.decode("utf-8"), "", ""
     except UnicodeDecodeError as exc:
-        return None, f"not UTF-8 text (byte {exc.start})"
+        return None, f"not UTF-8 text (byte {exc.start})", "unusable"
 
 
 def _print(report: Report) -> None:

@@ -23,6 +23,7 @@ from hub.scheduler import Scheduler
 from hub.store import Stores
 from protocols.errors import StaleLeader
 from protocols.messages import MessageType
+from protocols.outage import is_unreachable, one_line
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
 from protocols.states import CueState, Phase
@@ -126,6 +127,11 @@ class Hub:
                     exc = task.exception()
                     if isinstance(exc, StaleLeader):
                         log.warning("hub %s: %s; following again", self.hub_id, exc)
+                    elif exc is not None and is_unreachable(exc):  # a line, not a traceback
+                        log.warning(
+                            "hub %s: task %s lost Redis (%s); following again",
+                            self.hub_id, task.get_name(), one_line(exc),
+                        )  # fmt: skip
                     else:
                         log.error("hub task %s crashed", task.get_name(), exc_info=exc)
         finally:

@@ -48,12 +48,16 @@ class CueGraph:
 
     @classmethod
     def build(
-        cls, nodes: Sequence[CueNode], start: Sequence[str] | None = None
-    ) -> tuple[CueGraph | None, list[Issue]]:
-        """Check the structure; returns the graph (None when there are errors) and the issues."""
+        cls, nodes: Sequence[CueNode], start: Sequence[str] | None = None,
+        *, start_written: bool | None = None,
+    ) -> tuple[CueGraph | None, list[Issue]]:  # fmt: skip
+        """Check the structure; returns the graph (None when there are errors) and the issues.
+        `start_written`: whether the user wrote `start` (the model fills it in), so an error
+        names the key that is in the file."""
         graph, index, issues = _structure(nodes)
         entries = tuple(start) if start else (nodes[0].id,) if nodes else ()
-        issues += _check_entries(graph, index, entries)
+        written = bool(start) if start_written is None else start_written
+        issues += _check_entries(graph, index, entries, nodes, explicit=written)
         try:
             generations = [
                 tuple(sorted(gen, key=index.__getitem__))
@@ -166,7 +170,14 @@ def _structure(nodes: Sequence[CueNode]) -> tuple[nx.DiGraph, dict[str, int], li
     return graph, index, issues
 
 
-def _check_entries(graph: nx.DiGraph, index: dict[str, int], entries: Sequence[str]) -> list[Issue]:
+def _check_entries(
+    graph: nx.DiGraph, index: dict[str, int], entries: Sequence[str],
+    nodes: Sequence[CueNode], *, explicit: bool,
+) -> list[Issue]:  # fmt: skip
+    """Entry cues must have no predecessors. An error names what the user wrote: `start`
+    when it was given; otherwise the edge into the first cue (its `depends_on`, or the
+    `auto_follow` that leads to it), and nothing at all when that edge is part of a cycle,
+    which is reported on its own."""
     issues = []
     for cue in entries:
         if cue not in index:
@@ -174,12 +185,29 @@ def _check_entries(graph: nx.DiGraph, index: dict[str, int], entries: Sequence[s
             issues.append(error("unknown_cue", message, key="start"))
             continue
         before = sorted(graph.predecessors(cue), key=index.__getitem__)
-        if before:
+        if not before:
+            continue
+        listed = ", ".join(before)
+        if explicit:
             message = (
-                f"entry cue {cue} has predecessors {', '.join(before)}: entry cues fire when the "
-                "run starts, so nothing may come before them (start defaults to the first cue)"
+                f"entry cue {cue} has predecessors {listed}: entry cues fire when the run "
+                "starts, so nothing may come before them"
             )
             issues.append(error("entry_has_predecessors", message, cue=cue, key="start"))
+            continue
+        if any(nx.has_path(graph, cue, p) for p in before):
+            continue  # the cycle's own error says it
+        message = (
+            f"{cue} is the entry cue (the first cue, as there is no start:) but has "
+            f"predecessors {listed}: declare an entry cue first, or list entry cues in start:"
+        )
+        deps = next(n.depends_on for n in nodes if n.id == cue)
+        if any(p in deps for p in before):
+            issues.append(error("entry_has_predecessors", message, cue=cue, key="depends_on"))
+        else:
+            issues.append(
+                error("entry_has_predecessors", message, cue=before[0], key="auto_follow")
+            )
     return issues
 
 

@@ -99,6 +99,10 @@ def load_cuelist(
     return report.cuelist, report.version
 
 
+# Keys that only exist at the top level, though an issue about them may name a cue.
+TOP_LEVEL_ONLY = frozenset({"start"})
+
+
 def _validate(doc: Document, file: str | None, strict: bool) -> Report:
     with paused_gc():
         return _finish(_checked(doc, strict), file)
@@ -126,7 +130,10 @@ def _checked(doc: Document, strict: bool) -> Report:
         issues += [i for i in found if not (duplicates and i.code == "duplicate_id")]
     nodes = nodes_of(model) if model else _raw_nodes(cues)
     start = model.start if model else _raw_start(data.get("start"))
-    graph, graph_issues = CueGraph.build(nodes, start) if nodes else (None, [])
+    written = data.get("start") is not None
+    graph, graph_issues = (
+        CueGraph.build(nodes, start, start_written=written) if nodes else (None, [])
+    )
     later = list(graph_issues)
     if model is not None and graph is not None:
         later += _handoff_issues(model) + _operator_warnings(model, graph)
@@ -214,7 +221,9 @@ def _place(issue: Issue, positions: dict[str, int], lines: LineMap, strict: bool
         update["severity"] = "error"
     if issue.line is None:
         key = (issue.key or "").split(".")[0].split("[")[0] or None
-        if issue.cue is not None:
+        if key in TOP_LEVEL_ONLY:  # e.g. `start` naming a cue: the line of `start:` itself
+            update["line"] = lines.top.get(key)
+        elif issue.cue is not None:
             index = positions.get(issue.cue)
             update["line"] = lines.cue(index, key) if index is not None else None
         elif key is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 from protocols.codec import Envelope
 from protocols.contracts import Contract
 from protocols.keys import is_agent_id
+from protocols.outage import Outage, is_unreachable, one_line, redacted
 from protocols.payloads import BroadcastNotice, TaskHandoff
 from protocols.process import tune_gc
 from protocols.settings import Settings
@@ -72,6 +74,7 @@ class Specialist:
         self._transport = transport
         self._runtime: Any = None
         self._stop_reason: str | None = None
+        self._stopped: asyncio.Event | None = None
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -114,15 +117,57 @@ class Specialist:
             max_message_bytes=settings.max_message_bytes,
             max_deliveries=settings.max_deliveries,
         )
-        self._runtime = Runtime(self, transport)
+        self._stopped = stopped = asyncio.Event()
         if self._stop_reason is not None:
-            self._runtime.stop(self._stop_reason)
+            stopped.set()
         try:
+            if not await self._reach_redis(transport, stopped):
+                return  # stopped while Redis was out of reach: nothing to drain
+            self._runtime = Runtime(self, transport)
+            if self._stop_reason is not None:
+                self._runtime.stop(self._stop_reason)
             await self._runtime.run()
         finally:
             self._runtime = None
             if self._transport is None:
                 await transport.close()
+
+    async def _reach_redis(self, transport: Transport, stopped: asyncio.Event) -> bool:
+        """Wait until Redis answers (False if stopped first): one log line while it does
+        not, retries backing off, instead of a traceback (REDIS_URL wrong, Redis not up).
+        Each try is one quick attempt (the transport's own retries off): this loop waits."""
+        outage = Outage()
+        where = redacted(self.settings.redis_url)
+        inbox = self.settings.keys.inbox(self.agent_id)
+        retry_s, transport.retry_s = transport.retry_s, 0.0
+        try:
+            while not stopped.is_set():
+                # the first thing the replica does anyway (idempotent): is Redis there?
+                attempt = asyncio.ensure_future(transport.ensure_group(inbox, self.agent_id))
+                halt = asyncio.ensure_future(stopped.wait())
+                await asyncio.wait({attempt, halt}, return_when=asyncio.FIRST_COMPLETED)
+                halt.cancel()
+                if not attempt.done():
+                    attempt.cancel()
+                    break
+                exc = attempt.exception()
+                if exc is None:
+                    if outage.ok():
+                        log.info("%s/%s: Redis at %s answers", self.agent_id, self.replica, where)
+                    return True
+                if not is_unreachable(exc):
+                    raise exc
+                delay_s, say = outage.fail()
+                if say:
+                    log.error(
+                        "%s/%s: Redis at %s is unreachable (%s); retrying (REDIS_URL sets it)",
+                        self.agent_id, self.replica, where, one_line(exc),
+                    )  # fmt: skip
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), delay_s)
+            return False
+        finally:
+            transport.retry_s = retry_s
 
     @property
     def state(self) -> str:
@@ -132,6 +177,8 @@ class Specialist:
     def stop(self, reason: str = "stopped") -> None:
         """Drain: stop reading, finish work in progress, send status.offline, return."""
         self._stop_reason = reason
+        if self._stopped is not None:
+            self._stopped.set()
         if self._runtime is not None:
             self._runtime.stop(reason)
 
@@ -164,7 +211,14 @@ def main(specialist: Specialist) -> int:
     except asyncio.CancelledError:
         log.warning("%s/%s stopped without draining", specialist.agent_id, specialist.replica)
         return 1
-    except Exception:
-        log.exception("specialist %s/%s crashed", specialist.agent_id, specialist.replica)
+    except Exception as exc:
+        if not is_unreachable(exc):
+            log.exception("specialist %s/%s crashed", specialist.agent_id, specialist.replica)
+            return 1
+        log.error(
+            "specialist %s/%s stopped: Redis at %s is unreachable (%s)",
+            specialist.agent_id, specialist.replica,
+            redacted(specialist.settings.redis_url), one_line(exc),
+        )  # fmt: skip
         return 1
     return 0

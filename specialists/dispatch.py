@@ -177,7 +177,7 @@ class Dispatcher:
             cue.prepare_error = "preparation was cancelled"
             raise
         except Exception as exc:
-            log.warning("prepare of %r failed: %s", cue, exc)
+            log.warning("prepare of %r failed: %s", cue, exc, exc_info=True)
             cue.prepare_error = f"{type(exc).__name__}: {exc}"
         finally:
             self.preps.pop(key, None)

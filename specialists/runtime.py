@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from protocols.codec import Envelope
 from protocols.errors import TransportError
 from protocols.messages import MessageType
+from protocols.outage import Outage
 from protocols.payloads import StatusOffline, StatusOnline
 from protocols.transport import Delivery, Transport
 from specialists.batching import Coalescer
@@ -78,6 +79,7 @@ class Runtime:
         self._change = asyncio.Event()
         self._slot_queue: collections.deque[asyncio.Future[None]] = collections.deque()
         self.crash: BaseException | None = None
+        self.outage = Outage(remind_s=60.0)  # Redis trouble: what the loops have said of it
         self.dispatch = Dispatcher(self)
 
     # -- writes --------------------------------------------------------------------------
@@ -286,6 +288,8 @@ class Runtime:
             except TransportError as exc:
                 await self._backoff("read", exc)
                 continue
+            if self.outage.down and self.outage.ok():
+                log.info("%s/%s reads again", self.group, self.consumer)
             for delivery in got:
                 self.accept(delivery)
 
@@ -334,5 +338,8 @@ class Runtime:
                 await self.dispatch.broadcast(delivery)
 
     async def _backoff(self, what: str, exc: Exception) -> None:
-        log.warning("%s/%s %s failed: %s; retrying", self.group, self.consumer, what, exc)
+        """One line per outage (and a reminder a minute), not one per loop and try."""
+        _, say = self.outage.fail()
+        if say:
+            log.warning("%s/%s %s failed: %s; retrying", self.group, self.consumer, what, exc)
         await asyncio.sleep(0.5)

@@ -3,6 +3,7 @@ completion in one atomic write; `Retry`, `Reject` and failures reported as PROTO
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from protocols.codec import Envelope, encode
@@ -15,6 +16,7 @@ from specialists.errors import Reject, Retry
 if TYPE_CHECKING:
     from specialists.dispatch import Dispatcher
 
+log = logging.getLogger("callboard.specialists")
 COMPLETED = "__completed__"  # done-marker set once an attempt's completion is published
 
 
@@ -55,6 +57,8 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
                 await rt.transport.dead_letter(d, f"rejected: {exc.reason}", rt.group)
                 return False
             except Exception as exc:
+                # the hub gets one line; the traceback goes to this replica's own log
+                log.exception("execute of %r failed", cue)
                 await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
                 return True
     marker = rt.markers.set_command(cue.token(COMPLETED))

@@ -54,11 +54,14 @@ def test_unusable_input_exits_2(tmp_path: Path, bad: Path) -> None:
     assert runner.invoke(app, ["validate", str(bad), str(tmp_path / "nope")]).exit_code == 2
 
 
-def test_over_the_size_limit_is_invalid(tmp_path: Path) -> None:
+def test_over_the_size_limit_is_unusable_input(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
-    big.write_text("a: " + "x" * (1 << 20))
+    big.write_text("a: " + "x" * (5 << 20))  # 5 MB: not a cuelist to check, input to refuse
     result = runner.invoke(app, ["validate", str(big)])
-    assert result.exit_code == 1 and "too_large" in result.output
+    assert result.exit_code == 2 and "over the 1048576-byte limit" in result.output
+    result = runner.invoke(app, ["validate", "--json", str(big)])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["files"][0]["errors"][0]["code"] == "too_large"
 
 
 def test_json_output(bad: Path) -> None:

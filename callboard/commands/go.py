@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from callboard.client import DEFAULT_URL
-from callboard.commands.api import KeyOpt, UrlOpt, client, console
+from callboard.commands.api import (
+    KeyOpt,
+    Output,
+    OutputOpt,
+    ProfileOpt,
+    UrlOpt,
+    emit,
+    hub_options,
+    say,
+)
+from callboard.commands.ids import run_id as resolve_run
+from callboard.commands.runs import CueArg, RunArg
 
 
 def go(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
-    cue_id: Annotated[str, typer.Argument(metavar="CUE")],
-    url: UrlOpt = DEFAULT_URL,
+    ctx: typer.Context,
+    run_id: RunArg,
+    cue_id: CueArg,
+    output: OutputOpt = Output.table,
+    url: UrlOpt = None,
     api_key: KeyOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """GO for an armed cue; refused (exit 1) with the reason when it is not armed."""
-    with client(url, api_key) as c:
-        result = c.go(run_id, cue_id)
-    console.print(f"GO {cue_id}: {result['state']} (attempt {result['attempt']})")
+    with hub_options(ctx, output, url, api_key, profile).client() as c:
+        result = c.go(resolve_run(c, run_id), cue_id)
+    emit(output, result, lambda r: say(f"GO {cue_id}: {r['state']} (attempt {r['attempt']})"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 from typing import Any
@@ -44,17 +45,33 @@ def run_table(run: dict[str, Any], now: float | None = None) -> Group:
         (f"  {run['hold_reason']}" if run.get("hold_reason") else "", "magenta"),
     )  # fmt: skip
     table = Table(show_edge=False, pad_edge=False, expand=False)
-    for column in ("cue", "state", "try", "waiting for", "targets", "elapsed"):
-        table.add_column(column, no_wrap=column != "waiting for")
+    with_results = any(results_of(cue) for cue in run["cues"].values())
+    columns = ["cue", "state", "try", "waiting for", "targets", "elapsed"]
+    for column in [*columns, "result"] if with_results else columns:
+        table.add_column(column, no_wrap=column not in ("waiting for", "result"))
     for cue_id, cue in run["cues"].items():
         state = cue["state"]
         targets = " ".join(f"{a}:{s}" for a, s in cue["targets"].items())
         reason = cue.get("error") if state in ("failed", "blocked") else cue.get("reason")
-        table.add_row(
+        row = [
             cue_id, Text(state, COLORS.get(state, "")), str(cue["attempt"] or ""),
             reason or "", targets, elapsed(cue, now),
-        )  # fmt: skip
+        ]  # fmt: skip
+        if with_results:
+            row.append(results_of(cue))
+        table.add_row(*row)
     return Group(head, table)
+
+
+def results_of(cue: dict[str, Any]) -> str:
+    """What the cue's targets returned (`Result(result=...)`), compact: `agent: json`.
+    Shown when the hub reports results per target (`results`) or one (`result`)."""
+    results = cue.get("results")
+    if isinstance(results, dict) and results:
+        return " ".join(f"{a}: {json.dumps(r, default=str)}" for a, r in results.items())
+    if cue.get("result") is not None:
+        return json.dumps(cue["result"], default=str)
+    return ""
 
 
 class RunView:
@@ -84,3 +101,19 @@ def watch(client: Client, run_id: str, console: Console) -> dict[str, Any]:
     if not console.is_terminal:
         console.line()  # Live leaves the last frame without a line end when not on a tty
     return view.run
+
+
+def wait_done(client: Client, run_id: str) -> dict[str, Any]:
+    """Follow a run until it finishes without drawing it (for `-o json`); its final state."""
+    run = client.run(run_id)
+    if run["status"] not in DONE:
+        try:
+            for _name, _data in client.events(run_id):
+                pass
+        except Unreachable:
+            pass  # the stream broke (hub restarting?): poll instead
+    run = client.run(run_id)
+    while run["status"] not in DONE:
+        time.sleep(POLL_S)
+        run = client.run(run_id)
+    return run

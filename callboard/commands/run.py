@@ -7,9 +7,21 @@ from typing import Annotated, Any
 
 import typer
 
-from callboard.client import DEFAULT_URL
-from callboard.commands.api import OK, REFUSED, UNUSABLE, KeyOpt, UrlOpt, client, console, errors
-from callboard.commands.live import run_table, watch
+from callboard.commands.api import (
+    OK,
+    REFUSED,
+    KeyOpt,
+    Output,
+    OutputOpt,
+    ProfileOpt,
+    UrlOpt,
+    console,
+    fail,
+    hub_options,
+    print_json,
+    say,
+)
+from callboard.commands.live import run_table, wait_done, watch
 
 GOOD = ("success", "dry")
 
@@ -19,8 +31,7 @@ def _params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            errors.print(f"[red]error:[/] --param wants KEY=VALUE, got {pair!r}")
-            raise typer.Exit(UNUSABLE)
+            fail(f"--param wants KEY=VALUE, got {pair!r}")
         try:
             out[key] = json.loads(value)
         except ValueError:
@@ -29,28 +40,42 @@ def _params(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="a stored cuelist")],
     watch_: Annotated[bool, typer.Option("--watch", help="follow the run live")] = False,
     dry: Annotated[bool, typer.Option("--dry", help="walk it with stand-in agents")] = False,
     version: Annotated[str | None, typer.Option(help="a stored version (default: latest)")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE (JSON)")] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
-    url: UrlOpt = DEFAULT_URL,
+    output: OutputOpt = Output.table,
+    url: UrlOpt = None,
     api_key: KeyOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
-    """Start a run; with --watch show it live and exit 1 unless it succeeds."""
+    """Start a run and print its id; with --watch follow it live and exit 1 unless it
+    succeeds (with -o json: print the final run)."""
     params = _params(param or [])
-    with client(url, api_key) as c:
+    as_json = output is Output.json
+    with hub_options(ctx, output, url, api_key, profile).client() as c:
         run_id = c.start_run(
             name, version=version, params=params, dry=dry, idempotency_key=idempotency_key
         )
         if not (watch_ or dry):
-            console.print(run_id)
+            if as_json:
+                print_json({"run_id": run_id})
+            else:
+                console.print(run_id, highlight=False, soft_wrap=True)
             return
-        console.print(f"run {run_id}")
-        final = watch(c, run_id, console) if watch_ else c.run(run_id)
-    if dry and not watch_:
-        console.print(run_table(final))
-    if dry:
-        console.print("fires in order: " + " -> ".join(final["record"]["fired"]))
+        if as_json:
+            final = wait_done(c, run_id) if watch_ else c.run(run_id)
+        else:
+            say(f"run {run_id}")
+            final = watch(c, run_id, console) if watch_ else c.run(run_id)
+    if as_json:
+        print_json(final)
+    else:
+        if dry and not watch_:
+            console.print(run_table(final))
+        if dry:
+            say("fires in order: " + " -> ".join(final["record"]["fired"]))
     raise typer.Exit(OK if final["status"] in GOOD else REFUSED)

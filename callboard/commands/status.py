@@ -5,31 +5,38 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from callboard.client import DEFAULT_URL
-from callboard.commands.api import KeyOpt, UrlOpt, client, console
-from callboard.commands.live import COLORS, run_table
+from callboard.commands.api import (
+    KeyOpt,
+    Output,
+    OutputOpt,
+    ProfileOpt,
+    UrlOpt,
+    emit,
+    hub_options,
+    print_table,
+)
+from callboard.commands.ids import run_id as resolve_run
+from callboard.commands.live import run_table
+from callboard.commands.runs import runs_table
 
 
 def status(
-    run_id: Annotated[str | None, typer.Argument(metavar="[RUN]")] = None,
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="a run id or a unique prefix")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
-    url: UrlOpt = DEFAULT_URL,
+    output: OutputOpt = Output.table,
+    url: UrlOpt = None,
     api_key: KeyOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
-    """Show recent runs, or one run in detail."""
-    with client(url, api_key) as c:
+    """Show recent runs, or one run in detail (each cue's state, reason, targets, result)."""
+    with hub_options(ctx, output, url, api_key, profile).client() as c:
         if run_id:
-            console.print(run_table(c.run(run_id)))
+            run = c.run(resolve_run(c, run_id))
+            emit(output, run, lambda r: print_table(run_table(r)))
             return
-        runs = c.runs(limit)
-    table = Table(show_edge=False)
-    for column in ("run", "cuelist", "status", "started", "cues"):
-        table.add_column(column)
-    for r in runs:
-        counts = " ".join(f"{k}:{v}" for k, v in sorted(r["counts"].items()))
-        color = COLORS.get(r["status"], "")
-        status_cell = f"[{color}]{r['status']}[/]" if color else r["status"]
-        table.add_row(r["run_id"], r["cuelist"], status_cell, r["started_at"] or "", counts)
-    console.print(table if runs else "no runs yet")
+        page = c.runs_page(limit)
+    emit(output, page, runs_table)

@@ -1,34 +1,77 @@
-"""`callboard submit FILE`: validate and store a cuelist on the hub."""
+"""`callboard submit FILE`: validate and store a cuelist on the hub (`--check`: only
+validate it there, the hub's POST /v1/cuelists/validate)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from callboard.client import DEFAULT_URL
-from callboard.commands.api import UNUSABLE, KeyOpt, UrlOpt, client, console, errors
+from callboard.commands.api import (
+    REFUSED,
+    UNUSABLE,
+    KeyOpt,
+    Output,
+    OutputOpt,
+    ProfileOpt,
+    UrlOpt,
+    emit,
+    fail,
+    hub_options,
+    say,
+)
 
 
 def content_type(path: Path) -> str:
     return "application/json" if path.suffix.lower() == ".json" else "application/yaml"
 
 
+def _issues(kind: str, items: list[dict[str, Any]]) -> None:
+    for w in items:
+        where = " ".join(f"{k}={w[k]}" for k in ("cue", "key", "line") if w.get(k) is not None)
+        say(f"  [yellow]{kind}[/] [{w.get('code')}] {w.get('message')}  {where}".rstrip())
+
+
 def submit(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="a cuelist, YAML or JSON")],
-    url: UrlOpt = DEFAULT_URL,
+    check: Annotated[
+        bool, typer.Option("--check", help="only validate it on the hub; store nothing")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="with --check: warnings are errors")
+    ] = False,
+    output: OutputOpt = Output.table,
+    url: UrlOpt = None,
     api_key: KeyOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """Submit a cuelist: the hub validates it and stores it under its version (a SHA-256)."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        errors.print(f"[red]error:[/] cannot read {file}: {exc}")
-        raise typer.Exit(UNUSABLE) from None
-    with client(url, api_key) as c:
+        fail(f"cannot read {file}: {exc}", UNUSABLE)
+    with hub_options(ctx, output, url, api_key, profile).client() as c:
+        if check:
+            report = c.check(text, content_type(file), strict)
+            emit(output, report, _show_report)
+            if not report["valid"]:
+                raise typer.Exit(REFUSED)
+            return
         stored = c.submit(text, content_type(file))
-    console.print(f"stored [bold]{stored['name']}[/] version {stored['version']}")
-    for w in stored.get("warnings") or []:
-        where = " ".join(f"{k}={w[k]}" for k in ("cue", "key", "line") if w.get(k) is not None)
-        console.print(f"  [yellow]warning[/] [{w.get('code')}] {w.get('message')}  {where}")
+
+    def show(s: dict[str, Any]) -> None:
+        say(f"stored [bold]{s['name']}[/] version {s['version']}")
+        _issues("warning", s.get("warnings") or [])
+
+    emit(output, stored, show)
+
+
+def _show_report(report: dict[str, Any]) -> None:
+    if report["valid"]:
+        say(f"valid: {report.get('name')} version {report.get('version')}")
+    else:
+        say(f"[red]invalid[/], {len(report['errors'])} errors")
+    _issues("error", report.get("errors") or [])
+    _issues("warning", report.get("warnings") or [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,6 +29,7 @@ from hub.api.routes import (
 from hub.api.schemas import CuelistErrorPublic, ErrorPublic
 from hub.registry import Registry
 from hub.service import Hub
+from protocols.outage import Outage, is_unreachable, one_line, redacted
 
 log = logging.getLogger(__name__)
 # What every secured route may also answer, as errors.py shapes it (documented, so clients
@@ -38,18 +40,36 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": CuelistErrorPublic, "description": "invalid request"},
 }
 RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 5.0
+HEALTHY_RUN_S = 10.0  # a hub.run that lasted this long had Redis: its failure is news
 STOP_TIMEOUT_S = 10.0
 
 
 async def supervise(hub: Hub, stop: asyncio.Event) -> None:
-    """Run the hub until `stop`; a crash (Redis away at start, say) is logged and retried."""
+    """Run the hub until `stop`; a crash is logged and retried. Redis out of reach (not up
+    yet, restarting, a wrong REDIS_URL) is one line per outage, not a traceback a second,
+    and the retries back off; any other crash keeps its traceback."""
+    outage = Outage(first_s=RESTART_DELAY_S, max_s=MAX_RESTART_DELAY_S)
+    where = redacted(hub.settings.redis_url)
     while not stop.is_set():
+        started = time.monotonic()
+        delay_s = RESTART_DELAY_S
         try:
             await hub.run(stop)
-        except Exception:
-            log.exception("hub %s stopped with an error; restarting", hub.hub_id)
+        except Exception as exc:
+            if time.monotonic() - started > HEALTHY_RUN_S:
+                outage.ok()  # it ran a while: whatever this is, it is a new outage
+            if is_unreachable(exc):
+                delay_s, say = outage.fail()
+                if say:
+                    log.error(
+                        "hub %s: Redis at %s is unreachable (%s); retrying every %.0f s at most",
+                        hub.hub_id, where, one_line(exc), MAX_RESTART_DELAY_S,
+                    )  # fmt: skip
+            else:
+                log.exception("hub %s stopped with an error; restarting", hub.hub_id)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
+            await asyncio.wait_for(stop.wait(), delay_s)
 
 
 def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:

@@ -219,7 +219,8 @@ class Engine(ContestMixin, AlertsMixin):
         if run.status.done:
             raise Conflict(f"run {run_id} is {run.status.value}")
         if cr.state is not CueState.ARMED:
-            raise Conflict(f"cue {cue_id} is not armed: {cr.state.value}: {cr.reason or ''}")
+            why = f": {cr.reason}" if cr.reason else ""
+            raise Conflict(f"cue {cue_id} is not armed: it is {cr.state.value}{why}")
         self.fire(run, cue_id, FiredBy.OPERATOR)
         return cr
 

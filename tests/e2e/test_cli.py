@@ -1,9 +1,12 @@
-"""The API-client commands (`submit`, `run`, `go`, `status`) against a real hub: exit codes."""
+"""The API-client commands against a real hub: a run driven from submit to success with
+the CLI alone (`-o json` parsed), id prefixes, exit codes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,10 +57,14 @@ def url(redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture
-def cli(url: str) -> Iterator[tuple[CliRunner, typer.Typer]]:
+def cli(url: str, tmp_path: Path) -> Iterator[tuple[CliRunner, typer.Typer]]:
     app = typer.Typer()
     register(app)
-    yield CliRunner(env={"CALLBOARD_API_KEY": KEY, "CALLBOARD_URL": url}), app
+    env = {
+        "CALLBOARD_API_KEY": KEY, "CALLBOARD_URL": url, "CALLBOARD_PROFILE": "",
+        "CALLBOARD_CONFIG": str(tmp_path / "no-profiles.toml"),
+    }  # fmt: skip
+    yield CliRunner(env=env), app
 
 
 def invoke(cli: tuple[CliRunner, typer.Typer], *args: str) -> tuple[int, str]:
@@ -114,7 +121,101 @@ def test_exit_codes_for_bad_input(cli: tuple[CliRunner, typer.Typer], tmp_path: 
     code, out = invoke(cli, "submit", str(bad))
     assert code == 1 and "CUE-1" in out
     assert invoke(cli, "run", "no-such-cuelist")[0] == 1
-    assert invoke(cli, "status", "no-such-run")[0] == 1
+    code, out = invoke(cli, "status", "no-such-run")
+    assert code == 2 and "no run id starts with 'no-such-run'" in out  # not a prefix of any
+    assert invoke(cli, "status", "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b")[0] == 1  # hub: 404
     assert invoke(cli, "status", "--url", f"http://127.0.0.1:{free_port()}")[0] == 2
     code, out = invoke(cli, "status", "--api-key", "wrong")
     assert code == 1 and "401" in out
+
+
+APPROVE = """
+cuelist: cli-approve
+cues:
+  - id: BUILD
+    target_agents: [cli-agent]
+    action: {context: {build_id: b-7}}
+  - id: TEST
+    target_agents: [cli-agent]
+    depends_on: [BUILD]
+    conditions: [approval_received]
+  - id: DEPLOY
+    target_agents: [cli-agent]
+    depends_on: [TEST]
+    manual: true
+"""
+GHOST = """
+cuelist: cli-ghost
+cues:
+  - id: CALL
+    target_agents: [cli-ghost]
+    ack_timeout_s: 1
+    retries: 100
+"""
+
+
+def as_json(cli: tuple[CliRunner, typer.Typer], *args: str, code: int = 0) -> Any:
+    runner, app = cli
+    result = runner.invoke(app, [*args, "-o", "json"])
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_run_from_submit_to_success_with_the_cli_alone(
+    cli: tuple[CliRunner, typer.Typer], tmp_path: Path
+) -> None:
+    (tmp_path / "approve.yaml").write_text(APPROVE)
+    assert as_json(cli, "submit", str(tmp_path / "approve.yaml"))["name"] == "cli-approve"
+    run_id = as_json(cli, "run", "cli-approve")["run_id"]
+    prefix = run_id[:-6]  # every command below names the run by a prefix of its id
+
+    def cue_state(cue: str) -> str:
+        return str(as_json(cli, "status", prefix)["cues"][cue]["state"])
+
+    eventually_sync(lambda: cue_state("TEST") == "waiting", 20, interval_s=0.1)
+    assert as_json(cli, "condition", prefix, "approval_received")["conditions"] == [
+        "approval_received"
+    ]
+    eventually_sync(lambda: cue_state("DEPLOY") == "armed", 20, interval_s=0.1)
+    assert as_json(cli, "go", prefix, "DEPLOY")["cue"] == "DEPLOY"
+    runner, app = cli
+    followed = runner.invoke(app, ["events", prefix, "-o", "json"])  # until the run ends
+    assert followed.exit_code == 0, followed.output
+    events = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert events[-1]["event"] == "run" and events[-1]["data"]["status"] == "success"
+    assert {"condition", "go"} <= {e["event"] for e in events}
+    assert as_json(cli, "context", prefix)["entries"]["build_id"]["value"] == "b-7"
+    listed = as_json(cli, "runs", "--cuelist", "cli-approve", "--status", "success")
+    assert run_id in [r["run_id"] for r in listed["data"]]
+    assert {r["cuelist"] for r in listed["data"]} == {"cli-approve"}
+    assert "cli-approve" in [c["name"] for c in as_json(cli, "cuelists")["data"]]
+    assert "cli-agent" in [a["agent"] for a in as_json(cli, "agents")["data"]]
+
+
+def test_cancel_and_escalations_with_the_cli(
+    cli: tuple[CliRunner, typer.Typer], tmp_path: Path
+) -> None:
+    (tmp_path / "manual.yaml").write_text(MANUAL)
+    (tmp_path / "ghost.yaml").write_text(GHOST)
+    for name in ("manual.yaml", "ghost.yaml"):
+        as_json(cli, "submit", str(tmp_path / name))
+    waiting = as_json(cli, "run", "cli-manual")["run_id"]
+    assert as_json(cli, "cancel", waiting[:-6], "--reason", "not today")["status"] == "cancelled"
+    assert as_json(cli, "status", waiting)["status"] == "cancelled"
+    runner, app = cli
+    again = runner.invoke(app, ["cancel", waiting])
+    assert again.exit_code == 1 and "already cancelled" in again.output
+
+    ghost = as_json(cli, "run", "cli-ghost")["run_id"]  # nobody answers: it times out
+
+    def raised() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = as_json(cli, "escalations", "--run", ghost[:-6])["data"]
+        return found
+
+    [esc] = eventually_sync(raised, 20, interval_s=0.1)
+    assert esc["type"] == "escalation.timeout" and esc["cue_id"] == "CALL"
+    resolved = as_json(cli, "escalations", "resolve", esc["id"][:-6], "--note", "agent is gone")
+    assert resolved["status"] == "resolved"
+    assert resolved["resolution"]["note"] == "agent is gone"
+    assert as_json(cli, "escalations", "--status", "resolved", "--run", ghost)["count"] == 1
+    assert as_json(cli, "cancel", ghost[:-6])["status"] == "cancelled"

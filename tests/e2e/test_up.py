@@ -1,14 +1,20 @@
-"""`callboard up`: embedded server, hub and specialists as processes; the demo; clean stop."""
+"""`callboard up`: embedded server, hub and specialists as processes; the demo; clean stop;
+a port already taken is refused and its owner never driven; state kept in --data."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
+import httpx
 import pytest
 
 from callboard.embedded import free_port
@@ -20,6 +26,30 @@ pytestmark = pytest.mark.redis
 
 def up_argv(port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "callboard.up", "--port", str(port), *extra]
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """Something already on the port (it even answers /healthz like a hub): it records
+    every request, so a test can show that `up` sent it none."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(f"GET {self.path}")
+        body = b'{"status": "ok", "hub_id": "the-first-hub", "leader": true, "redis": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.seen.append(f"POST {self.path}")
+        self.send_response(201)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def up_env() -> dict[str, str]:
@@ -54,28 +84,79 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
-def test_up_runs_the_demo_and_stops_everything(tmp_path: Path) -> None:
+def test_up_runs_the_demo_says_how_to_join_and_keeps_state(tmp_path: Path) -> None:
     folder, agent = demo_folder(tmp_path)
-    port = free_port()
-    argv = up_argv(port, "--cuelists", str(folder), "--exit-after-demo")
+    data = tmp_path / "data"
+    argv = up_argv(0, "--cuelists", str(folder), "--data", str(data), "--exit-after-demo")
     done = subprocess.run(argv, env=up_env(), cwd=ROOT, capture_output=True, timeout=120)
     out = done.stdout.decode()
     assert done.returncode == 0, out + done.stderr.decode()
-    assert "success" in out and f"http://127.0.0.1:{port}/docs" in out
+    port = re.search(r"--port 0: the hub takes free port (\d+)", out)
+    assert port, out
+    url = f"http://127.0.0.1:{port[1]}"
+    assert "the demo (up-demo) finished: success" in out
+    assert f"desk: {url}/" in out and f"docs: {url}/docs" in out
+    export = re.search(r"export REDIS_URL=(\S+) CALLBOARD_URL=(\S+) CALLBOARD_API_URL=(\S+) "
+                       r"CALLBOARD_PREFIX=(\S+)", out)  # fmt: skip
+    assert export, out
+    assert export[1].startswith("redis://127.0.0.1:") and export[2] == export[3] == url
+    assert export[4] == "cb:"
+    assert sorted(p.name for p in (data / "logs").iterdir()) == ["hub.log", f"{agent}.log"]
     assert leftovers(agent) == []
+    # the state is in the data folder: a second `up` finds the first one's run
+    done = subprocess.run(argv, env=up_env(), cwd=ROOT, capture_output=True, timeout=120)
+    again = done.stdout.decode()
+    assert done.returncode == 0, again + done.stderr.decode()
+    assert f"state kept from before: 1 run (in {data})" in again
 
 
-def test_up_stops_on_sigterm(tmp_path: Path) -> None:
+def test_up_refuses_a_taken_port_and_sends_nothing_there(tmp_path: Path) -> None:
+    Recorder.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        folder, agent = demo_folder(tmp_path)
+        argv = up_argv(port, "--cuelists", str(folder), "--data", str(tmp_path / "d"))
+        done = subprocess.run(argv, env=up_env(), cwd=ROOT, capture_output=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = done.stdout.decode()
+    assert done.returncode == 2, out
+    assert f"port {port} is taken" in out and "--port 0" in out
+    assert Recorder.seen == []  # never talked to what owns the port
+    assert leftovers(agent) == []  # and started nothing
+
+
+def test_up_stops_on_sigterm_and_a_second_up_keeps_off_its_data(tmp_path: Path) -> None:
     folder, agent = demo_folder(tmp_path)
     log = tmp_path / "up.log"
+    data = tmp_path / "data"
+    port = free_port()
     with open(log, "wb") as sink:
         proc = subprocess.Popen(
-            up_argv(free_port(), "--cuelists", str(folder)), env=up_env(), cwd=ROOT,
-            stdout=sink, stderr=subprocess.STDOUT,
+            up_argv(port, "--cuelists", str(folder), "--data", str(data)), env=up_env(),
+            cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         eventually_sync(lambda: b"Ctrl-C" in log.read_bytes(), 90, interval_s=0.1)
         assert leftovers(agent)
+        # a second `up` on the same port: refused before it starts anything
+        second = subprocess.run(
+            up_argv(port, "--cuelists", str(folder), "--data", str(tmp_path / "other")),
+            env=up_env(), cwd=ROOT, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 2 and f"port {port} is taken" in second.stdout.decode()
+        # and on a free port but the first one's data folder: refused too
+        third = subprocess.run(
+            up_argv(0, "--cuelists", str(folder), "--data", str(data)),
+            env=up_env(), cwd=ROOT, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert third.returncode == 2, third.stdout.decode()
+        assert "in use by another callboard up" in third.stdout.decode()
+        runs = httpx.get(f"http://127.0.0.1:{port}/v1/runs", timeout=10).json()
+        assert runs["count"] == 1  # the first one's demo, nothing from the others
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
     finally:
@@ -91,7 +172,7 @@ def test_up_with_the_shipped_examples_and_no_server_installed(tmp_path: Path) ->
     bare_path.mkdir()
     (bare_path / "python3").symlink_to(sys.executable)
     env = {**up_env(), "PATH": str(bare_path)}
-    argv = up_argv(free_port(), "--exit-after-demo")
+    argv = up_argv(0, "--exit-after-demo", "--data", str(tmp_path / "data"))
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, timeout=180)
     out = done.stdout.decode()
     assert done.returncode == 0, out + done.stderr.decode()

@@ -150,6 +150,24 @@ def test_manual_cue_is_armed_and_operator_go_fires_it() -> None:
     assert sim.run().status is RunStatus.SUCCESS
 
 
+def test_go_refusal_names_the_state_and_a_reason_only_when_there_is_one() -> None:
+    then_c = "manual: true}\n  - {id: C, target_agents: [a], depends_on: [B], manual: true}"
+    sim = Sim(plan_of(MANUAL.replace("manual: true}", then_c)))
+    sim.start()
+    with pytest.raises(Conflict) as waiting:
+        sim.engine.operator_go("r1", "B")
+    reason = sim.cue("B").reason
+    assert reason and str(waiting.value) == f"cue B is not armed: it is waiting: {reason}"
+    sim.call_through("A", ["a"])
+    sim.engine.operator_go("r1", "B")
+    sim._drain()
+    sim.call_through("B", ["a"])
+    assert sim.cue("B").state is CueState.COMPLETED and not sim.cue("B").reason
+    with pytest.raises(Conflict) as done:
+        sim.engine.operator_go("r1", "B")
+    assert str(done.value) == "cue B is not armed: it is completed"  # no dangling ": "
+
+
 RETRY = """
 cuelist: retry
 defaults: {retries: 1, ack_timeout_s: 5}

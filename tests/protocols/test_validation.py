@@ -109,6 +109,41 @@ def test_cycles_are_reported_with_their_path() -> None:
     assert cycle.message == "cycle: CUE-100 -> CUE-200 -> CUE-100"
 
 
+def test_a_cycle_through_the_first_cue_is_one_error_on_a_line_the_user_wrote() -> None:
+    # no `start:` in the file: the first cue is the entry cue; its cycle is the one error
+    text = "cuelist: c\ncues:\n  - id: A\n    target_agents: [a]\n    depends_on: [B]\n"
+    text += "  - id: B\n    target_agents: [a]\n    depends_on: [A]\n"
+    report = validate_text(text, "c.yaml")
+    assert [str(i) for i in report.errors] == [
+        "c.yaml:5: cue A key depends_on: cycle: A -> B -> A (cycle)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # the first cue depends on a later one: its depends_on line, not a `start` key
+        ("  - id: A\n    target_agents: [a]\n    depends_on: [B]\n"
+         "  - id: B\n    target_agents: [a]\n", (5, "A", "depends_on")),
+        # a later cue auto-follows into the first: that auto_follow line
+        ("  - id: A\n    target_agents: [a]\n"
+         "  - id: B\n    target_agents: [a]\n    auto_follow: A\n", (7, "B", "auto_follow")),
+        # an explicit start: the line of `start:` itself
+        ("  - id: B\n    target_agents: [a]\n    auto_follow: A\n"
+         "  - id: A\n    target_agents: [a]\nstart: [A]\n", (8, "A", "start")),
+    ],
+)  # fmt: skip
+def test_an_entry_cue_with_predecessors_names_the_key_in_the_file(
+    text: str, where: tuple[int, str, str]
+) -> None:
+    report = validate_text("cuelist: e\ncues:\n" + text)
+    [issue] = report.errors
+    assert issue.code == "entry_has_predecessors"
+    assert (issue.line, issue.cue, issue.key) == where
+    line = ("cuelist: e\ncues:\n" + text).splitlines()[issue.line - 1]
+    assert line.strip().startswith(f"{issue.key}:")
+
+
 HANDOFF = """\
 cuelist: handoffs
 specialists:

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from hub.api import errors
 from hub.api.deps import require_api_key
@@ -27,6 +28,7 @@ from hub.api.routes import (
     wiring,
 )
 from hub.api.schemas import CuelistErrorPublic, ErrorPublic
+from hub.desk.mount import install as install_desk
 from hub.registry import Registry
 from hub.service import Hub
 from protocols.outage import Outage, is_unreachable, one_line, redacted
@@ -96,11 +98,15 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
                     await asyncio.wait_for(task, STOP_TIMEOUT_S)
             await hub.close()
 
-    app = FastAPI(
+    # /docs loads Swagger UI from the fastapi-offline package, not a
+    # CDN, so it works on a machine with no internet (as the desk does)
+    app: FastAPI = FastAPIOffline(
         title="callboard hub",
         summary="Runs cuelists over Redis Streams: WARNING, STANDBY, GO.",
         version="1",
         lifespan=lifespan,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from elsewhere
+        redoc_url=None,  # ReDoc draws its logo from its own CDN: /docs is the offline one
     )
     app.state.stopping = stopping
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
@@ -110,4 +116,5 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
         app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
     app.include_router(metrics.router, dependencies=secured, responses=ERRORS)
+    install_desk(app)  # the calling desk at `/`, after the API so /v1 routes match first
     return app

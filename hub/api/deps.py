@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from hub.desk import session
 from hub.engine.state import RunState
 from hub.registry import Registry
 from hub.service import Hub
@@ -36,12 +36,26 @@ async def require_api_key(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """With CALLBOARD_API_KEY set, `Authorization: Bearer <key>` (compared in constant time)."""
+    """With CALLBOARD_API_KEY set, `Authorization: Bearer <key>` (compared in constant time),
+    or the desk's login cookie; a request that changes state with the cookie alone must carry
+    the desk's CSRF header. Key or not, a browser's cross-site request that changes state is
+    refused (Sec-Fetch-Site), so no other site can drive a hub through an operator's browser."""
+    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
+    if cross_site and request.method not in session.SAFE_METHODS:
+        raise HTTPException(status_code=403, detail="cross-site requests may not change state")
     expected: str | None = request.state.api_key
     if not expected:
         return
+    if credentials is None and session.valid(expected, request.cookies.get(session.COOKIE)):
+        if not session.csrf_ok(request.method, request.headers):
+            raise HTTPException(
+                status_code=403,
+                detail=f"a request made with the desk's login cookie that changes state must "
+                f"carry the {session.CSRF_HEADER} header",
+            )
+        return
     given = credentials.credentials if credentials else ""
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    if not session.key_matches(expected, given):
         raise HTTPException(
             status_code=401,
             detail="missing or wrong API key (Authorization: Bearer <CALLBOARD_API_KEY>)",

@@ -1,0 +1,329 @@
+"""The calling desk in a real browser: a real hub and echo specialists, and Chromium doing
+what an operator does. Each test asserts what the page shows AND the API state after."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+from playwright.sync_api import Page, expect
+
+from callboard.embedded import EmbeddedServer
+from protocols.keys import Keys
+from tests.e2e.procs import ROOT, child_env, processes, wait_done, wait_online
+from tests.helpers import eventually_sync
+from tests.hub.desk.conftest import Watched
+
+pytestmark = pytest.mark.redis
+AGENTS = ["specialist-build", "specialist-test", "specialist-code", "specialist-deploy"]
+EXAMPLE = "release-dag"
+# Test cuelists, each staging one thing an operator answers.
+APPROVAL = """
+cuelist: desk-approval
+cues:
+  - {id: PREP-100, target_agents: [specialist-build], action: {execute_ms: 50}}
+  - id: SHIP-200
+    target_agents: [specialist-deploy]
+    depends_on: [PREP-100]
+    conditions: [approval_received]
+    action: {execute_ms: 50}
+"""
+# Both builds want the runner; each takes 4 s to get ready after WARNING, so the one that
+# claimed it first is still in STANDBY (not yet GO'd) while the operator picks a winner.
+ARBITRATION = """
+cuelist: desk-arbitration
+conflict_strategy: arbitration
+arbitration_timeout_s: 300
+cues:
+  - {id: START-100, target_agents: [specialist-code], action: {execute_ms: 20}}
+  - id: HOTFIX-200
+    target_agents: [specialist-build]
+    depends_on: [START-100]
+    resources: [runner]
+    priority: 10
+    action: {prepare_ms: 4000, execute_ms: 50}
+  - id: NIGHTLY-210
+    target_agents: [specialist-test]
+    depends_on: [START-100]
+    resources: [runner]
+    priority: 1
+    action: {prepare_ms: 4000, execute_ms: 50}
+"""
+SLOW = """
+cuelist: desk-slow
+cues:
+  - {id: LONG-100, target_agents: [specialist-build], action: {execute_ms: 120000}}
+  - {id: AFTER-200, target_agents: [specialist-test], depends_on: [LONG-100]}
+"""
+MANUAL = """
+cuelist: desk-manual
+cues:
+  - {id: GATE-100, target_agents: [specialist-build], manual: true, action: {execute_ms: 20}}
+"""
+
+
+class Stage:
+    def __init__(self, url: str, api: httpx.Client, redis_url: str, prefix: str) -> None:
+        self.url = url
+        self.api = api
+        self.redis_url = redis_url
+        self.keys = Keys(prefix)
+
+    def start(self, cuelist: str) -> str:
+        r = self.api.post("/v1/runs", json={"cuelist": cuelist})
+        assert r.status_code == 201, r.text
+        run_id: str = r.json()["run_id"]
+        return run_id
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get(f"/v1/runs/{run_id}").json()
+        return found
+
+    def cue_state(self, run_id: str, cue: str) -> str:
+        return str(self.run(run_id)["cues"][cue]["state"])
+
+
+@pytest.fixture(scope="module")
+def stage(
+    redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stage]:
+    env = child_env(redis_server)
+    with processes(env, tmp_path_factory.mktemp("desk")) as procs:
+        url = procs.hub()
+        for agent in AGENTS:
+            procs.echo(agent)
+        with httpx.Client(base_url=url, timeout=30) as api:
+            wait_online(api, AGENTS)
+            sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
+            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL]:
+                r = api.post(
+                    "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
+                )
+                assert r.status_code == 201, r.text
+            yield Stage(url, api, redis_server.url, env["CALLBOARD_PREFIX"])
+
+
+def node_label(page: Page, cue: str) -> Any:
+    return page.locator(f'.node[data-node="{cue}"] [data-label]')
+
+
+def row_state(page: Page, cue: str) -> Any:
+    return page.locator(f'tr[data-cue="{cue}"] [data-col="state"]')
+
+
+WATCH_NODES = """() => {
+  window.__seen = [];
+  window.__noReload = true;
+  new MutationObserver((changes) => {
+    for (const c of changes) {
+      const node = c.target.parentElement && c.target.parentElement.closest('.node');
+      const label = node && node.querySelector('[data-label]').textContent;
+      if (node) window.__seen.push([node.dataset.node, label]);
+    }
+  }).observe(document.querySelector('svg.dag-svg'),
+             {subtree: true, characterData: true, childList: true});
+}"""
+
+
+def test_start_an_example_run_and_watch_it_live(stage: Stage, page: Page) -> None:
+    """From the cuelist page: Start run, then GO the armed approval cue from the keyboard;
+    the graph and the timeline follow the run's events with no reload."""
+    page.goto(f"{stage.url}/cuelists/{EXAMPLE}")
+    expect(page.locator(".node")).to_have_count(6)
+    page.get_by_role("button", name="Start run").click()
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]+$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    page.evaluate(WATCH_NODES)
+    expect(node_label(page, "APPROVE-350")).to_have_text("armed")
+    expect(node_label(page, "TEST-300")).to_have_text("completed")
+    expect(node_label(page, "DEPLOY-400")).to_have_text("waiting")
+    go = page.locator("[data-part=needs] button", has_text="GO")
+    go.focus()  # a real button: reachable and pressed from the keyboard
+    expect(page.locator("[data-part=needs] .does")).to_have_text(
+        "Give GO to APPROVE-350: the hub calls WARNING, STANDBY and GO on its targets"
+    )  # what it will do, shown on focus
+    page.keyboard.press("Enter")
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    expect(node_label(page, "DEPLOY-400")).to_have_text("completed")
+    expect(row_state(page, "DEPLOY-400")).to_have_text("completed")
+    expect(page.locator("#run-status")).to_have_text("success")
+    expect(page.locator("[data-live-note]")).to_have_text("finished: success")
+    assert page.evaluate("window.__noReload") is True
+    seen = page.evaluate("window.__seen")
+    deploy = [label for cue, label in seen if cue == "DEPLOY-400"]
+    assert len(set(deploy)) >= 2 and deploy[-1] == "completed", seen  # it moved, live
+    run = stage.run(run_id)
+    assert run["status"] == "success"
+    assert run["cues"]["APPROVE-350"]["fired_by"] == "operator"
+    go_time = page.locator('tr[data-cue="DEPLOY-400"] td').nth(6)
+    assert go_time.inner_text().strip() != ""  # the GO time is in the timeline
+
+
+def test_approve_a_condition_from_the_board(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-approval")
+    eventually_sync(lambda: stage.cue_state(run_id, "PREP-100") == "completed", 20)
+    page.goto(stage.url)
+    item = page.locator(f'[data-item="condition:{run_id}:approval_received"]')
+    expect(item).to_contain_text("SHIP-200")
+    item.get_by_role("button", name="Raise approval_received").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    expect(item).to_have_count(0)  # the inbox refreshed: nothing left to approve
+    run = wait_done(stage.api, run_id)
+    assert "approval_received" in run["conditions"]
+    assert run["status"] == "success"
+
+
+def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-arbitration")
+
+    def conflict() -> dict[str, Any] | None:
+        escs = stage.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+        return next((e for e in escs if e["type"] == "escalation.conflict"), None)
+
+    esc = eventually_sync(conflict, 20, message="the conflict escalation")
+    # the holder, still in STANDBY, keeps the runner. (Picking the waiting cue instead
+    # stands the holder down and then leaves both cues waiting: an engine issue reported
+    # separately, not the desk's.)
+    winner = esc["payload"]["suggested_winner_cue"]
+    page.goto(f"{stage.url}/runs/{run_id}")
+    needs = page.locator("[data-part=needs]")
+    expect(needs.get_by_role("button", name="Pick ")).to_have_count(2)  # one per rival
+    needs.get_by_role("button", name=f"Pick {winner.split('/')[1]}").click()
+    expect(page.locator("#flash")).to_contain_text(f"winner {winner}")
+    expect(page.locator("[data-part=needs] button", has_text="Pick")).to_have_count(0)
+    resolved = stage.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+    mine = next(e for e in resolved if e["id"] == esc["id"])
+    assert mine["status"] == "resolved"
+    assert mine["resolution"]["winner"] == winner
+    assert wait_done(stage.api, run_id, 60)["status"] == "success"
+    expect(page.locator("#run-status")).to_have_text("success")
+
+
+def test_cancel_a_run(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-slow")
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(node_label(page, "LONG-100")).to_have_text("go")  # live: it was fired after load
+    page.get_by_role("button", name="Cancel run").click()  # confirm() is accepted
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    expect(node_label(page, "LONG-100")).to_have_text("cancelled")
+    expect(row_state(page, "AFTER-200")).to_have_text("cancelled")
+    run = stage.run(run_id)
+    assert run["status"] == "cancelled"
+    assert run["cues"]["LONG-100"]["state"] == "cancelled"
+
+
+def test_a_refused_action_shows_the_reason(stage: Stage, watched: Watched) -> None:
+    """A page left open while someone else acts: its GO is refused and says why (409)."""
+    page = watched.page
+    run_id = stage.start("desk-manual")
+    eventually_sync(lambda: stage.cue_state(run_id, "GATE-100") == "armed", 20)
+    page.route(re.compile(r"/(events|parts)(\?|$)"), lambda route: route.abort())
+    page.goto(f"{stage.url}/runs/{run_id}")
+    go = page.locator("[data-part=needs] button", has_text="GO")
+    expect(go).to_be_visible()
+    assert stage.api.post(f"/v1/runs/{run_id}/cues/GATE-100/go").status_code == 200
+    wait_done(stage.api, run_id)
+    go.click()
+    outcome = page.locator("[data-part=needs] li output.outcome")
+    expect(outcome).to_contain_text("refused (409: run")
+    expect(outcome).to_contain_text("already success")
+    assert stage.run(run_id)["cues"]["GATE-100"]["attempt"] == 1  # nothing was done twice
+    watched.errors = [e for e in watched.errors if "net::" not in e]  # the blocked stream
+
+
+def test_open_a_dead_letter(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-manual")
+    body = json.dumps({
+        "message_type": "status.exploded", "run_id": run_id, "cue_id": "GATE-100", "payload": {},
+    })  # fmt: skip
+    client = redis.Redis.from_url(stage.redis_url)
+    try:
+        client.xadd(stage.keys.out("specialist-build"), {"m": body})
+    finally:
+        client.close()
+
+    def letter() -> dict[str, Any] | None:
+        data = stage.api.get("/v1/deadletters").json()["data"]
+        return next((d for d in data if d["raw_text"] == body), None)
+
+    found = eventually_sync(letter, 20, message="the garbage dead-lettered")
+    page.goto(f"{stage.url}/deadletters")
+    entry = page.locator(f'details[data-letter="{found["id"]}"]')
+    expect(entry.locator("pre.raw")).to_be_hidden()
+    entry.locator("summary").click()
+    expect(entry.locator("pre.raw")).to_have_text(body)
+    expect(entry).to_contain_text(found["reason"])
+    entry.get_by_role("link", name="GATE-100").click()
+    page.wait_for_url(f"**/runs/{run_id}#cue-GATE-100")
+    expect(page.locator("tr:target")).to_have_attribute("data-cue", "GATE-100")
+    stage.api.post(f"/v1/runs/{run_id}/cancel")
+
+
+@pytest.mark.parametrize("path", ["/", "/cuelists/release-dag", "/agents", "/escalations"])
+def test_phone_width_has_no_page_overflow(stage: Stage, watched: Watched, path: str) -> None:
+    """At 390 px wide, wide tables and the graph scroll inside their boxes, not the page."""
+    page = watched.context.new_page()
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{stage.url}{path}")
+    expect(page.locator("h1")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+def test_docs_work_offline(stage: Stage, page: Page) -> None:
+    """Swagger UI comes from the hub itself: any request to another host is refused and
+    recorded, and the docs still render the API."""
+    elsewhere: list[str] = []
+
+    def guard(route: Any) -> None:
+        if route.request.url.startswith(stage.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", guard)
+    page.goto(f"{stage.url}/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("callboard hub")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    assert elsewhere == []
+    html = stage.api.get("/docs").text
+    hosts = set(re.findall(r"""(?:src|href)=["']?(https?://[^/"']+)""", html))
+    assert hosts == set(), hosts
+
+
+def test_desk_pages_link_no_other_host(stage: Stage) -> None:
+    for path in ["/", "/cuelists", f"/cuelists/{EXAMPLE}", "/agents", "/escalations"]:
+        html = stage.api.get(path).text
+        assert re.findall(r"""(?:src|href)=["']?https?://""", html) == [], path
+
+
+def test_yaml_is_shown_as_submitted(stage: Stage, page: Page) -> None:
+    page.goto(f"{stage.url}/cuelists/{EXAMPLE}")
+    source = (ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()
+    expect(page.locator("pre.source")).to_have_text(source.strip("\n") + "\n")
+    doc = yaml.safe_load(source)
+    assert {c["id"] for c in doc["cues"]} == set(
+        page.locator(".node").evaluate_all("(ns) => ns.map((n) => n.dataset.node)")
+    )
+
+
+def test_agents_page_shows_the_registry_and_the_wiring_map(stage: Stage, page: Page) -> None:
+    page.goto(f"{stage.url}/agents")
+    registry = stage.api.get("/v1/agents").json()["data"]
+    for agent in AGENTS:
+        row = page.locator(f'tr[data-agent="{agent}"]')
+        online = next(a for a in registry if a["agent"] == agent)["online"]
+        expect(row.locator("td").nth(1)).to_have_text("online" if online else "offline")
+        expect(page.locator("svg.wiring text.mono", has_text=agent)).to_have_count(1)
+    expect(page.locator("svg.wiring .hubnode")).to_have_count(1)
+    wired = stage.api.get("/v1/wiring").json()
+    expect(page.locator("svg.wiring path.edge")).to_have_count(
+        len(wired["agents"])
+        + len({(e["from"], e["to"]) for e in wired["edges"] if e["kind"] == "handoff"})
+    )

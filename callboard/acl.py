@@ -1,4 +1,4 @@
-"""`callboard acl AGENT...`: the Redis ACL file of SPEC §8: default off, a hub user, one per agent.
+"""`callboard acl AGENT...`: the Redis ACL file: default off, a hub user, one per agent.
 
 Each specialist user may XADD to its own `out` stream only; read, acknowledge and claim on
 its own `in` stream (never XADD there); read the broadcast stream; and set its own

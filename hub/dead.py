@@ -109,7 +109,7 @@ class DeadLetters:
         letters: list[tuple[Delivery, str, str]] = []
         for sender, asked in wanted.items():
             inbox = self.keys.inbox(sender)
-            found = await self.transport.entries(inbox, [body.entry_id for _, body in asked])
+            found = await self.transport.entries_by_id(inbox, [body.entry_id for _, body in asked])
             for d, body in asked:
                 entry = found.get(body.entry_id)
                 if entry is None:

@@ -1,4 +1,4 @@
-"""Every message type and channel of SPEC §2, each string spelled once, and `channel_of`."""
+"""Every message type and channel (PROTOCOL.md), each string spelled once, and `channel_of`."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ _ACK_PREFIX = "ack."
 
 
 def channel_of(message_type: str) -> Channel:
-    """The routing channel of a message type (seed 002 `route_message`); unknown types raise."""
+    """The routing channel of a message type; unknown types raise."""
     try:
         mt = MessageType(message_type)
     except ValueError:

@@ -1,4 +1,4 @@
-"""One payload model per message type (seed 002 formats), and the map from type to model."""
+"""One payload model per message type (PROTOCOL.md), and the map from type to model."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class Artifact(Payload):
 
 class HandoffContext(BaseModel):
     """What the sender hands over. Besides the four standard fields, every other key is a
-    context item the handoff provides (seed 002 checks `required in handoff_context`)."""
+    context item the handoff provides (the receiver's `requires` are checked against them)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 

@@ -44,9 +44,9 @@ RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts.
 
 
 class RunRecord(BaseModel):
-    """Seed 004's run record, kept as the run goes. Its lists keep their first
-    RECORD_LIST_MAX items and count the rest: the header is rewritten on every step of the
-    run, so it must not grow with what anyone sends."""
+    """The run record (timings, messages, escalations, errors), kept as the run goes. Its
+    lists keep their first RECORD_LIST_MAX items and count the rest: the header is rewritten
+    on every step of the run, so it must not grow with what anyone sends."""
 
     messages_in: int = 0
     messages_out: int = 0

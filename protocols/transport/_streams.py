@@ -331,7 +331,7 @@ class Transport(_Upkeep):
             "at": at or "",
         }
 
-    async def entries(self, stream: str, entry_ids: Sequence[str]) -> dict[str, Delivery]:
+    async def entries_by_id(self, stream: str, entry_ids: Sequence[str]) -> dict[str, Delivery]:
         """The entries of `stream` with these ids that exist (one pipelined XRANGE each),
         decoded as a read would decode them; ids that are not entry ids are skipped."""
         wanted = [i for i in dict.fromkeys(entry_ids) if is_entry_id(i)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -164,7 +165,9 @@ def _rejected(agent: str, entry_id: str, reason: str, deliveries: int = 1) -> En
     return make(T.STATUS_REJECTED, body, from_agent=agent)
 
 
-async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(hub: Hub) -> None:
+async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
     inbox = hub.keys.inbox("kim")
     poison = b'{"not": "a message"}'
     entry_id = (await hub.transport._client.xadd(inbox, {STREAM_FIELD: poison})).decode()
@@ -185,6 +188,10 @@ async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(h
         ("rejected_unknown_entry:kim", 1 if other == entry_id else 2),
     ]
     assert await hub.transport.pending_count(hub.keys.out("kim"), "hub") == 0
+    assert await _audited(hub, T.STATUS_REJECTED.value)
+    await _send(hub, "kim", _handoff("kim", "karl", note="after the rejections"))
+    assert await eventually(lambda: _inbox(hub, "karl"), 10)  # routing goes on behind them
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_one_senders_flood_of_dead_letters_is_held_to_its_budget(hub: Hub) -> None:
@@ -239,3 +246,8 @@ async def test_handoffs_outside_a_run_are_held_to_a_budget_per_sender(hub: Hub) 
     )
     assert violation
     assert len(await _inbox(hub, "olga")) == 3
+
+
+async def _audited(hub: Hub, message_type: str) -> bool:
+    rows = await hub.transport._client.xrange(hub.keys.audit)
+    return any(m["type"] == message_type for _, f in rows for m in json.loads(f[b"m"]))

@@ -380,11 +380,11 @@ async def test_dead_letters_are_paged_newest_first(transport: Transport, keys: K
         await transport.dead_letters(3, before="+")
 
 
-async def test_entries_reads_named_entries_only(transport: Transport, keys: Keys) -> None:
+async def test_entries_by_id_reads_named_entries_only(transport: Transport, keys: Keys) -> None:
     stream = keys.inbox("agent-a")
     first = await transport.publish(stream, notice("one"))
     await transport.publish(stream, b"{not json")
-    found = await transport.entries(stream, [first, "99999999999999-0", "+", "0-0 junk"])
+    found = await transport.entries_by_id(stream, [first, "99999999999999-0", "+", "0-0 junk"])
     assert list(found) == [first]
     assert found[first].message is not None
     assert found[first].message.body(p.BroadcastNotice).text == "one"

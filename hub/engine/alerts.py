@@ -92,7 +92,7 @@ class AlertsMixin(EngineBase):
                     self.go(run, cue_id)
 
     def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
-        run.cues[cue_id].reason = reason
+        self.set_reason(run, cue_id, reason)
         if run.status is RunStatus.RUNNING:
             run.status, run.hold_reason = RunStatus.HOLDING, reason
             self.record_event(run, "run", status=run.status.value, reason=reason)

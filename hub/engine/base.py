@@ -27,6 +27,7 @@ from protocols.states import (
 )
 
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
+MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an operator
 
 
 class EngineBase(ABC):
@@ -51,6 +52,7 @@ class EngineBase(ABC):
         self.paused: str | None = None  # reason GOs are paused (critical escalation)
         self.out = Outbox()
         self.open: dict[str, int] = {}  # run id -> cues not yet done, kept by `_set`
+        self.moving: dict[str, int] = {}  # run id -> cues pending or in the call (`_set`)
         # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
@@ -97,20 +99,39 @@ class EngineBase(ABC):
         cr.deadline = cr.deadline_phase = None
 
     def _set(
-        self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any
-    ) -> None:
+        self, run: RunState, cue_id: str, state: CueState, reason: str | None,
+        root: str | None = None, **event: Any,
+    ) -> None:  # fmt: skip
+        """The one place a cue's state and reason change. A new state is a `cue` event; a
+        new reason in the same state a `reason` event (so a watcher never shows a stale
+        one). `root` is the root-cause cue of a block; `event` adds to the event."""
         cr = run.cues[cue_id]
         changed = cr.state is not state
-        if cr.state.done is not state.done and run.run_id in self.open:
-            self.open[run.run_id] += 1 if cr.state.done else -1
-        cr.state, cr.reason = state, reason
-        if "root" in extra:
-            cr.error = extra["root"]
-        self.mark_dirty(run, cue_id)
         if changed:
-            self.record_event(
-                run, "cue", cue=cue_id, state=state, reason=reason, attempt=cr.attempt
-            )
+            self.open_moved(run, cr.state, state)
+        self.mark_dirty(run, cue_id)
+        if not changed and reason == cr.reason and root is None:
+            return
+        cr.state, cr.reason = state, reason
+        if root is not None:
+            cr.error = root
+        kind = "cue" if changed else "reason"
+        self.record_event(
+            run, kind, cue=cue_id, state=state, reason=reason, attempt=cr.attempt, **event
+        )
+
+    def set_reason(self, run: RunState, cue_id: str, reason: str | None) -> None:
+        """Say why the cue is where it is (an event when that changes)."""
+        self._set(run, cue_id, run.cues[cue_id].state, reason)
+
+    def open_moved(self, run: RunState, was: CueState, now: CueState) -> None:
+        """Keep the per-run counts of cues not done (`open`) and of cues that move on their
+        own (`moving`: pending, or in the call), as a cue goes from `was` to `now`."""
+        run_id = run.run_id
+        if was.done is not now.done and run_id in self.open:
+            self.open[run_id] += 1 if was.done else -1
+        if (was in MOVING) is not (now in MOVING) and run_id in self.moving:
+            self.moving[run_id] += -1 if was in MOVING else 1
 
     def record_event(self, run: RunState, kind: str, **data: Any) -> None:
         """Append an event to the run's event stream (with this step's write)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import _missing, _waiting_reason
+from hub.engine.base import MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
 from hub.engine.outbox import Timer
 from hub.engine.plan import Plan
@@ -73,6 +73,7 @@ class Engine(ContestMixin, AlertsMixin):
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
+        self.moving[run.run_id] = sum(cr.state in MOVING for cr in run.cues.values())
         self.out.fresh.add(run.run_id)
         self.mark_dirty(run)
         for cue_id, cr in run.cues.items():
@@ -132,6 +133,7 @@ class Engine(ContestMixin, AlertsMixin):
         self.runs.pop(run_id, None)
         self.plans.pop(run_id, None)
         self.open.pop(run_id, None)
+        self.moving.pop(run_id, None)
         self.escalations.forget_run(run_id)
 
     def _finish(self, run: RunState, status: RunStatus) -> None:

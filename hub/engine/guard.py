@@ -178,8 +178,7 @@ def refused_entry(
         note = f"{DEAD_REPLY} {sender} was dead-lettered ({where}): {detail[:200]}"
         cr.dead_replies[sender] = where
         base = (cr.reason or "").split(f"; {DEAD_REPLY} ", 1)[0]  # the latest note only
-        cr.reason = f"{base}; {note}" if base else note
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{base}; {note}" if base else note)
     engine.record_event(run, "dead_letter", cue=cue_id, agent=sender, dead_letter=letter_id,
                         reason=detail[:200])  # fmt: skip
     violation(engine, run, cue_id, kind, sender, detail, stream=stream, entry_id=entry_id)

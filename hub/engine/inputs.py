@@ -15,7 +15,7 @@ from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
-from protocols.contracts import Contract, verify_handoff
+from protocols.contracts import Contract, validate_handoff
 from protocols.errors import HandoffRejected
 from protocols.messages import MessageType as T
 from protocols.states import CueState, Phase, Severity, TargetState
@@ -76,13 +76,11 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         engine.fail_attempt(run, cue_id, f"{agent}: {msg.body(p.StatusFailed).error}")
         return
     if mt is T.STATUS_BLOCKED:
-        cr.reason = f"{agent} blocked: {msg.body(p.StatusBlocked).reason}"
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{agent} blocked: {msg.body(p.StatusBlocked).reason}")
         return
     if mt is T.ACK_STANDBY and not (ack := msg.body(p.AckStandby)).ready:
         cr.not_ready[agent] = ack.reason or "not ready"
-        cr.reason = f"{agent} not ready: {cr.not_ready[agent]}"
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
         return
     if mt is T.STATUS_COMPLETED:
         cr.result[agent] = msg.body(p.StatusCompleted).result
@@ -98,25 +96,35 @@ def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
     waiting = sorted(a for a, s in cr.targets.items() if s is not _goal(cr.state))
     if cr.state is CueState.WARNING:
         if waiting:
-            cr.reason = f"waiting for ack.warning from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, f"waiting for ack.warning from {', '.join(waiting)}")
         elif cr.early:
             engine.clear_deadline(cr)
-            cr.reason = "prepared: waiting for its predecessor to complete"
+            engine.set_reason(run, cue_id, "prepared: waiting for its predecessor to complete")
         else:
             engine.to_standby(run, cue_id)
     elif cr.state is CueState.STANDBY:
         if waiting:
-            cr.reason = f"waiting for ack.standby from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, f"waiting for ack.standby from {', '.join(waiting)}")
         else:
             engine.go(run, cue_id)
     elif cr.state is CueState.GO:
+        cue = engine.plans[run.run_id].cues[cue_id]
         if waiting:
-            cr.reason = f"waiting for status.completed from {', '.join(waiting)}"
-        elif engine.plans[run.run_id].cues[cue_id].handoff and not cr.handoff_ok:
-            to = engine.plans[run.run_id].cues[cue_id].handoff.to
-            cr.reason = f"waiting for a valid handoff to {to}"
+            why = f"waiting for status.completed from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, why)
+        elif cue.handoff and not cr.handoff_ok:
+            _no_handoff(engine, run, cue_id, cue.handoff.to)
         else:
             engine.complete(run, cue_id)
+
+
+def _no_handoff(engine: Engine, run: RunState, cue_id: str, to: str) -> None:
+    """Every target completed, and the handoff the cue declares never came: its targets
+    have said all they will, so the cue fails now (not at its GO deadline), saying so."""
+    receiver = _contract(engine, engine.plans[run.run_id], to)
+    needs = f" (requires {', '.join(receiver.requires)})" if receiver and receiver.requires else ""
+    run.cues[cue_id].retries_used = engine.plans[run.run_id].cues[cue_id].retries  # no retry
+    engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}")
 
 
 def _goal(state: CueState) -> TargetState:
@@ -169,11 +177,12 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
 
 def handoff_problem(
     sender: str, sender_c: Contract | None, receiver: str, receiver_c: Contract | None,
-    declared: set[str],
+    context_keys: set[str],
 ) -> tuple[str | None, list[str]]:  # fmt: skip
-    """Why the contracts refuse this handoff (and the receiver's uncovered keys), or None."""
+    """Why this handoff is refused (and the required keys its actual context lacks), or
+    None: the run-time check of seed 002's `validate_handoff`, never the sender's word."""
     try:
-        verify_handoff(sender, sender_c, receiver, receiver_c, declared)
+        validate_handoff(sender, sender_c, receiver, receiver_c, context_keys)
     except HandoffRejected as exc:
         return str(exc), exc.missing
     return None, []

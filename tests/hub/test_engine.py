@@ -300,11 +300,10 @@ def test_valid_handoff_is_forwarded_and_its_context_reaches_the_next_cue() -> No
     sim.start()
     sim.ack_warning("coder", "CODE")
     sim.ack_standby("coder", "CODE")
-    sim.complete("coder", "CODE")
-    assert sim.cue("CODE").state is CueState.GO
-    assert "handoff" in (sim.cue("CODE").reason or "")  # completes only with its handoff
-    _handoff(sim, implemented_code="src/x.py", test_plan="unit")
+    _handoff(sim, implemented_code="src/x.py", test_plan="unit")  # sent before completing
     assert [a for a, _ in sim.take_sent(T.TASK_HANDOFF)] == ["tester"]
+    assert sim.cue("CODE").state is CueState.GO  # completes only once its target has
+    sim.complete("coder", "CODE")
     assert sim.cue("CODE").state is CueState.COMPLETED
     sim.ack_warning("tester", "TEST")
     sim.ack_standby("tester", "TEST")
@@ -317,13 +316,77 @@ def test_invalid_handoff_is_refused_naming_missing_keys_and_fails_the_cue() -> N
     sim.start()
     sim.ack_warning("coder", "CODE")
     sim.ack_standby("coder", "CODE")
-    _handoff(sim, work_completed=["x"])  # test_plan missing; implemented_code is provided
+    _handoff(sim, work_completed=["x"])  # neither key the tester requires
     assert not sim.take_sent(T.TASK_HANDOFF)
     (esc,) = sim.engine.escalations.by_id.values()
     assert esc.type is T.ESCALATION_HANDOFF_REJECTED
-    assert esc.payload["missing"] == ["test_plan"]
+    assert esc.payload["missing"] == ["implemented_code", "test_plan"]
     assert sim.cue("CODE").state is CueState.FAILED
     assert sim.cue("TEST").state is CueState.BLOCKED
+
+
+def test_a_handoff_lacking_a_key_its_senders_contract_provides_is_rejected() -> None:
+    """The coder's contract `provides: [implemented_code]` (the load-time promise, which
+    is why the cuelist validated); its handoff's actual context lacks it: the promise was
+    not kept, and the run-time check (seed 002 validate_handoff) catches it."""
+    sim = Sim(plan_of(HANDOFF.replace("  - {id: TEST,", "  - {id: TEST, retries: 2,")))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    _handoff(sim, test_plan="unit")
+    assert not sim.take_sent(T.TASK_HANDOFF)  # never forwarded to the tester
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.type is T.ESCALATION_HANDOFF_REJECTED
+    assert esc.payload["missing"] == ["implemented_code"]
+    assert "implemented_code" in esc.detail
+    code = sim.cue("CODE")
+    assert code.state is CueState.FAILED and code.attempt == 1  # failed, not retried
+    assert "implemented_code" in (code.reason or "")
+    assert sim.cue("TEST").state is CueState.BLOCKED
+    assert sim.run().status is RunStatus.FAILED
+
+
+def test_a_declared_handoff_that_never_comes_fails_the_cue_at_once() -> None:
+    retried = HANDOFF.replace("handoff: {to: tester", "retries: 3\n    handoff: {to: tester")
+    sim = Sim(plan_of(retried))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    sim.complete("coder", "CODE")  # every target completed, and no handoff came
+    code = sim.cue("CODE")  # now, not at go_timeout_s: the clock has not moved
+    assert code.state is CueState.FAILED and code.attempt == 1
+    why = "completed without the handoff to tester (requires implemented_code, test_plan)"
+    assert code.error == why and code.reason == f"failed: {why}"
+    told = [e for e in sim.events_of("cue") if e["cue"] == "CODE"]
+    assert told[-1]["state"] == "failed" and told[-1]["reason"] == f"failed: {why}"
+    assert sim.cue("TEST").state is CueState.BLOCKED
+    assert sim.run().status is RunStatus.FAILED and sim.run().completed_at == sim.now
+
+
+TWO_TARGETS = """
+cuelist: two
+cues:
+  - {id: A, target_agents: [a, b]}
+"""
+
+
+def test_every_change_of_a_reason_is_an_event() -> None:
+    """Sim checks after every step that the events told each cue's current reason; here
+    the reasons of one call, as a watcher sees them."""
+    sim = Sim(plan_of(TWO_TARGETS))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.ack_warning("b", "A")
+    sim.ack_standby("b", "A", ready=False, reason="disk full")
+    sim.ack_standby("b", "A")
+    told = [(e["type"], e["reason"]) for _, e in sim.events if e["type"] in ("cue", "reason")]
+    assert told == [
+        ("cue", "waiting for ack.warning from a, b"),
+        ("reason", "waiting for ack.warning from b"),
+        ("cue", "waiting for ack.standby from a, b"),
+        ("reason", "b not ready: disk full"),
+        ("reason", "waiting for ack.standby from a"),
+    ]
 
 
 WIDE = """

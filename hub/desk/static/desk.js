@@ -195,7 +195,7 @@ function follow() {
     changed.add(e.cue);
     refreshSoon(250);
   });
-  for (const kind of ["go", "condition", "escalation", "context", "handoff", "attempt_failed"]) {
+  for (const kind of ["go", "reason", "condition", "escalation", "context", "handoff", "attempt_failed"]) {
     source.addEventListener(kind, () => refreshSoon(250));
   }
   source.addEventListener("run", (event) => {

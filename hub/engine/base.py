@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hub.engine.escalations import Escalation, EscalationBook
@@ -57,7 +57,9 @@ class EngineBase(ABC):
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
     def take(self) -> Outbox:
-        """What the steps since the last `take` produced, for the driver to commit."""
+        """What the steps since the last `take` produced, for the driver to commit (the
+        runs they touched are holding or running as they now stand)."""
+        self.review_holds(self.out.dirty)
         out, self.out = self.out, Outbox()
         return out
 
@@ -181,6 +183,10 @@ class EngineBase(ABC):
         *, raised_by: str = "hub", cause: str | None = None,
     ) -> Escalation:  # fmt: skip
         """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
+
+    @abstractmethod
+    def review_holds(self, run_ids: Iterable[str]) -> None:
+        """Set each run holding (with its hold_reason) or running, as it now stands."""
 
     @abstractmethod
     def arbitrate(self, esc: Escalation, winner: str) -> None:

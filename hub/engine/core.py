@@ -137,7 +137,7 @@ class Engine(ContestMixin, AlertsMixin):
         self.escalations.forget_run(run_id)
 
     def _finish(self, run: RunState, status: RunStatus) -> None:
-        run.status = status
+        run.status, run.hold_reason = status, None
         run.completed_at = self.clock()
         self.mark_dirty(run)
         self.out.finished.add(run.run_id)
@@ -293,7 +293,7 @@ class Engine(ContestMixin, AlertsMixin):
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
         if self.paused is not None:
-            self._hold(run, cue_id, f"GO paused: {self.paused}")
+            self._hold(run, cue_id, self.paused)
             return
         if assign:
             cr.attempt += 1

@@ -185,6 +185,8 @@ class Hub:
         await self.transport.close()
 
     def _observe(self, out: Outbox) -> None:
+        if out.late:
+            self.metrics.late_replies.inc(out.late)
         for esc in out.escalations.values():
             if esc.count == 1:
                 self.metrics.escalations.labels(esc.type.value, esc.severity.value).inc()

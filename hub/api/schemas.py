@@ -119,6 +119,9 @@ class RunRecordPublic(BaseModel):
     messages_in: int
     messages_out: int
     protocol_violations: int
+    late_replies: int = Field(
+        0, description="acks and status that came after their attempt or run ended (counted)"
+    )
     totals: dict[str, int] = Field(
         default_factory=dict,
         description="how many waits, conflicts, escalations and errors there were in all: "

@@ -33,7 +33,7 @@ def record_public(run: RunState) -> RunRecordPublic:
         duration_s=duration, counts=run.counts(), fired=run.fired(), waits=rec.waits,
         conflicts=rec.conflicts, escalations=rec.escalations, errors=rec.errors,
         messages_in=rec.messages_in, messages_out=rec.messages_out,
-        protocol_violations=rec.protocol_violations,
+        protocol_violations=rec.protocol_violations, late_replies=rec.late_replies,
         totals={name: rec.totals.get(name, len(getattr(rec, name))) for name in _LISTS},
     )  # fmt: skip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -26,7 +27,9 @@ from protocols.states import (
     TargetState,
 )
 
+log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
+ENDED_MAX = 10_000  # ended run ids remembered in memory (older ones: asked of Redis)
 MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an operator
 
 
@@ -53,8 +56,29 @@ class EngineBase(ABC):
         self.out = Outbox()
         self.open: dict[str, int] = {}  # run id -> cues not yet done, kept by `_set`
         self.moving: dict[str, int] = {}  # run id -> cues pending or in the call (`_set`)
+        # runs that ended (forgotten, or found in Redis when a message named them): a
+        # message for one is late, not a violation; the most recent ENDED_MAX are kept
+        self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()
         # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
+
+    def note_ended(self, run_ids: Iterable[str]) -> None:
+        """Remember runs that ended: a late reply to one is counted, never escalated."""
+        for run_id in run_ids:
+            self.ended[run_id] = None
+            self.ended.move_to_end(run_id)
+        while len(self.ended) > ENDED_MAX:
+            self.ended.popitem(last=False)
+
+    def late_reply(self, run: RunState | None, what: str) -> None:
+        """A reply for an attempt, a cue or a run that already ended (an agent that timed
+        out and woke): counted (the metric; the run's record while the run is known) and
+        logged, never escalated: it is no one's fault and changes nothing."""
+        self.out.late += 1
+        if run is not None:
+            run.record.late_replies += 1
+            self.mark_dirty(run)
+        log.debug("late reply: %s", what)
 
     def take(self) -> Outbox:
         """What the steps since the last `take` produced, for the driver to commit (the

@@ -129,7 +129,12 @@ class Engine(ContestMixin, AlertsMixin):
         self._finish(run, status)
 
     def forget(self, run_id: str) -> None:
-        """Drop a finished run once its end is committed."""
+        """Drop a finished run once its end is committed (not one an operator has reopened
+        since: see `retry_cue`)."""
+        run = self.runs.get(run_id)
+        if run is not None and not run.status.done:
+            return
+        self.note_ended([run_id])
         self.runs.pop(run_id, None)
         self.plans.pop(run_id, None)
         self.open.pop(run_id, None)

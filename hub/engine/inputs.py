@@ -3,6 +3,7 @@
 Every message is checked against the cue's state: an ack out of
 order, an ack or a completion from an agent that is not a target, or a message for an
 unknown run is counted and escalated once (hub.engine.guard); it never crashes the engine.
+A late reply (for an attempt, a cue or a run that already ended) is only counted.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     attempt = getattr(msg.payload, "attempt", cr.attempt)
     agent = msg.from_agent
     if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done:
+        mt = msg.message_type.value
+        engine.late_reply(run, f"{mt} from {agent} for {cue_id} attempt {attempt} "
+                          f"(now attempt {cr.attempt}, {cr.state.value})")  # fmt: skip
         return  # late or duplicate: it changes nothing (idempotent handling)
     if cr.state is not expected_cue:
         mt = msg.message_type.value
@@ -139,7 +143,10 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
     body = msg.body(p.TaskHandoff)
     plan = engine.plans[run.run_id]
     cue = plan.cues[cue_id]
-    if cr.state.done or cr.handoff_ok:
+    if cr.state.done:
+        engine.late_reply(run, f"task.handoff from {msg.from_agent} for {cue_id}, now done")
+        return
+    if cr.handoff_ok:
         return
     declared_to = cue.handoff.to if cue.handoff else None
     problem: str | None = None

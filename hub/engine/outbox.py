@@ -35,6 +35,7 @@ class Outbox:
     raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last
     resources_changed: bool = False
     paused_changed: bool = False
+    late: int = 0  # late replies seen (counted in /metrics; never escalated)
 
     def quiet(self) -> bool:
         """Nothing to send and no deadline to set: state, events and raw ops only."""

@@ -53,6 +53,7 @@ class RunRecord(BaseModel):
     escalations: list[str] = Field(default_factory=list)  # escalation ids
     errors: list[str] = Field(default_factory=list)
     protocol_violations: int = 0
+    late_replies: int = 0  # acks and status for an attempt (or the run) already ended
     waits: list[str] = Field(default_factory=list)
     conflicts: list[str] = Field(default_factory=list)
     # how many of each there were in all (the lists stop at RECORD_LIST_MAX)

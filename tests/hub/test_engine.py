@@ -443,3 +443,43 @@ def test_a_restarted_engine_evaluates_the_cues_a_start_left_queued() -> None:
     assert not sim.work_backlog()
     assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E4", "E5"]
     assert sim.cue("E1").attempt == 1 and len(sim.cue("E1").gos) == 1  # not fired again
+
+
+def test_a_late_reply_is_counted_never_escalated() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.advance(5.01)  # attempt 1 timed out (b slept); attempt 2 is called
+    (timeout,) = sim.engine.escalations.by_id.values()
+    sim.ack_warning("b", "A", attempt=1)  # b wakes: its ack is for an attempt that ended
+    assert sim.run().record.late_replies == 1 and sim.outs[-1].late == 1
+    assert list(sim.engine.escalations.by_id.values()) == [timeout]  # nothing new raised
+    assert sim.run().record.protocol_violations == 0
+    for agent in ("a", "b"):
+        sim.ack_warning(agent, "A", attempt=2)
+    for agent in ("a", "b"):
+        sim.ack_standby(agent, "A", attempt=2)
+    sim.complete("a", "A", attempt=2)
+    sim.complete("b", "A", attempt=2)
+    assert sim.run().status is RunStatus.SUCCESS
+    sim.complete("b", "A", attempt=1)  # the old attempt's completion, after the run ended
+    assert sim.run().record.late_replies == 2
+    assert list(sim.engine.escalations.by_id.values()) == [timeout]
+
+
+def test_a_reply_for_a_run_that_ended_and_was_forgotten_is_late_a_made_up_run_is_not() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.engine.cancel("r1")
+    sim._drain()
+    sim.engine.forget("r1")  # as the driver does once the end is written
+    sim.complete("a", "A")
+    assert sim.outs[-1].late == 1 and not sim.outs[-1].escalations
+    assert not sim.engine.escalations.by_id
+    sim.complete("a", "A", run_id="never-was")
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.cause == "unknown_run:a"
+    # ended long ago (not in memory) but still in Redis: the router tells the engine
+    sim.engine.note_ended(["ended-before-a-restart"])
+    sim.complete("a", "A", run_id="ended-before-a-restart")
+    assert sim.outs[-1].late == 1 and esc.count == 1

@@ -103,6 +103,11 @@ class CuePublic(BaseModel):
     targets: dict[str, str]
     not_ready: dict[str, str] = Field(default_factory=dict)
     error: str | None
+    result: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what each target returned (`Result(result=...)`), by agent; one over "
+        "4 KiB is kept as {truncated, bytes, head}",
+    )
 
 
 class RunRecordPublic(BaseModel):

@@ -268,6 +268,7 @@ class Engine(ContestMixin, AlertsMixin):
         cr.targets = {a: TargetState.WARNED for a in cue.target_agents}
         cr.not_ready = {}
         cr.dead_replies = {}
+        cr.result = {}
         cr.handoff_ok = False
         reason = "early warning: preparing while a predecessor runs" if early else None
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
@@ -303,6 +304,7 @@ class Engine(ContestMixin, AlertsMixin):
         if assign:
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in cue.target_agents}
+            cr.result = {}
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
         now = self.clock()
@@ -362,7 +364,7 @@ class Engine(ContestMixin, AlertsMixin):
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         cr.completed_at = self.clock()
         self.clear_deadline(cr)
-        self._set(run, cue_id, CueState.COMPLETED, None)
+        self._set(run, cue_id, CueState.COMPLETED, None, result=cr.result)
         self._release(run, cue_id)
         self._raise_flags(run, list(cue.raises))
         self._after_done(run, cue_id)

@@ -87,7 +87,7 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
         return
     if mt is T.STATUS_COMPLETED:
-        cr.result[agent] = msg.body(p.StatusCompleted).result
+        cr.keep_result(agent, msg.body(p.StatusCompleted).result)
     elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)

@@ -483,3 +483,27 @@ def test_a_reply_for_a_run_that_ended_and_was_forgotten_is_late_a_made_up_run_is
     sim.engine.note_ended(["ended-before-a-restart"])
     sim.complete("a", "A", run_id="ended-before-a-restart")
     assert sim.outs[-1].late == 1 and esc.count == 1
+
+
+def test_results_are_kept_per_target_bounded_and_shown_with_the_completion() -> None:
+    sim = Sim(plan_of(TWO_TARGETS.replace("[a, b]}", "[a, b], retries: 1}")))
+    sim.start()
+    for attempt in (1, 2):
+        for agent in ("a", "b"):
+            sim.ack_warning(agent, "A", attempt)
+        for agent in ("a", "b"):
+            sim.ack_standby(agent, "A", attempt)
+        if attempt == 1:
+            sim.complete("a", "A", passed=1)
+            assert sim.cue("A").result == {"a": {"passed": 1}}
+            sim.fail("b", "A")  # retried at once
+            assert sim.cue("A").result == {}  # a new attempt's results only
+    sim.complete("a", "A", attempt=2, passed=42)
+    sim.complete("b", "A", attempt=2, log="x" * 10_000)
+    result = sim.cue("A").result
+    assert result["a"] == {"passed": 42}
+    assert result["b"]["truncated"] is True and result["b"]["bytes"] > 10_000
+    assert len(result["b"]["head"]) == 512
+    done = [e for e in sim.events_of("cue") if e["state"] == "completed"]
+    assert done[-1]["result"] == result  # in the cue's completion event
+    assert cue_public(sim.cue("A")).result == result  # and in GET /v1/runs/{id}

@@ -1,0 +1,122 @@
+"""The API's answers of issue 13 against a real hub and echo specialists (each a process):
+results and holding as GET /v1/runs/{id} shows them, a condition nothing waits for,
+deleting cuelists, pausing schedules, retry and rerun, and the wiring map."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from callboard.embedded import EmbeddedServer
+from tests.e2e.procs import child_env, processes, wait_done, wait_online
+from tests.helpers import eventually_sync
+
+pytestmark = pytest.mark.redis
+AGENTS = ["ans-code", "ans-test"]
+
+HANDOFFS = """
+cuelist: ans-handoffs
+specialists:
+  ans-code: {provides: [implemented_code], handoff_to: [ans-test]}
+  ans-test: {requires: [implemented_code]}
+cues:
+  - id: CODE
+    target_agents: [ans-code]
+    action: {handoff: {to: ans-test, context: {implemented_code: src/x.py}}}
+    handoff: {to: ans-test}
+    auto_follow: TEST
+  - id: TEST
+    target_agents: [ans-test]
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    env = child_env(redis_server)
+    with processes(env, tmp_path_factory.mktemp("answers")) as procs:
+        url = procs.hub()
+        for agent in AGENTS:
+            procs.echo(agent)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            wait_online(client, AGENTS)
+            yield {"url": url, "procs": procs}
+
+
+@pytest.fixture
+def api(stack: dict[str, Any]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack["url"], timeout=30) as client:
+        yield client
+
+
+def submit(api: httpx.Client, text: str) -> str:
+    r = api.post("/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    return str(r.json()["version"])
+
+
+def start(api: httpx.Client, name: str, **body: Any) -> str:
+    r = api.post("/v1/runs", json={"cuelist": name, **body})
+    assert r.status_code == 201, r.text
+    return str(r.json()["run_id"])
+
+
+def run_of(api: httpx.Client, run_id: str) -> dict[str, Any]:
+    r = api.get(f"/v1/runs/{run_id}")
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def when(api: httpx.Client, run_id: str, test: Any, what: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        run = run_of(api, run_id)
+        return run if test(run) else None
+
+    found: dict[str, Any] = eventually_sync(check, 30, interval_s=0.05, message=what)
+    return found
+
+
+def test_a_handoff_edge_is_drawn_once_in_mermaid(api: httpx.Client) -> None:
+    """ans-code -> ans-test is declared twice (its contract's handoff_to, and cue CODE):
+    one edge in the JSON map (naming both), one arrow in the mermaid chart."""
+    submit(api, HANDOFFS)
+    edges = [
+        e for e in api.get("/v1/wiring").json()["edges"]
+        if e["kind"] == "handoff" and (e["from"], e["to"]) == ("ans-code", "ans-test")
+    ]  # fmt: skip
+    assert len(edges) == 1 and edges[0]["via"] == "ans-handoffs/CODE, contract"
+    text = api.get("/v1/wiring", params={"format": "mermaid"}).text
+    arrows = [line for line in text.splitlines() if "n_ans_code -.->" in line]
+    assert arrows == ['  n_ans_code -.->|"handoff: implemented_code"| n_ans_test']
+    assert len(text.splitlines()) == len(set(text.splitlines()))  # no line twice
+
+
+APPROVAL = """
+cuelist: ans-approval
+cues:
+  - {id: BUILD, target_agents: [ans-code], action: {result: {passed: 42}}}
+  - id: SHIP
+    target_agents: [ans-test]
+    depends_on: [BUILD]
+    conditions: [approval_received]
+"""
+
+
+def test_results_per_target_and_a_run_holding_for_its_approval(api: httpx.Client) -> None:
+    submit(api, APPROVAL)
+    run_id = start(api, "ans-approval")
+    run = when(api, run_id, lambda r: r["status"] == "holding", "the run holding")
+    assert run["hold_reason"] == "condition approval_received"
+    assert run["cues"]["BUILD"]["result"] == {"ans-code": {"passed": 42}}
+    assert run["cues"]["SHIP"]["result"] == {}
+    r = api.post(f"/v1/runs/{run_id}/conditions/approval_received")
+    assert r.status_code == 200, r.text
+    done = wait_done(api, run_id)
+    assert done["status"] == "success" and done["hold_reason"] is None
+    events = api.get(f"/v1/runs/{run_id}/events")  # the stream ends: the run is over
+    assert '"status": "holding", "reason": "condition approval_received"' in events.text

@@ -179,7 +179,8 @@ def test_approve_a_condition_from_the_board(stage: Stage, page: Page) -> None:
     assert run["status"] == "success"
 
 
-def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
+@pytest.mark.parametrize("pick", ["holder", "waiter"])
+def test_resolve_an_arbitration(stage: Stage, page: Page, pick: str) -> None:
     run_id = stage.start("desk-arbitration")
 
     def conflict() -> dict[str, Any] | None:
@@ -187,10 +188,12 @@ def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
         return next((e for e in escs if e["type"] == "escalation.conflict"), None)
 
     esc = eventually_sync(conflict, 20, message="the conflict escalation")
-    # the holder, still in STANDBY, keeps the runner. (Picking the waiting cue instead
-    # stands the holder down and then leaves both cues waiting: an engine issue reported
-    # separately, not the desk's.)
-    winner = esc["payload"]["suggested_winner_cue"]
+    # the holder is still in STANDBY (4 s to get ready): picking it keeps it going; picking
+    # the waiting cue stands the holder down and re-queues it behind the winner
+    cues = stage.run(run_id)["cues"]
+    wanted = "standby" if pick == "holder" else "warning"
+    rivals = esc["payload"]["cues_involved"]
+    (winner,) = [c for c in rivals if cues[c.split("/")[1]]["state"] == wanted]
     page.goto(f"{stage.url}/runs/{run_id}")
     needs = page.locator("[data-part=needs]")
     expect(needs.get_by_role("button", name="Pick ")).to_have_count(2)  # one per rival

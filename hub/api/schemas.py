@@ -179,6 +179,11 @@ class ConditionPublic(BaseModel):
     conditions: list[str]
 
 
+class ConditionRefused(ErrorPublic):
+    conditions: list[str] = Field(description="the conditions cues of the run wait for")
+    did_you_mean: str | None = Field(description="the closest of them to the name sent")
+
+
 class CancelCreate(In):
     reason: str | None = Field(None, max_length=2000)
 

@@ -120,3 +120,25 @@ def test_results_per_target_and_a_run_holding_for_its_approval(api: httpx.Client
     assert done["status"] == "success" and done["hold_reason"] is None
     events = api.get(f"/v1/runs/{run_id}/events")  # the stream ends: the run is over
     assert '"status": "holding", "reason": "condition approval_received"' in events.text
+
+
+def test_a_condition_no_cue_waits_for_is_a_422_with_a_did_you_mean(api: httpx.Client) -> None:
+    submit(api, APPROVAL)
+    run_id = start(api, "ans-approval")
+    when(api, run_id, lambda r: r["status"] == "holding", "the run holding")
+    r = api.post(f"/v1/runs/{run_id}/conditions/aproval_recieved")
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["conditions"] == ["approval_received"]
+    assert body["did_you_mean"] == "approval_received"
+    assert body["detail"] == (
+        f"no cue of run {run_id} waits for condition 'aproval_recieved'; it waits for "
+        "approval_received (did you mean approval_received?)"
+    )
+    r = api.post(f"/v1/runs/{run_id}/conditions/launch_codes")
+    assert r.status_code == 422 and r.json()["did_you_mean"] is None
+    assert "did you mean" not in r.json()["detail"]
+    run = run_of(api, run_id)
+    assert run["conditions"] == [] and run["status"] == "holding"  # nothing was raised
+    assert api.post(f"/v1/runs/{run_id}/conditions/approval_received").status_code == 200
+    assert wait_done(api, run_id)["status"] == "success"

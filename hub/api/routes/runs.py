@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from hub.api.schemas import (
     CancelCreate,
     CancelPublic,
     ConditionPublic,
+    ConditionRefused,
     ContextEntryPublic,
     ContextPublic,
     ErrorPublic,
@@ -28,7 +30,7 @@ from hub.commands import Cancel, Command, Go, RaiseCondition, StartRun
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
-from protocols.errors import Conflict, NotFound
+from protocols.errors import Conflict, NotFound, Unprocessable
 from protocols.ids import new_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -46,6 +48,24 @@ JSON_ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def _call(hub: Hub, command: Command[R]) -> R:
     return await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
+
+
+def waited_for(cuelist: Any) -> list[str]:
+    """The conditions some cue of the cuelist lists, in the order they first appear."""
+    return list(dict.fromkeys(c for cue in cuelist.cues for c in cue.conditions))
+
+
+def unwanted_condition(run_id: str, name: str, wanted: list[str]) -> Unprocessable:
+    """The 422 for a condition no cue of the run waits for: what it does wait for, and the
+    closest of those to what was sent (a typo is the likely cause)."""
+    close = difflib.get_close_matches(name, wanted, n=1, cutoff=0.6)
+    guess = close[0] if close else None
+    if wanted:
+        detail = f"no cue of run {run_id} waits for condition {name!r}; it waits for "
+        detail += ", ".join(wanted) + (f" (did you mean {guess}?)" if guess else "")
+    else:
+        detail = f"no cue of run {run_id} waits for condition {name!r}: it waits for none"
+    return Unprocessable(detail, conditions=wanted, did_you_mean=guess)
 
 
 def _must_be_live(run: RunState) -> None:
@@ -113,9 +133,16 @@ async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
     return GoPublic(run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt)
 
 
-@router.post("/{run_id}/conditions/{name}", response_model=ConditionPublic, responses=REFUSED)
+@router.post(
+    "/{run_id}/conditions/{name}", response_model=ConditionPublic,
+    responses={**REFUSED, 422: {"model": ConditionRefused}},
+)  # fmt: skip
 async def raise_condition(run: RunDep, name: Name, hub: HubDep) -> ConditionPublic:
+    """Raise a flag a cue of the run waits for (422, naming those, for any other)."""
     _must_be_live(run)
+    wanted = waited_for(await hub.cuelists.get(run.cuelist, run.version))
+    if name not in wanted:
+        raise unwanted_condition(run.run_id, name, wanted)
     reply = await _call(hub, RaiseCondition(run_id=run.run_id, name=name))
     return ConditionPublic(run_id=run.run_id, condition=name, conditions=reply.conditions)
 

@@ -77,6 +77,17 @@ class CuelistsPublic(BaseModel):
     count: int
 
 
+class CuelistDeleted(BaseModel):
+    name: str
+    deleted: list[str] = Field(description="the versions deleted")
+
+
+class SchedulePublic(BaseModel):
+    name: str
+    schedule: str | None = Field(description="the latest version's cron schedule, if any")
+    paused: bool
+
+
 # -- runs ------------------------------------------------------------------------------
 class RunCreate(In):
     cuelist: str = Field(min_length=1, max_length=200)

@@ -142,3 +142,46 @@ def test_a_condition_no_cue_waits_for_is_a_422_with_a_did_you_mean(api: httpx.Cl
     assert run["conditions"] == [] and run["status"] == "holding"  # nothing was raised
     assert api.post(f"/v1/runs/{run_id}/conditions/approval_received").status_code == 200
     assert wait_done(api, run_id)["status"] == "success"
+
+
+DOOMED = """
+cuelist: ans-doomed
+description: {note}
+schedule: "0 3 * * *"
+cues:
+  - {{id: ONLY, target_agents: [ans-code], action: {{execute_ms: {ms}}}}}
+"""
+
+
+def test_delete_a_version_then_the_cuelist_while_a_run_keeps_its_own(api: httpx.Client) -> None:
+    old = submit(api, DOOMED.format(note="old", ms=1500))
+    new = submit(api, DOOMED.format(note="new", ms=10))
+    running = start(api, "ans-doomed", version=old)
+    r = api.delete("/v1/cuelists/ans-doomed", params={"version": old})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"name": "ans-doomed", "deleted": [old]}
+    listed = api.get("/v1/cuelists/ans-doomed").json()
+    assert [v["version"] for v in listed["versions"]] == [new]
+    r = api.post("/v1/runs", json={"cuelist": "ans-doomed", "version": old})
+    assert r.status_code == 404 and old in r.json()["detail"]  # refused: deleted
+    assert api.delete("/v1/cuelists/ans-doomed", params={"version": old}).status_code == 404
+    r = api.delete("/v1/cuelists/ans-doomed")  # every version left
+    assert r.status_code == 200 and r.json()["deleted"] == [new]
+    assert api.get("/v1/cuelists/ans-doomed").status_code == 404
+    assert "ans-doomed" not in [c["name"] for c in api.get("/v1/cuelists").json()["data"]]
+    r = api.post("/v1/runs", json={"cuelist": "ans-doomed"})
+    assert r.status_code == 404 and "no cuelist named ans-doomed" in r.json()["detail"]
+    assert api.delete("/v1/cuelists/ans-doomed").status_code == 404
+    done = wait_done(api, running)  # the run pinned to the deleted version goes on
+    assert done["status"] == "success" and done["version"] == old
+
+
+def test_pause_and_resume_a_schedule(api: httpx.Client) -> None:
+    submit(api, DOOMED.replace("ans-doomed", "ans-nightly").format(note="n", ms=10))
+    r = api.post("/v1/cuelists/ans-nightly/schedule/pause")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"name": "ans-nightly", "schedule": "0 3 * * *", "paused": True}
+    r = api.post("/v1/cuelists/ans-nightly/schedule/resume")
+    assert r.json() == {"name": "ans-nightly", "schedule": "0 3 * * *", "paused": False}
+    r = api.post("/v1/cuelists/no-such-cuelist/schedule/pause")
+    assert r.status_code == 404 and r.json()["detail"] == "no cuelist named no-such-cuelist"

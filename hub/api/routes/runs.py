@@ -82,7 +82,8 @@ async def create_run(
     version = body.version or await hub.cuelists.latest(body.cuelist)
     if version is None:
         raise NotFound(f"no cuelist named {body.cuelist}")
-    await hub.cuelists.get(body.cuelist, version)  # NotFound for an unknown version
+    if not await hub.cuelists.listed(body.cuelist, version):  # unknown, or deleted
+        raise NotFound(f"no version {version} of cuelist {body.cuelist}")
     run_id = new_id()
     if idempotency_key:
         request = body.model_dump_json()

@@ -154,6 +154,8 @@ class RunPublic(BaseModel):
     params: dict[str, Any]
     conditions: list[str]
     hold_reason: str | None
+    rerun_of: str | None = Field(None, description="the run this one reruns")
+    reruns: list[str] = Field(default_factory=list, description="runs that rerun this one")
     created_at: str | None
     started_at: str | None
     completed_at: str | None
@@ -166,6 +168,8 @@ class RunSummary(BaseModel):
     cuelist: str
     version: str
     status: str
+    hold_reason: str | None = None
+    rerun_of: str | None = None
     dry: bool
     started_at: str | None
     completed_at: str | None
@@ -182,6 +186,25 @@ class GoPublic(BaseModel):
     cue: str
     state: str
     attempt: int
+
+
+class RetryPublic(BaseModel):
+    run_id: str
+    cue: str
+    state: str = Field(description="the cue's state after the retry")
+    attempt: int
+    retried: str = Field(description="the cue tried again: this one, or the failure it waits on")
+
+
+class RerunCreate(In):
+    from_failure: bool = Field(
+        False, description="treat the cues that completed as completed (results, context)"
+    )
+
+
+class RerunCreated(BaseModel):
+    run_id: str
+    rerun_of: str
 
 
 class ConditionPublic(BaseModel):

@@ -42,6 +42,7 @@ def run_public(run: RunState) -> RunPublic:
     return RunPublic(
         run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
         dry=run.dry, params=run.params, conditions=run.conditions, hold_reason=run.hold_reason,
+        rerun_of=run.rerun_of, reruns=run.reruns,
         created_at=ts(run.created_at), started_at=ts(run.started_at),
         completed_at=ts(run.completed_at), record=record_public(run),
         cues={cue_id: cue_public(cr) for cue_id, cr in run.cues.items()},
@@ -51,6 +52,7 @@ def run_public(run: RunState) -> RunPublic:
 def run_summary(run: RunState) -> RunSummary:
     return RunSummary(
         run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
+        hold_reason=run.hold_reason, rerun_of=run.rerun_of,
         dry=run.dry, started_at=ts(run.started_at), completed_at=ts(run.completed_at),
         counts=run.counts(),
     )  # fmt: skip

@@ -186,6 +186,14 @@ class EngineBase(ABC):
     # Declared here so each part (core, contest, alerts) and the engine's callers (the
     # driver, the router, inputs) read and type-check against one public surface.
     @abstractmethod
+    def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
+        """Take charge of a run (new, or loaded from the store)."""
+
+    @abstractmethod
+    def work_backlog(self, limit: int | None = None) -> bool:
+        """Evaluate up to `limit` queued cues of starting runs; True while more are queued."""
+
+    @abstractmethod
     def evaluate(self, run: RunState, cue_id: str) -> None:
         """Move a cue not yet called as far as its predecessors and conditions allow."""
 

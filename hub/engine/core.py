@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
 from hub.engine.base import MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
@@ -29,7 +30,7 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------

@@ -31,6 +31,7 @@ class Outbox:
     dirty_cues: set[tuple[str, str]] = field(default_factory=set)  # (run id, cue id) changed
     fresh: set[str] = field(default_factory=set)  # runs whose whole layout must be written
     finished: set[str] = field(default_factory=set)
+    reopened: set[str] = field(default_factory=set)  # ended runs running again: keep them
     timers: list[Timer] = field(default_factory=list)
     raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last
     resources_changed: bool = False
@@ -41,7 +42,7 @@ class Outbox:
         """Nothing to send and no deadline to set: state, events and raw ops only."""
         return not (
             self.messages or self.escalations or self.context or self.timers or self.finished
-            or self.fresh or self.resources_changed or self.paused_changed
+            or self.fresh or self.reopened or self.resources_changed or self.paused_changed
         )  # fmt: skip
 
     def __bool__(self) -> bool:

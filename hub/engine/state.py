@@ -93,6 +93,8 @@ class RunState(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     hold_reason: str | None = None
+    rerun_of: str | None = None  # the run this one reruns
+    reruns: list[str] = Field(default_factory=list)  # runs that rerun this one, newest last
     conditions: list[str] = Field(default_factory=list)
     cues: dict[str, CueRun] = Field(default_factory=dict)  # stored one hash field per cue
     fired_count: int = 0

@@ -185,3 +185,79 @@ def test_pause_and_resume_a_schedule(api: httpx.Client) -> None:
     assert r.json() == {"name": "ans-nightly", "schedule": "0 3 * * *", "paused": False}
     r = api.post("/v1/cuelists/no-such-cuelist/schedule/pause")
     assert r.status_code == 404 and r.json()["detail"] == "no cuelist named no-such-cuelist"
+
+
+FLAKY = """
+cuelist: ans-flaky
+cues:
+  - {id: BUILD, target_agents: [ans-code], action: {fail: once}}
+  - {id: TEST, target_agents: [ans-test], depends_on: [BUILD]}
+"""
+HALF = """
+cuelist: ans-half
+cues:
+  - id: CODE
+    target_agents: [ans-code]
+    action: {context: {build_id: b-7}, result: {lines: 120}}
+  - {id: TEST, target_agents: [ans-test], depends_on: [CODE], action: {fail: true}}
+"""
+
+
+def test_retry_a_blocked_cue_of_a_failed_run_then_rerun_it(api: httpx.Client) -> None:
+    submit(api, FLAKY)
+    run_id = start(api, "ans-flaky")
+    failed = wait_done(api, run_id)
+    assert failed["status"] == "failed"
+    assert failed["cues"]["TEST"]["state"] == "blocked"
+    r = api.post(f"/v1/runs/{run_id}/cues/TEST/retry")  # blocked: its failure is retried
+    assert r.status_code == 200, r.text
+    attempt = failed["cues"]["TEST"]["attempt"]  # 1 if it was warned early, else 0
+    assert r.json() == {
+        "run_id": run_id, "cue": "TEST", "state": "waiting", "attempt": attempt,
+        "retried": "BUILD",
+    }  # fmt: skip
+    done = wait_done(api, run_id)
+    assert done["status"] == "success", done
+    assert done["cues"]["BUILD"]["attempt"] == 2 and done["cues"]["BUILD"]["fired_by"] == "operator"
+    stream = api.get(f"/v1/runs/{run_id}/events").text  # not ended by its first ending
+    ends = [line for line in stream.splitlines() if '"type": "run"' in line]
+    assert [e.split('"status": ')[1].split(",")[0].strip('}"') for e in ends] == [
+        "running", "failed", "running", "success"
+    ]  # fmt: skip
+    r = api.post(f"/v1/runs/{run_id}/cues/BUILD/retry")
+    assert r.status_code == 409
+    assert r.json()["detail"] == "cue BUILD is not failed or blocked: it is completed"
+    assert api.post(f"/v1/runs/{run_id}/cues/NOPE/retry").status_code == 404
+    assert api.post("/v1/runs/0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b/cues/A/retry").status_code == 404
+
+    r = api.post(f"/v1/runs/{run_id}/rerun")  # no body: from the start
+    assert r.status_code == 201, r.text
+    again = r.json()["run_id"]
+    assert r.json() == {"run_id": again, "rerun_of": run_id}
+    rerun = wait_done(api, again)
+    assert rerun["rerun_of"] == run_id and rerun["version"] == done["version"]
+    assert rerun["status"] == "failed"  # `fail: once` fails each run's first attempt
+    assert run_of(api, run_id)["reruns"] == [again]
+    listed = api.get("/v1/runs", params={"cuelist": "ans-flaky"}).json()["data"]
+    assert {r["run_id"]: r["rerun_of"] for r in listed} == {run_id: None, again: run_id}
+
+
+def test_rerun_from_failure_skips_what_completed(api: httpx.Client) -> None:
+    submit(api, HALF)
+    run_id = start(api, "ans-half")
+    first = wait_done(api, run_id)
+    assert first["status"] == "partial"
+    r = api.post(f"/v1/runs/{run_id}/rerun", json={"from_failure": True})
+    assert r.status_code == 201, r.text
+    second = wait_done(api, r.json()["run_id"])
+    code = second["cues"]["CODE"]
+    assert code["state"] == "completed" and code["reason"] == f"completed in run {run_id}"
+    assert code["result"] == {"ans-code": {"lines": 120}}
+    assert code["go_at"] == first["cues"]["CODE"]["go_at"]  # not called again
+    assert second["cues"]["TEST"]["state"] == "failed"  # called again (and it fails again)
+    assert second["record"]["fired"] == ["CODE", "TEST"]
+    context = api.get(f"/v1/runs/{second['run_id']}/context").json()["entries"]
+    assert context["build_id"]["value"] == "b-7" and context["build_id"]["source"] == "ans-code"
+    dry = start(api, "ans-half", dry=True)
+    r = api.post(f"/v1/runs/{dry}/rerun")
+    assert r.status_code == 409 and "dry run" in r.json()["detail"]

@@ -1,4 +1,5 @@
-"""Runs: start (with Idempotency-Key), list, inspect, GO, conditions, cancel, events, context."""
+"""Runs: start (with Idempotency-Key), list, inspect, GO, retry, rerun, conditions, cancel,
+events, context."""
 
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ from hub.api.schemas import (
     ContextPublic,
     ErrorPublic,
     GoPublic,
+    RerunCreate,
+    RerunCreated,
+    RetryPublic,
     RunCreate,
     RunCreated,
     RunPublic,
     RunsPublic,
 )
 from hub.api.views import run_public, run_summary
-from hub.commands import Cancel, Command, Go, RaiseCondition, StartRun
+from hub.commands import Cancel, Command, Go, RaiseCondition, Rerun, Retry, StartRun
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
@@ -132,6 +136,37 @@ async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
     _must_be_live(run)
     reply = await _call(hub, Go(run_id=run.run_id, cue_id=cue_id))
     return GoPublic(run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt)
+
+
+@router.post("/{run_id}/cues/{cue_id}/retry", response_model=RetryPublic, responses=REFUSED)
+async def retry(run: RunDep, cue_id: Name, hub: HubDep) -> RetryPublic:
+    """Try a failed cue again (a new attempt; the cues it blocked wait again), or the failed
+    cue a blocked one waits on; a run that ended failed or partial runs again. 409 with the
+    reason for any other cue."""
+    if cue_id not in run.cues:
+        raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+    reply = await _call(hub, Retry(run_id=run.run_id, cue_id=cue_id))
+    return RetryPublic(
+        run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt,
+        retried=reply.retried,
+    )  # fmt: skip
+
+
+@router.post(
+    "/{run_id}/rerun", response_model=RerunCreated, status_code=status.HTTP_201_CREATED,
+    responses=REFUSED,
+)  # fmt: skip
+async def rerun(run: RunDep, hub: HubDep, body: RerunCreate | None = None) -> RerunCreated:
+    """A new run of the same cuelist version, linked both ways (`rerun_of`, `reruns`);
+    `from_failure` skips the cues that completed, carrying their results and context."""
+    if run.dry:
+        raise Conflict(f"run {run.run_id} is a dry run: start a new one")
+    if not await hub.cuelists.listed(run.cuelist, run.version):
+        raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
+    from_failure = bool(body and body.from_failure)
+    command = Rerun(run_id=run.run_id, new_run_id=new_id(), from_failure=from_failure)
+    reply = await _call(hub, command)
+    return RerunCreated(run_id=reply.run_id, rerun_of=run.run_id)
 
 
 @router.post(

@@ -66,6 +66,12 @@ cuelist: desk-manual
 cues:
   - {id: GATE-100, target_agents: [specialist-build], manual: true, action: {execute_ms: 20}}
 """
+FLAKY = """
+cuelist: desk-flaky
+cues:
+  - {id: BUILD-100, target_agents: [specialist-build], action: {fail: once}}
+  - {id: SHIP-200, target_agents: [specialist-deploy], depends_on: [BUILD-100]}
+"""
 
 
 class Stage:
@@ -101,7 +107,7 @@ def stage(
         with httpx.Client(base_url=url, timeout=30) as api:
             wait_online(api, AGENTS)
             sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
-            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL]:
+            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY]:
                 r = api.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
@@ -206,6 +212,26 @@ def test_resolve_an_arbitration(stage: Stage, page: Page, pick: str) -> None:
     assert mine["resolution"]["winner"] == winner
     assert wait_done(stage.api, run_id, 60)["status"] == "success"
     expect(page.locator("#run-status")).to_have_text("success")
+
+
+def test_retry_a_failed_cue_of_a_failed_run(stage: Stage, watched: Watched) -> None:
+    """The run failed (BUILD-100 fails its first attempt); Retry on its row runs it again,
+    and the page follows the run live again to its success."""
+    page = watched.page
+    run_id = stage.start("desk-flaky")
+    assert wait_done(stage.api, run_id)["status"] == "failed"
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    row = page.locator('tr[data-cue="BUILD-100"]')
+    row.get_by_role("button", name="Retry").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    expect(page.locator("#run-status")).to_have_text("success")
+    expect(node_label(page, "SHIP-200")).to_have_text("completed")  # followed live again
+    assert watched.errors == []
+    run = stage.run(run_id)
+    assert run["status"] == "success"
+    assert run["cues"]["BUILD-100"]["attempt"] == 2
+    assert run["cues"]["BUILD-100"]["fired_by"] == "operator"
 
 
 def test_cancel_a_run(stage: Stage, page: Page) -> None:

@@ -44,6 +44,7 @@ _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT}
 DISCOVER_EVERY_S = 1.0
 SEEN_CAPACITY = 200_000
 ABSENT_CAPACITY = 10_000
+RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S = 100, 10.0  # unknown run ids asked of Redis, per sender
 RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
 
 
@@ -75,6 +76,7 @@ class Router:
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
+        self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
         self._last_claim = 0.0
 
@@ -187,12 +189,13 @@ class Router:
     async def _ended_runs(self, messages: list[Envelope]) -> list[str]:
         """The runs these messages name that the engine is not running but Redis still
         holds: they ended, so a reply to one is late, not a violation (one round trip for
-        the batch; a run id found absent is not asked about again)."""
+        the batch; a run id found absent is not asked about again, and each sender may
+        have only so many asked about: a flood of made-up ids costs no lookups)."""
         engine = self.driver.engine
         asked = sorted({
             m.run_id for m in messages
             if m.run_id and m.run_id not in engine.runs and m.run_id not in engine.ended
-            and m.run_id not in self._absent
+            and m.run_id not in self._absent and self.run_lookups.take(m.from_agent)
         })  # fmt: skip
         if not asked:
             return []

@@ -117,16 +117,16 @@ class AgainMixin(EngineBase):
             if cue_id in carried:
                 self.record_event(run, "cue", cue=cue_id, state=cr.state, reason=cr.reason,
                                   attempt=cr.attempt, result=cr.result)  # fmt: skip
-        self._link(source, run_id)
+        self._link(source, plan, run_id)
         self.work_backlog(chunk)
         return run
 
-    def _link(self, source: RunState, run_id: str) -> None:
-        """The source run names its rerun (written now; a finished one is then forgotten
-        again, so it is loaded only for this write)."""
+    def _link(self, source: RunState, plan: Plan, run_id: str) -> None:
+        """The source run names its rerun. One that ended is taken in for this write and
+        forgotten again after it (unless a retry in the meantime runs it again)."""
         source.reruns = [*source.reruns, run_id][-RERUNS_MAX:]
         if source.run_id not in self.runs:
-            self.runs[source.run_id] = source
+            self.adopt(source, plan)
             self.out.finished.add(source.run_id)
         self.mark_dirty(source)
         self.record_event(source, "rerun", run_id=run_id)

@@ -198,3 +198,20 @@ def test_a_plain_rerun_starts_every_cue_afresh() -> None:
     assert sim.cue("CODE", "r2").state is CueState.WARNING and not run.conditions
     assert sim.run("r1").reruns == ["r2"] and run.rerun_of == "r1"
     assert [e["run_id"] for e in sim.events_of("rerun")] == ["r2"]
+
+
+def test_a_rerun_and_a_retry_of_an_ended_run_in_one_batch() -> None:
+    """Commands are served concurrently: the rerun takes the ended source in for its link,
+    and a retry of it before that write is done finds it whole and runs it again."""
+    plan = plan_of(HANDOFF)
+    sim = Sim(plan)
+    sim.start()
+    _code_then_fail_test(sim)
+    ended = _ended(sim)
+    sim.engine.rerun("r1", plan, "r2", loaded=ended)
+    sim.engine.retry_cue("r1", "TEST")  # in memory now: no `loaded` given
+    out = sim.engine.take()
+    for run_id in out.finished:
+        sim.engine.forget(run_id)  # as the driver does after the write
+    assert sim.engine.runs["r1"].status is RunStatus.RUNNING  # kept: it runs again
+    assert sim.engine.runs["r1"].cues["TEST"].state is CueState.WARNING

@@ -160,8 +160,20 @@ class EngineBase(ABC):
             self.moving[run_id] += -1 if was in MOVING else 1
 
     def record_event(self, run: RunState, kind: str, **data: Any) -> None:
-        """Append an event to the run's event stream (with this step's write)."""
-        self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
+        """Append an event to the run's event stream (with this step's write). A cue's new
+        reason right after its last one in the same write replaces it: they are written
+        together, so no reader could see the one in between (a phase's acks that share a
+        write cost one event, not one each)."""
+        event = {"type": kind, "at": self.clock(), **data}
+        cue = data.get("cue")
+        if cue is not None:
+            key = (run.run_id, cue)
+            last = self.out.last_cue_event.get(key)
+            if kind == "reason" and last is not None and self.out.events[last][1]["type"] == kind:
+                self.out.events[last] = (run.run_id, event)
+                return
+            self.out.last_cue_event[key] = len(self.out.events)
+        self.out.events.append((run.run_id, event))
 
     def mark_dirty(self, run: RunState, cue_id: str | None = None) -> None:
         """Mark what must be written: the run's header, and the cue when one is named.

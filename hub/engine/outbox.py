@@ -24,6 +24,8 @@ class Timer:
 class Outbox:
     messages: list[tuple[str, Envelope]] = field(default_factory=list)  # (stream, message)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (run_id, event)
+    # (run id, cue id) -> index in `events` of the cue's last event in this write
+    last_cue_event: dict[tuple[str, str], int] = field(default_factory=dict)
     escalations: dict[str, Escalation] = field(default_factory=dict)
     context: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     owners: list[tuple[str, str]] = field(default_factory=list)  # (run id, context key) owned

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hub.api.views import cue_public
+from hub.engine import inputs
 from protocols import payloads as p
+from protocols.codec import make
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import CueState, FiredBy, RunStatus, TargetState
@@ -483,6 +485,20 @@ def test_a_reply_for_a_run_that_ended_and_was_forgotten_is_late_a_made_up_run_is
     sim.engine.note_ended(["ended-before-a-restart"])
     sim.complete("a", "A", run_id="ended-before-a-restart")
     assert sim.outs[-1].late == 1 and esc.count == 1
+
+
+def test_reasons_written_together_are_one_event_the_latest() -> None:
+    """Acks that share one write (the driver's linger) change the reason several times; as
+    they are stored at once, only the latest can ever be seen: one event, not one each."""
+    wide = "cuelist: wide\ncues:\n  - {id: A, target_agents: [a, b, c, d]}\n"
+    sim = Sim(plan_of(wide))
+    sim.start()
+    for agent in ("a", "b", "c"):  # no drain between: one outbox, as in one write
+        msg = make(T.ACK_WARNING, p.AckWarning(), from_agent=agent, run_id="r1", cue_id="A")
+        inputs.handle(sim.engine, msg)
+    sim._drain()
+    told = [e["reason"] for _, e in sim.outs[-1].events if e["type"] == "reason"]
+    assert told == ["waiting for ack.warning from d"]
 
 
 def test_results_are_kept_per_target_bounded_and_shown_with_the_completion() -> None:

@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from callboard.embedded import EmbeddedServer
+from protocols.keys import Keys
 from tests.e2e.procs import child_env, processes, wait_done, wait_online
 from tests.helpers import eventually_sync
 
@@ -44,7 +46,7 @@ def stack(
             procs.echo(agent)
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, AGENTS)
-            yield {"url": url, "procs": procs}
+            yield {"url": url, "procs": procs, "env": env}
 
 
 @pytest.fixture
@@ -261,3 +263,17 @@ def test_rerun_from_failure_skips_what_completed(api: httpx.Client) -> None:
     dry = start(api, "ans-half", dry=True)
     r = api.post(f"/v1/runs/{dry}/rerun")
     assert r.status_code == 409 and "dry run" in r.json()["detail"]
+
+
+def test_a_run_whose_state_expired_cannot_be_retried_or_rerun(
+    api: httpx.Client, stack: dict[str, Any]
+) -> None:
+    submit(api, FLAKY)
+    run_id = start(api, "ans-flaky")
+    assert wait_done(api, run_id)["status"] == "failed"
+    keys = Keys(stack["env"]["CALLBOARD_PREFIX"])
+    with redis.Redis.from_url(stack["env"]["REDIS_URL"]) as client:  # as retention does
+        client.delete(keys.run(run_id), keys.run_events(run_id), keys.run_context(run_id))
+    r = api.post(f"/v1/runs/{run_id}/cues/BUILD/retry")
+    assert r.status_code == 404 and r.json()["detail"] == f"no run {run_id}"
+    assert api.post(f"/v1/runs/{run_id}/rerun").status_code == 404

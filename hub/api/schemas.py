@@ -214,8 +214,13 @@ class ConditionPublic(BaseModel):
 
 
 class ConditionRefused(ErrorPublic):
-    conditions: list[str] = Field(description="the conditions cues of the run wait for")
-    did_you_mean: str | None = Field(description="the closest of them to the name sent")
+    """A condition no cue of the run waits for (or, as on every route, a bad request)."""
+
+    conditions: list[str] | None = Field(
+        None, description="the conditions cues of the run wait for"
+    )
+    did_you_mean: str | None = Field(None, description="the closest of them to the name sent")
+    errors: list[IssuePublic] | None = Field(None, description="a request that did not parse")
 
 
 class CancelCreate(In):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hub.engine import answers
 from hub.engine.base import EngineBase, _all
 from hub.engine.escalations import Escalation
 from hub.engine.state import RunState
@@ -32,6 +33,7 @@ class AlertsMixin(EngineBase):
         self.out.escalations[esc.id] = esc
         if esc.type is T.ESCALATION_CONFLICT and winner:
             self.arbitrate(esc, winner)
+        answers.forward(self, esc, note)  # a specialist's question: the note is its answer
         if self.paused and esc.severity is Severity.CRITICAL:
             self.resume(f"escalation {esc_id} resolved")
         return esc

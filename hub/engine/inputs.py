@@ -253,7 +253,9 @@ def on_timer(engine: Engine, timer: Timer) -> None:
 def specialist_escalation(engine: Engine, msg: Envelope) -> None:
     """An escalation a specialist raised: routed by its severity like the hub's own."""
     run = engine.runs.get(msg.run_id or "")
-    engine.escalate(run, msg.cue_id, msg.message_type, msg.body(p.Escalation))
+    esc = engine.escalate(run, msg.cue_id, msg.message_type, msg.body(p.Escalation))
+    if esc.count == 1:
+        esc.raised_by = msg.from_agent  # the authenticated sender (its stream)
 
 
 __all__ = ["ENGINE_TYPES", "handle", "on_timer", "specialist_escalation", "violation"]

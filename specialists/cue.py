@@ -112,6 +112,7 @@ class Cue:
         self.message = message  # the envelope of the phase being handled
         self.action: dict[str, Any] = dict(action or {})
         self.description = ""  # the cue's description in the cuelist (with GO / assign)
+        self.deliveries = 1  # how often the GO (or assign) was delivered: > 1 after a crash
         self.preparation_required: list[str] = []
         self.ready_check: list[str] = []
         self.state: dict[str, Any] = {}  # the author's scratch space across phases

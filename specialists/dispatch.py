@@ -254,6 +254,7 @@ class Dispatcher:
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
         cue.description = p.description
+        cue.deliveries = d.deliveries
         cue.context.clear()
         cue.context.update(p.context)
         self.preps.pop(key, None)

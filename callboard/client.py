@@ -156,6 +156,9 @@ class Client:
     def agents_page(self) -> dict[str, Any]:
         return _dict(self.request("GET", "/v1/agents"))
 
+    def agent_card(self, agent: str) -> dict[str, Any]:
+        return _dict(self.request("GET", f"/v1/agents/{_seg(agent)}/card"))
+
     def agents(self) -> list[dict[str, Any]]:
         agents: list[dict[str, Any]] = self.agents_page()["data"]
         return agents

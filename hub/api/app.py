@@ -17,6 +17,7 @@ from hub.api import errors
 from hub.api.deps import require_api_key
 from hub.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from hub.api.routes import (
+    agent_cards,
     agents,
     broadcasts,
     cuelists,
@@ -113,8 +114,13 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     errors.install(app)
     app.include_router(health.router)
     secured = [Depends(require_api_key)]
-    for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
+    modules = (cuelists, runs, agents, agent_cards, escalations, broadcasts, wiring, deadletters)
+    for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
     app.include_router(metrics.router, dependencies=secured, responses=ERRORS)
+    # callboard as an A2A agent (the card, /a2a): imported here, as it calls the routes above
+    from hub.a2a.mount import install as install_a2a
+
+    install_a2a(app, hub, stopping)
     install_desk(app)  # the calling desk at `/`, after the API so /v1 routes match first
     return app

@@ -151,8 +151,8 @@ class Remote:
         return True, ""
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
+        for sdk in self._clients.values():  # the SDK clients share self.http
+            await sdk.close()
         self._clients.clear()
         await self.http.aclose()
 

@@ -42,6 +42,6 @@ ROUTES: list[tuple[str, str, list[str]]] = [
 
 # Served by the hub, but not API actions: the documentation pages, the web desk's pages
 # (HTML for people, from the modules of hub.desk; the desk itself acts through /v1), and
-# callboard's A2A agent card (for A2A clients, like /a2a and /mcp, which are mounts).
+# the A2A agent card and the MCP endpoint (for A2A clients and assistants; /a2a is a mount).
 NOT_ACTIONS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-NOT_ACTION_MODULES = ("hub.desk", "hub.a2a")
+NOT_ACTION_MODULES = ("hub.desk", "hub.a2a", "hub.mcp")

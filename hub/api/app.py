@@ -82,6 +82,9 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         task = asyncio.create_task(supervise(hub, stopping), name="hub") if run_hub else None
+        extras = contextlib.AsyncExitStack()  # what mounted servers run (the MCP server)
+        for running in app.state.lifespans:
+            await extras.enter_async_context(running())
         try:
             yield {
                 "hub": hub,
@@ -94,6 +97,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
             }
         finally:
             stopping.set()
+            await extras.aclose()
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(task, STOP_TIMEOUT_S)
@@ -110,6 +114,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
         redoc_url=None,  # ReDoc draws its logo from its own CDN: /docs is the offline one
     )
     app.state.stopping = stopping
+    app.state.lifespans = []  # context managers the lifespan enters (mounted servers)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     errors.install(app)
     app.include_router(health.router)
@@ -122,5 +127,8 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     from hub.a2a.mount import install as install_a2a
 
     install_a2a(app, hub, stopping)
+    from hub.mcp.mount import install as install_mcp  # the MCP server at /mcp, same key
+
+    install_mcp(app, hub)
     install_desk(app)  # the calling desk at `/`, after the API so /v1 routes match first
     return app

@@ -1,4 +1,4 @@
-"""The built-in specialists (`shell`, `http`, `echo`, `a2a`) and how a KIND name
+"""The built-in specialists (`shell`, `http`, `echo`, `a2a`, `mcp`) and how a KIND name
 becomes a class."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ BUILTINS = {
     "http": "specialists.builtin.http:Http",
     "echo": "specialists.builtin.echo:Echo",
     "a2a": "specialists.builtin.a2a:A2A",
+    "mcp": "specialists.builtin.mcp:Mcp",
 }
 
 

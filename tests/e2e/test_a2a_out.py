@@ -1,4 +1,4 @@
-"""The `a2a` specialist drives a real A2A agent (the official SDK's server, tests/e2e/a2a_agent.py)
+"""The `a2a` specialist drives a real A2A agent (the official SDK's server, examples/a2a_agent.py)
 through cuelists: artifacts into the context, an unknown skill or a refused token not ready,
 INPUT_REQUIRED answered by an operator, cancel, failure, and a redelivered GO that follows
 the task it started instead of sending it again. Hub, specialists and agents are processes."""
@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from callboard.embedded import EmbeddedServer, free_port
-from tests.e2e.procs import Procs, child_env, processes, wait_done, wait_online
+from tests.e2e.procs import ROOT, Procs, child_env, processes, wait_done, wait_online
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.redis
@@ -52,7 +52,7 @@ class World:
 
 def _agent(procs: Procs, *args: str) -> str:
     port = free_port()
-    argv = [sys.executable, "-m", "tests.e2e.a2a_agent", "--port", str(port), *args]
+    argv = [sys.executable, str(ROOT / "examples" / "a2a_agent.py"), "--port", str(port), *args]
     procs.spawn(f"agent-{port}", argv)
     url = f"http://127.0.0.1:{port}"
 
@@ -233,3 +233,27 @@ def test_a_redelivered_go_follows_the_task_instead_of_sending_again(world: World
     assert run["status"] == "success", run
     assert len(sent()) == 1  # followed again, never sent twice
     assert run["cues"]["LONG"]["attempt"] == 1
+
+
+def test_the_shipped_example_runs_with_a_replica_bound_by_url(world: World) -> None:
+    """cuelists/interop/a2a-summarize.yaml as shipped: its agent served by --url."""
+    world.a2a("a2a-summarizer", "--url", world.streaming, CALLBOARD_A2A_TOKEN=TOKEN)
+    wait_online(world.api, ["a2a-summarizer"])
+    path = ROOT / "cuelists" / "interop" / "a2a-summarize.yaml"
+    r = world.api.post(
+        "/v1/cuelists", content=path.read_bytes(), headers={"Content-Type": "application/yaml"}
+    )
+    assert r.status_code == 201, r.text
+    run_id = world.api.post("/v1/runs", json={"cuelist": "a2a-summarize"}).json()["run_id"]
+
+    def question() -> str | None:
+        escs = world.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+        return next((e["id"] for e in escs if e["status"] == "open"), None)
+
+    esc = eventually_sync(question, 20, interval_s=0.1, message="the agent's question")
+    world.api.post(f"/v1/escalations/{esc}/resolve", json={"note": "green"})
+    run = wait_done(world.api, run_id)
+    assert run["status"] == "success", run
+    entries = world.api.get(f"/v1/runs/{run_id}/context").json()["entries"]
+    assert entries["SUMMARIZE.summary"]["value"] == "SUMMARIZE THE RELEASE NOTES FOR VERSION 2.0"
+    assert entries["ASK.answer"]["value"] == "the colour is green"

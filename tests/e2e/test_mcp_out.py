@@ -1,4 +1,4 @@
-"""The `mcp` specialist runs tools of a real MCP server (the official SDK's, tests/e2e/
+"""The `mcp` specialist runs tools of a real MCP server (the official SDK's, examples/
 mcp_server.py) started by the test, over streamable HTTP (with a token) and over stdio: the
 tool's result becomes the cue's result and context; an unknown tool is not ready; a tool
 error fails the cue. Hub and specialists are processes."""
@@ -15,12 +15,13 @@ import httpx
 import pytest
 
 from callboard.embedded import EmbeddedServer, free_port
-from tests.e2e.procs import Procs, child_env, processes, wait_done, wait_online
+from tests.e2e.procs import ROOT, Procs, child_env, processes, wait_done, wait_online
 from tests.helpers import eventually, eventually_sync
 
 pytestmark = pytest.mark.redis
 TOKEN = "mcp-token-0123456789"
-STDIO = [sys.executable, "-m", "tests.e2e.mcp_server", "--stdio"]
+SERVER = str(ROOT / "examples" / "mcp_server.py")
+STDIO = [sys.executable, SERVER, "--stdio"]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def world(
     with processes(env, tmp_path_factory.mktemp("mcp-out")) as procs:
         hub = procs.hub()
         port = free_port()
-        argv = [sys.executable, "-m", "tests.e2e.mcp_server", "--port", str(port),
+        argv = [sys.executable, SERVER, "--port", str(port),
                 "--token", TOKEN]  # fmt: skip
         procs.spawn("mcp-server", argv)
         tools_url = f"http://127.0.0.1:{port}/mcp"
@@ -70,7 +71,7 @@ def test_tool_results_become_cue_results_and_context(
 ) -> None:
     api = world.api
     doc = {
-        "cuelist": "mcp-tools",
+        "cuelist": "mcp-tool-results",
         "cues": [
             {"id": "ADD", "target_agents": ["tools"], "auto_follow": "SHOUT",
              "action": {"tool": "add", "arguments": {"a": 2, "b": 40}}},
@@ -153,3 +154,24 @@ async def test_a_tool_call_is_not_made_twice_when_its_replica_dies(world: World)
     assert run["status"] == "failed"
     assert "not called twice" in run["cues"]["SLOW"]["error"]
     assert (await _calls(world.tools_url))["slow"] == before + 1
+
+
+def test_the_shipped_example_runs_as_shipped(world: World) -> None:
+    """cuelists/interop/mcp-tools.yaml as shipped: the stdio server it names is started by
+    the specialist from the repository's root."""
+    world.procs.spawn(
+        "mcp-example", [sys.executable, "-m", "callboard.specialist_cmd", "mcp", "--agent",
+                        "mcp-tools"],
+    )  # fmt: skip
+    wait_online(world.api, ["mcp-tools"])
+    path = ROOT / "cuelists" / "interop" / "mcp-tools.yaml"
+    r = world.api.post(
+        "/v1/cuelists", content=path.read_bytes(), headers={"Content-Type": "application/yaml"}
+    )
+    assert r.status_code == 201, r.text
+    run_id = world.api.post("/v1/runs", json={"cuelist": "mcp-tools"}).json()["run_id"]
+    run = wait_done(world.api, run_id)
+    assert run["status"] == "success", run
+    entries = world.api.get(f"/v1/runs/{run_id}/context").json()["entries"]
+    assert entries["ADD.result"]["value"] == {"result": 42}
+    assert entries["SHOUT.result"]["value"] == {"result": "SHIP IT!"}

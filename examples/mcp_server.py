@@ -1,5 +1,7 @@
-"""A real MCP server for the tests, built with the official `mcp` SDK: over streamable HTTP
-(`python -m tests.e2e.mcp_server --port P [--token T]`) or stdio (`--stdio`).
+"""A small MCP server built with the official `mcp` SDK, for the `mcp` specialist's example
+(cuelists/interop/mcp-tools.yaml) and tests: over streamable HTTP
+(`python examples/mcp_server.py --port P [--token T]`, at http://127.0.0.1:P/mcp) or over
+stdio (`python examples/mcp_server.py --stdio`).
 
 Tools: `add(a, b)` (structured: {result}), `shout(text)` (text), `broken()` (a tool error),
 `slow(seconds)`, `calls()` (how many calls this process answered, by tool).

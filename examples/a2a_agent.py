@@ -1,5 +1,6 @@
-"""A real A2A agent for the tests, built with the official `a2a-sdk` server (run as a process:
-`python -m tests.e2e.a2a_agent --port P [--no-streaming] [--token T]`).
+"""A small A2A agent built with the official `a2a-sdk` server, for the `a2a` specialist's
+example (cuelists/interop/a2a-summarize.yaml) and tests:
+`python examples/a2a_agent.py --port P [--no-streaming] [--token T]`.
 
 Skills (picked by the message metadata `skill`):
 - `summarize`: completes at once with a text artifact `summary` and a data artifact `stats`;

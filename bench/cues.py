@@ -139,7 +139,7 @@ def _p90(calls: list[tuple[float, float]], i: int) -> float:
 
 
 async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]:
-    """Early warning looks one cue ahead (SPEC: a cue is warned when its last predecessor is
+    """Early warning looks one cue ahead (the hub warns a cue when its last predecessor is
     GO'd), so a chain takes P + (N-1)*max(P, E) + E: P + N*E only when P <= E."""
     rows = []
     with_early = await h.chain(n, shapes, True, chain_cuelist)

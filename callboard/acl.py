@@ -1,4 +1,4 @@
-"""`callboard acl AGENT...`: the Redis ACL file of SPEC §8: default off, a hub user, one per agent.
+"""`callboard acl AGENT...`: the Redis ACL file: default off, a hub user, one per agent.
 
 Each specialist user reaches only its own `in`/`out` streams and done-markers, reads the
 broadcast stream, appends to the dead-letter stream, and runs only the stream commands a

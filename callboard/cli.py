@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 
 from callboard.commands import register
+from callboard.conformance.cmd import conformance
+from callboard.schema_cmd import schema
 from callboard.specialist_cmd import specialist
-from callboard.validate_cmd import schema, validate
+from callboard.validate_cmd import validate
 
 app = typer.Typer(
     name="callboard",
@@ -54,6 +56,7 @@ def main(
 app.command("validate")(validate)
 app.command("schema")(schema)
 app.command("specialist")(specialist)
+app.command("conformance")(conformance)
 register(app)
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ DEFAULT_API_URL = str(Settings.model_fields["api_url"].default)
 
 def read_contract(path: Path) -> Contract:
     """A contract file, YAML or JSON: `{requires, provides, handoff_to, description}`,
-    at the top level or under `agent:` as in seed 002 (its `id` is ignored)."""
+    at the top level or under `agent:` (its `id` is ignored)."""
     text = path.read_text()
     data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if isinstance(data, dict) and isinstance(data.get("agent"), dict):

@@ -29,11 +29,6 @@ def validate(
     raise typer.Exit(check_files(files, strict=strict, as_json=as_json))
 
 
-def schema() -> None:
-    """Print the JSON Schema of the cuelist language (for editors)."""
-    typer.echo(json.dumps(cuelist_schema(), indent=2))
-
-
 def cuelist_schema() -> dict[str, Any]:
     found = Cuelist.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **found}

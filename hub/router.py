@@ -37,6 +37,9 @@ from protocols.transport import Delivery, Transport, ack_commands
 log = logging.getLogger(__name__)
 
 _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT})
+# Routed and audited, with no effect yet: copying the named inbox entry to the dead-letter
+# stream is the hub's next step (PROTOCOL.md, "status.rejected"); never an escalation.
+_AUDITED_ONLY = frozenset({T.STATUS_REJECTED})
 DISCOVER_EVERY_S = 1.0
 SEEN_CAPACITY = 200_000
 
@@ -139,6 +142,8 @@ class Router:
             if msg.from_agent != agent:
                 msg = msg.model_copy(update={"from_agent": agent})
             routed.append(msg)
+            if msg.message_type in _AUDITED_ONLY:
+                continue
             if msg.message_type in _REGISTRY_TYPES:
                 if self.registry.apply(msg):
                     registry_changed.add(agent)

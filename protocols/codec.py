@@ -23,7 +23,7 @@ P = TypeVar("P", bound=Payload)
 
 
 class Envelope(BaseModel):
-    """A message on the wire (SPEC §2). Build one with `make`; decode one with `decode`."""
+    """A message on the wire (see PROTOCOL.md). Build one with `make`; decode one with `decode`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Specialist contracts (seed 002, Protocol 4): what an agent requires, provides and hands to,
+"""Specialist contracts: what an agent requires, provides and hands to,
 loading them from YAML, and checking a handoff against them (statically and at run time)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class Contract(BaseModel):
 
 
 def parse_contract(data: Any, file: str | None = None) -> tuple[str | None, Contract]:
-    """A contract from plain data: `{agent: {id, requires, provides, handoff_to}}` as in
-    seed 002, or the bare mapping. Returns (agent id or None, contract); raises CuelistError."""
+    """A contract from plain data: `{agent: {id, requires, provides, handoff_to}}`, or
+    the bare mapping. Returns (agent id or None, contract); raises CuelistError."""
     agent_id: str | None = None
     if isinstance(data, dict) and isinstance(data.get("agent"), dict) and len(data) == 1:
         data = dict(data["agent"])

@@ -1,4 +1,4 @@
-"""The cuelist language of SPEC §4 as pydantic models: Cuelist, Cue, Handoff, CueDefaults.
+"""The cuelist language as pydantic models: Cuelist, Cue, Handoff, CueDefaults.
 
 `Cuelist.model_validate` checks the schema only and merges `defaults` into every cue (a
 cue's own value wins) and fills in `start`; the graph, contract and conflict checks are

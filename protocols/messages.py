@@ -1,4 +1,4 @@
-"""Every message type and channel of SPEC §2, each string spelled once, and `channel_of`."""
+"""Every message type and channel (PROTOCOL.md), each string spelled once, and `channel_of`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class MessageType(StrEnum):
     STATUS_BLOCKED = "status.blocked"
     STATUS_REPORT = "status.report"
     STATUS_REQUEST = "status.request"
+    STATUS_REJECTED = "status.rejected"  # asks the hub to dead-letter an entry of its inbox
     # task.*: both ways
     TASK_ASSIGN = "task.assign"
     TASK_HANDOFF = "task.handoff"
@@ -57,7 +58,7 @@ _ACK_PREFIX = "ack."
 
 
 def channel_of(message_type: str) -> Channel:
-    """The routing channel of a message type (seed 002 `route_message`); unknown types raise."""
+    """The routing channel of a message type; unknown types raise."""
     try:
         mt = MessageType(message_type)
     except ValueError:
@@ -79,6 +80,7 @@ SPECIALIST_SENDS: frozenset[MessageType] = frozenset(
         MessageType.STATUS_FAILED,
         MessageType.STATUS_BLOCKED,
         MessageType.STATUS_REPORT,
+        MessageType.STATUS_REJECTED,
         MessageType.TASK_HANDOFF,
         MessageType.TASK_CONTEXT,
         MessageType.ESCALATION_ERROR,

@@ -1,4 +1,4 @@
-"""One payload model per message type (seed 002 formats), and the map from type to model."""
+"""One payload model per message type (PROTOCOL.md), and the map from type to model."""
 
 from __future__ import annotations
 
@@ -69,6 +69,16 @@ class StatusRequest(Payload):
     reason: str = ""
 
 
+class StatusRejected(Payload):
+    """A specialist asks the hub to dead-letter an entry of its own inbox (undecodable, not
+    for it, poison, or refused); the hub copies the entry from that inbox, not from here."""
+
+    entry_id: str  # the inbox entry's Redis id, e.g. "1700000000000-0"
+    reason: str
+    deliveries: int = Field(ge=1)  # how many times it was delivered (XPENDING's counter)
+    replica: str = ""
+
+
 # -- task.* -----------------------------------------------------------------------------
 
 
@@ -89,7 +99,7 @@ class Artifact(Payload):
 
 class HandoffContext(BaseModel):
     """What the sender hands over. Besides the four standard fields, every other key is a
-    context item the handoff provides (seed 002 checks `required in handoff_context`)."""
+    context item the handoff provides (the receiver's `requires` are checked against them)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -260,6 +270,7 @@ PAYLOAD_MODELS: dict[MessageType, type[Payload]] = {
     MessageType.STATUS_BLOCKED: StatusBlocked,
     MessageType.STATUS_REPORT: StatusReport,
     MessageType.STATUS_REQUEST: StatusRequest,
+    MessageType.STATUS_REJECTED: StatusRejected,
     MessageType.TASK_ASSIGN: TaskAssign,
     MessageType.TASK_HANDOFF: TaskHandoff,
     MessageType.TASK_CONTEXT: TaskContext,

@@ -1,4 +1,4 @@
-"""Every state and enumerated word of the run model, spelled once (SPEC §4, §5)."""
+"""Every state and enumerated word of the run model, spelled once."""
 
 from __future__ import annotations
 

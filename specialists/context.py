@@ -1,4 +1,4 @@
-"""Reading a run's shared context (seed 003) from a specialist, through the hub's REST API.
+"""Reading a run's shared context from a specialist, through the hub's REST API.
 
 Specialists have no access to the hub's keys in Redis (least privilege), so they read the
 whiteboard the way an operator does: `GET /v1/runs/{id}/context?tag=&source=`.

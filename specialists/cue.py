@@ -26,7 +26,7 @@ Say = Callable[[MessageType, Payload], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A shared-context value with its tags and metadata (seed 003 `ContextEntry`)."""
+    """A shared-context value with its tags and metadata."""
 
     value: Any
     tags: Sequence[str] = ()
@@ -140,7 +140,7 @@ class Cue:
     async def read_context(
         self, key: str | None = None, *, tag: str | None = None, source: str | None = None
     ) -> Any:
-        """The run's shared context (seed 003), read through the hub's API.
+        """The run's shared context, read through the hub's API.
 
         With `key`: that entry's value (None when absent). Otherwise every entry
         `{value, source, timestamp, tags, metadata}` by key, filtered by `tag` / `source`.

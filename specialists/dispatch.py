@@ -1,4 +1,4 @@
-"""What a replica does with each message type it receives (SPEC §2, §5), once per cue attempt."""
+"""What a replica does with each message type it receives (PROTOCOL.md), once per cue attempt."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Running a GO or task.assign: started, the author's `execute`, then context, handoff and
-completion in one atomic write; `Retry`, `Reject` and failures reported as SPEC §5 expects."""
+completion in one atomic write; `Retry`, `Reject` and failures reported as PROTOCOL.md says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The live wiring map of seed 001: who sends and reads which message types and context keys.
+"""The live wiring map: who sends and reads which message types and context keys.
 
 Built from protocols.messages (what specialists and the hub may send), the registry's agents
 and contracts, and the stored cuelists' targets, inline contracts and handoffs.

@@ -1,1 +1,1 @@
-"""The run engine: cuelists turned into coordinated work (SPEC §5)."""
+"""The run engine: cuelists turned into coordinated work."""

@@ -1,4 +1,4 @@
-"""Escalations as the engine raises and resolves them, and pausing GOs (SPEC §5)."""
+"""Escalations as the engine raises and resolves them, and pausing GOs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resources contested by cues of any run: claims, pre-emption, arbitration (SPEC §5)."""
+"""Resources contested by cues of any run: claims, pre-emption, arbitration."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cue state machine of SPEC §5: firing, the WARNING/STANDBY/GO call, completion, failure.
+"""The cue state machine: firing, the WARNING/STANDBY/GO call, completion, failure.
 
 Pure: no I/O. Every input mutates run state and appends to `self.out` (an Outbox) what
 must be written and sent; the driver flushes the outbox in one fenced write, so a state

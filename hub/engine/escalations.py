@@ -1,4 +1,4 @@
-"""Escalations: severity routing and seed 000's dedup (the first claims the slot, others count)."""
+"""Escalations: severity routing and dedup (the first claims the slot, others count)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What specialists tell the engine (acks, status, handoffs, context) and deadlines firing.
 
-Every message is checked against the cue's state (seed 002, "Validation"): an ack out of
+Every message is checked against the cue's state: an ack out of
 order, an ack or a completion from an agent that is not a target, or a message for an
 unknown run is recorded, counted and escalated once; it never crashes the engine.
 """

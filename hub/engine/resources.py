@@ -1,4 +1,4 @@
-"""Resource leases shared by every run, and the three conflict strategies (SPEC §5).
+"""Resource leases shared by every run, and the three conflict strategies.
 
 The book lives on the leading hub and is persisted with each state write, so a new leader
 resumes it. Claims of several resources are all-or-nothing, so no run holds one resource

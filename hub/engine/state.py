@@ -39,7 +39,7 @@ class CueRun(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """Seed 004's run record, kept as the run goes."""
+    """The run record (timings, messages, escalations, errors), kept as the run goes."""
 
     messages_in: int = 0
     messages_out: int = 0

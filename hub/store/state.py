@@ -30,7 +30,7 @@ class RunEvent:
 
 
 class ContextEntry(BaseModel):
-    """One entry of a run's shared context (seed 003), as `task.context` wrote it."""
+    """One entry of a run's shared context, as `task.context` wrote it."""
 
     value: Any = None
     source: str | None = None

@@ -26,6 +26,7 @@ from redis.asyncio.client import Pipeline
 
 from protocols.transport._client import Delivery, Redis, ack_commands, connect, retry_transient
 from protocols.transport._gateway import Gateway, Script
+from protocols.transport._probe import Probe
 from protocols.transport._storage import Entry, Storage
 from protocols.transport._streams import Transport
 
@@ -34,6 +35,7 @@ __all__ = [
     "Entry",
     "Gateway",
     "Pipeline",
+    "Probe",
     "Redis",
     "Script",
     "Storage",

@@ -8,6 +8,7 @@ Action keys (all optional):
     ready        false: answer ack.standby not ready (with `ready_reason`)
     context      {key: value} written to the run's shared context
     handoff      {to, context, work_completed?, next_steps?, ...} sent before completing
+    result       {...} reported as the result (default: {"echo": the action})
 Settings (env CALLBOARD_ECHO_*): default `prepare_ms`, `execute_ms`, and a `fail_rate` of
 random failures (reproducible with `seed`) for demos.
 """
@@ -83,7 +84,10 @@ class Echo(Specialist):
                 context=dict(spec.pop("context", None) or {}),
                 **{k: v for k, v in spec.items() if k in _HANDOFF_FIELDS},
             )
-        return Result(result={"echo": dict(action)}, context=context, handoff=handoff)
+        result = action.get("result", {"echo": dict(action)})
+        if not isinstance(result, dict):
+            raise Reject(f"action.result must be a mapping, got {type(result).__name__}")
+        return Result(result=result, context=context, handoff=handoff)
 
 
 async def _pause(seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""The shared context (seed 003): written by one specialist, read by another through the SDK."""
+"""The shared context: written by one specialist, read by another through the SDK."""
 
 from __future__ import annotations
 

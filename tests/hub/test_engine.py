@@ -1,4 +1,4 @@
-"""Every transition of the cue state machine (SPEC §5), on the pure engine with a fake clock."""
+"""Every transition of the cue state machine, on the pure engine with a fake clock."""
 
 from __future__ import annotations
 

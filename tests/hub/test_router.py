@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -150,3 +151,28 @@ async def test_registry_tracks_online_and_offline(hub: Hub) -> None:
         return ivan["online"] is False and ivan["kind"] == "echo"
 
     assert await eventually(offline, 10)
+
+
+async def test_status_rejected_is_routed_without_raising_anything(
+    hub: Hub, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hub's dead letter for it comes with the security work; until then it must be
+    # accepted, audited and acknowledged, and routing must go on behind it.
+    rejected = p.StatusRejected(entry_id="1-0", reason="not for me", deliveries=1, replica="r1")
+    await _send(hub, "judy", make(T.STATUS_REJECTED, rejected, from_agent="judy"))
+
+    async def settled() -> bool:
+        return await hub.transport.pending_count(keys.out("judy"), "hub") == 0
+
+    await eventually(lambda: _audited(hub, T.STATUS_REJECTED.value), 10)
+    assert await eventually(settled, 10)
+    await _send(hub, "judy", _handoff("judy", "karl", note="after the rejection"))
+    assert await eventually(lambda: _inbox(hub, "karl"), 10)
+    assert await _violations(hub) == []
+    assert await _dead(hub) == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def _audited(hub: Hub, message_type: str) -> bool:
+    rows = await hub.transport._client.xrange(hub.keys.audit)
+    return any(m["type"] == message_type for _, f in rows for m in json.loads(f[b"m"]))

@@ -62,7 +62,7 @@ def _string_constants(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_protocols_spells_a_message_type() -> None:
-    """Seed 001: two copies of one string caused silent failures. One copy, in protocols/."""
+    """Two copies of one string fail silently once one changes. One copy, in protocols/."""
     wire = {mt.value for mt in MessageType}
     offenders = []
     for folder in ("hub", "specialists", "callboard", "bench"):
@@ -89,3 +89,18 @@ def test_only_the_transport_imports_redis() -> None:
                 if any(n == "redis" or n.startswith("redis.") for n in names):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def test_status_rejected_is_a_specialist_message_with_a_checked_payload() -> None:
+    from pydantic import ValidationError
+
+    from protocols.codec import decode, encode, make
+    from protocols.payloads import StatusRejected
+
+    assert MessageType.STATUS_REJECTED in SPECIALIST_SENDS
+    assert MessageType.STATUS_REJECTED not in HUB_SENDS
+    body = StatusRejected(entry_id="1700000000000-0", reason="undecodable", deliveries=2)
+    again = decode(encode(make(MessageType.STATUS_REJECTED, body, from_agent="a")))
+    assert again.payload == body and body.replica == ""
+    with pytest.raises(ValidationError):
+        StatusRejected(entry_id="1-0", reason="x", deliveries=0)

@@ -210,6 +210,16 @@ async def test_echo_fail_true_and_once(start: Starter, hub: HubSide) -> None:
     assert (failed_2.payload.attempt, done.payload.attempt) == (1, 2)
 
 
+async def test_echo_result_is_reported_as_given(start: Starter, hub: HubSide) -> None:
+    await start(Echo)
+    await hub.go("CUE-1", result={"answer": 42})
+    await hub.go("CUE-2", note="no result given")
+    [given] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    [default] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
+    assert given.payload.result == {"answer": 42}
+    assert default.payload.result == {"echo": {"note": "no result given"}}
+
+
 async def test_echo_fail_rate_is_seedable(start: Starter, hub: HubSide) -> None:
     await start(Echo, echo_settings=EchoSettings(fail_rate=1.0, seed=7))
     await hub.go("CUE-1")

@@ -91,8 +91,9 @@ class RunTasks(RequestHandler):
     async def _cuelist(self, run: RunState) -> Cuelist:
         return await self.hub.cuelists.get(run.cuelist, run.version)
 
-    async def _task(self, run: RunState) -> Task:
-        context = await self.hub.store.context(run.run_id)
+    async def _task(self, run: RunState, *, artifacts: bool = True) -> Task:
+        """The run as a task; its `context` artifact is read only when asked for."""
+        context = await self.hub.store.context(run.run_id) if artifacts else None
         return task_of(run, await self._cuelist(run), context)
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
@@ -186,10 +187,8 @@ class RunTasks(RequestHandler):
     ) -> Task | Message:
         run_id, new = await self._accept(params)
         if not params.configuration.return_immediately:
-            deadline = time.monotonic() + SEND_WAIT_S
-            async for _ in self._updates(run_id, "0-0" if new else "$"):
-                if time.monotonic() > deadline:
-                    break
+            async for _ in self._updates(run_id, "0-0" if new else "$", max_s=SEND_WAIT_S):
+                pass
         return await self._task(await self._run(run_id))
 
     async def on_message_send_stream(
@@ -210,11 +209,14 @@ class RunTasks(RequestHandler):
         async for event in self._updates(params.id, "$"):
             yield event
 
-    async def _updates(self, run_id: str, after: str) -> AsyncGenerator[Event, None]:
+    async def _updates(
+        self, run_id: str, after: str, max_s: float | None = None
+    ) -> AsyncGenerator[Event, None]:
         """Each run event as a WORKING status update; after each batch the task's state is
         read from the run, and the stream ends when it ends or needs input (as A2A
-        streams do), after its artifacts; or after `sse_max_s` (the client resubscribes)."""
-        deadline = time.monotonic() + self.hub.settings.sse_max_s
+        streams do), after its artifacts; or after `max_s` (default `sse_max_s`: the
+        client resubscribes)."""
+        deadline = time.monotonic() + (max_s or self.hub.settings.sse_max_s)
         last = after
         while not self.stopping.is_set() and time.monotonic() < deadline:
             batch = await self.hub.store.tail_events(run_id, last, BATCH, BLOCK_MS)
@@ -224,8 +226,9 @@ class RunTasks(RequestHandler):
             for event in batch:
                 last = event.id
                 yield _event_update(run, event.id, event.data)
-            task = await self._task(run)
+            task = await self._task(run, artifacts=False)
             if task.status.state in TERMINAL:
+                task = await self._task(run)
                 for artifact in task.artifacts:
                     yield TaskArtifactUpdateEvent(
                         task_id=task.id, context_id=task.context_id, artifact=artifact,

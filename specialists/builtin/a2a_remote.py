@@ -144,9 +144,8 @@ class Remote:
         except TaskNotFoundError:
             return True, ""
         except A2AError as exc:
-            text = str(exc)
-            if "401" in text or "403" in text:
-                return False, f"the agent at {self.url} refused our credentials ({text[:200]})"
+            if _status_of(exc) in (401, 403):
+                return False, f"the agent at {self.url} refused our credentials ({exc})"[:500]
             return True, ""  # another error: the call was let in
         return True, ""
 
@@ -155,6 +154,16 @@ class Remote:
             await sdk.close()
         self._clients.clear()
         await self.http.aclose()
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status behind an SDK error (it wraps httpx's), if there was one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, httpx.HTTPStatusError):
+            return seen.response.status_code
+        seen = seen.__cause__
+    return None
 
 
 def merge(task: Task | None, event: StreamResponse) -> Task | None:

@@ -19,6 +19,7 @@ agent's task list by message id) and follows it instead of sending again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from typing import Any, ClassVar
@@ -139,6 +140,8 @@ class A2A(Specialist):
                     await cue.remember(TASK, task_id)
                 state = task.status.state
                 if state == TaskState.TASK_STATE_COMPLETED:
+                    with contextlib.suppress(A2AError):  # the agent's own copy, artifacts whole
+                        task = await remote.get(task_id)
                     return self._completed(cue, remote, task)
                 if state == TaskState.TASK_STATE_INPUT_REQUIRED:
                     await self._ask(cue, task, asked)

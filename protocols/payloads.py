@@ -125,8 +125,8 @@ class TaskHandoff(Payload):
     handoff_context: HandoffContext = Field(default_factory=HandoffContext)
 
 
-# The cause (prefix) of an escalation that asks an operator a question: resolved with a
-# `note`, the hub forwards the note to the agent that asked, as `task.input`.
+# The cause (prefix) of an escalation that asks an operator a question: resolved with an
+# `answer`, the hub forwards the answer to the agent that asked, as `task.input`.
 ASKS_INPUT = "input_required"
 
 

@@ -1,6 +1,6 @@
 """Answers to specialists' questions: an operator resolves an escalation a specialist raised
-to ask something (cause `input_required...`), and the note goes back to that agent as a
-`task.input`, in the same fenced write as the resolution (nothing acknowledged is lost)."""
+to ask something (cause `input_required...`) with an `answer`, which goes back to that agent
+as a `task.input`, in the same fenced write as the resolution (nothing acknowledged is lost)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def forward(engine: EngineBase, esc: Escalation, answer: str) -> bool:
         return False
     engine.escalations.by_slot.pop(esc.slot, None)
     if not answer.strip():
-        return False  # resolved without a note: dismissed, nothing to tell
+        return False  # resolved without an answer: dismissed, nothing to tell
     run = engine.runs.get(esc.run_id or "")
     cue_id = esc.cue_id or ""
     if run is None or run.status.done or cue_id not in run.cues:

@@ -51,7 +51,7 @@ INSTRUCTIONS = (
     "what it waits for. A cue waiting for a condition (e.g. approval_received) needs "
     "raise_condition; an armed (manual) cue needs go. Open escalations are the operator's "
     "queue; an agent's question (cause input_required...) is answered with resolve_escalation "
-    "and a note."
+    "and an answer."
 )
 
 
@@ -181,16 +181,18 @@ def build(hub: Hub) -> MCPServer:
     @refusals
     async def resolve_escalation(
         escalation_id: str,
-        note: Annotated[
-            str | None, Field(description="the answer, when an agent asked a question")
+        answer: Annotated[
+            str | None,
+            Field(description="the answer to an agent's question (cause input_required)"),
         ] = None,
         winner: Annotated[
             str | None, Field(description="a conflict's winner: RUN/CUE or a cue id")
         ] = None,
+        note: Annotated[str | None, Field(description="recorded with the resolution")] = None,
     ) -> EscalationPublic:
         """Resolve an escalation (binding): a conflict's winner, or the answer to an agent's
-        question (its note is sent to the agent)."""
-        body = EscalationResolve(winner=winner, note=note)
+        question (the answer is sent to the agent that asked)."""
+        body = EscalationResolve(winner=winner, note=note, answer=answer)
         return await escalation_routes.resolve_escalation(hub, escalation_id, body)
 
     return server

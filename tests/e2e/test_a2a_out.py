@@ -158,7 +158,7 @@ def test_input_required_is_answered_by_an_operator(world: World) -> None:
     assert esc["detail"] == "Which colour?" and esc["raised_by"] == "remote-stream"
     cue = world.cue(run_id, "ASK")
     assert cue["state"] == "go" and "Which colour?" in (cue["reason"] or "")
-    r = world.api.post(f"/v1/escalations/{esc['id']}/resolve", json={"note": "teal"})
+    r = world.api.post(f"/v1/escalations/{esc['id']}/resolve", json={"answer": "teal"})
     assert r.status_code == 200, r.text
     run = wait_done(world.api, run_id)
     assert run["status"] == "success", run
@@ -251,7 +251,7 @@ def test_the_shipped_example_runs_with_a_replica_bound_by_url(world: World) -> N
         return next((e["id"] for e in escs if e["status"] == "open"), None)
 
     esc = eventually_sync(question, 20, interval_s=0.1, message="the agent's question")
-    world.api.post(f"/v1/escalations/{esc}/resolve", json={"note": "green"})
+    world.api.post(f"/v1/escalations/{esc}/resolve", json={"answer": "green"})
     run = wait_done(world.api, run_id)
     assert run["status"] == "success", run
     entries = world.api.get(f"/v1/runs/{run_id}/context").json()["entries"]

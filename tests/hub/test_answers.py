@@ -36,8 +36,8 @@ def _ask(sim: Sim, agent: str, cause: str, detail: str = "what colour?") -> str:
     return sim.engine.escalations.by_slot[("r1", "C1", cause)]
 
 
-def _resolve(sim: Sim, esc_id: str, note: str) -> None:
-    sim.engine.resolve(esc_id, None, note)
+def _resolve(sim: Sim, esc_id: str, answer: str, note: str = "") -> None:
+    sim.engine.resolve(esc_id, None, note, answer)
     sim._drain()
 
 
@@ -60,6 +60,7 @@ def test_the_answer_goes_to_the_agent_that_asked_only() -> None:
     assert (msg.run_id, msg.cue_id) == ("r1", "C1")
     answer = msg.body(p.TaskInput)
     assert answer.answer == "blue" and answer.escalation_id == esc_id
+    assert sim.engine.escalations.by_id[esc_id].resolution["answer"] == "blue"
     assert answer.cause == "input_required:task-1:m1" and answer.question == "what colour?"
     assert answer.action == {"url": "http://agent.test", "skill": "colours"}
     assert answer.attempt == 1
@@ -82,13 +83,13 @@ def test_a_second_question_after_an_answer_is_raised_anew() -> None:
     ]
 
 
-def test_no_answer_for_other_escalations_an_empty_note_or_a_finished_cue() -> None:
+def test_no_answer_for_other_escalations_a_note_alone_or_a_finished_cue() -> None:
     sim = Sim(plan_of(ASK))
     _at_go(sim)
     plain = _ask(sim, "remote", "disk_full")
     _resolve(sim, plain, "cleaned up")
     dismissed = _ask(sim, "remote", "input_required:a")
-    _resolve(sim, dismissed, "")
+    _resolve(sim, dismissed, "", note="resolved on the desk")  # a note is not an answer
     late = _ask(sim, "remote", "input_required:b")
     sim.complete("remote", "C1")
     sim.complete("other", "C1")

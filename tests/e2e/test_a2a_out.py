@@ -257,3 +257,10 @@ def test_the_shipped_example_runs_with_a_replica_bound_by_url(world: World) -> N
     entries = world.api.get(f"/v1/runs/{run_id}/context").json()["entries"]
     assert entries["SUMMARIZE.summary"]["value"] == "SUMMARIZE THE RELEASE NOTES FOR VERSION 2.0"
     assert entries["ASK.answer"]["value"] == "the colour is green"
+
+
+def test_the_token_is_never_logged(world: World) -> None:
+    """Every process log of this module (specialists at INFO, the agents, the hub)."""
+    logs = sorted(world.procs.log_dir.glob("*.log"))
+    assert any(p.name.startswith("a2a-remote-stream") for p in logs)
+    assert [p.name for p in logs if TOKEN in p.read_text(errors="replace")] == []

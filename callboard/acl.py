@@ -1,9 +1,10 @@
 """`callboard acl AGENT...`: the Redis ACL file: default off, a hub user, one per agent.
 
-Each specialist user reaches only its own `in`/`out` streams and done-markers, reads the
-broadcast stream, appends to the dead-letter stream, and runs only the stream commands a
-replica uses. Key patterns are exact (`{prefix}in:{agent}`) or end in `:*` after the agent
-id, never in a bare `*` (`agent-a*` would also match `agent-ab`).
+Each specialist user may XADD to its own `out` stream only; read, acknowledge and claim on
+its own `in` stream (never XADD there); read the broadcast stream; and set its own
+done-markers. Nothing else: not the dead-letter stream, not another agent's keys. Key
+patterns are exact (`{prefix}in:{agent}`) or end in `:*` after the agent id, never in a
+bare `*` (`agent-a*` would also match `agent-ab`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ HUB_USER = "hub"
 # Everything but what no service needs: the dangerous and admin categories (KEYS, FLUSHALL,
 # CONFIG, DEBUG, SHUTDOWN...), with the few harmless connection commands given back.
 HUB_COMMANDS = "+@all -@dangerous -@admin +info +client|setname +client|id"
-SPECIALIST_COMMANDS = (
-    "+ping +hello +echo +client|setname +client|id "
-    "+xadd +xreadgroup +xread +xack +xclaim +xautoclaim +xpending +xrange +xrevrange +xlen "
-    "+xinfo|consumers +xinfo|stream +xinfo|groups +xgroup|create +xgroup|createconsumer "
-    "+multi +exec +discard"
+# A specialist's user: connection commands at the root, and one selector per kind of key,
+# each granting only what a replica does there (Redis 7 selectors tie commands to keys):
+# XADD on its out stream and nowhere else; reading, acknowledging and claiming on its inbox,
+# never XADD there (the hub alone writes it; an XADD with a huge explicit id would stop
+# every later one); reading the broadcast stream; SET NX EX / GET / EXISTS / DEL on its own
+# done-markers. No access to the dead-letter stream: the hub dead-letters on request.
+SPECIALIST_ROOT = "+ping +hello +echo +client|setname +client|id +multi +exec +discard"
+OUT_COMMANDS = "+xadd"
+INBOX_COMMANDS = (
+    "+xreadgroup +xack +xclaim +xautoclaim +xpending +xrange +xrevrange +xlen "
+    "+xinfo|consumers +xinfo|stream +xinfo|groups +xgroup|create +xgroup|createconsumer"
 )
-# Done-markers (SET NX EX, EXISTS, DEL) are allowed on the agent's own markers only: a
-# selector, so DEL stays refused on every other key, its streams included.
+BROADCAST_COMMANDS = "+xread +xrange +xrevrange +xlen +xinfo|stream"
 MARKER_COMMANDS = "+set +get +exists +del"
 _GLOB = re.compile(r"[*?\[\]\\\s]")
 
@@ -49,13 +55,15 @@ def hub_line(keys: Keys, secret: str) -> str:
 
 
 def specialist_line(keys: Keys, agent: str, secret: str) -> str:
-    """Only its own streams and markers; read of broadcast; append to dead letters."""
+    """Its own streams and markers only, each with only the commands a replica uses there."""
     inbox, out = keys.inbox(agent), keys.out(agent)
     markers = keys.done(agent, "*")
     return (
-        f"user {agent} on {hashed(secret)} resetkeys ~{inbox} ~{out} %R~{keys.broadcast} "
-        f"%W~{keys.dead} resetchannels -@all {SPECIALIST_COMMANDS} "
-        f"({'~' + markers} -@all {MARKER_COMMANDS})"
+        f"user {agent} on {hashed(secret)} resetkeys resetchannels -@all {SPECIALIST_ROOT} "
+        f"(~{out} -@all {OUT_COMMANDS}) "
+        f"(~{inbox} -@all {INBOX_COMMANDS}) "
+        f"(%R~{keys.broadcast} -@all {BROADCAST_COMMANDS}) "
+        f"(~{markers} -@all {MARKER_COMMANDS})"
     )
 
 

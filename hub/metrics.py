@@ -20,6 +20,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.dead_letters_over_budget = Counter(
+            "callboard_dead_letters_over_budget",
+            "Entries not copied to the dead-letter stream: their sender spent its budget",
+            ["reason"],
+            registry=r,
+        )
         self.violations = Counter(
             "callboard_protocol_violations", "Protocol violations seen", ["cause"], registry=r
         )

@@ -19,6 +19,10 @@ from protocols.messages import MessageType as T
 from protocols.transport import Transport
 
 LIVENESS_MS = 15_000  # a replica blocked in XREADGROUP touches its consumer every block_ms
+# An agent's record is written whole on every change: the replicas it lists are bounded,
+# whatever names its messages make up (the least recently seen, offline first, make room).
+REPLICAS_MAX = 256
+NAME_CHARS = 64
 
 
 def _alive(consumer: dict[str, int]) -> bool:
@@ -53,16 +57,20 @@ class Registry:
             entry = self.agents[agent] = AgentRecord(agent=agent, first_seen=now)
         if msg.message_type is T.STATUS_ONLINE:
             online = msg.body(p.StatusOnline)
-            entry.kind = online.kind
+            entry.kind = online.kind[:NAME_CHARS]
             entry.contract = online.contract.model_dump(mode="json")
-            entry.replicas[online.replica] = ReplicaRecord(
-                online=True, since=now, concurrency=online.concurrency, last_seen=now
-            )
+            _make_room(entry, online.replica)
+            entry.replicas[online.replica[:NAME_CHARS]] = ReplicaRecord(
+                online=True, since=now, concurrency=min(online.concurrency, 1 << 20),
+                last_seen=now,
+            )  # fmt: skip
             return True
         if msg.message_type is T.STATUS_OFFLINE:
             offline = msg.body(p.StatusOffline)
-            replica = entry.replicas.setdefault(offline.replica, ReplicaRecord())
-            replica.online, replica.last_seen, replica.reason = False, now, offline.reason
+            _make_room(entry, offline.replica)
+            replica = entry.replicas.setdefault(offline.replica[:NAME_CHARS], ReplicaRecord())
+            replica.online, replica.last_seen = False, now
+            replica.reason = offline.reason[: NAME_CHARS * 4]
             return True
         seen = entry.replicas.get(getattr(msg.payload, "replica", ""))
         if seen is not None:
@@ -100,3 +108,11 @@ class Registry:
                 "last_seen": max((r.last_seen or 0 for r in entry.replicas.values()), default=None),
             })  # fmt: skip
         return out
+
+
+def _make_room(entry: AgentRecord, replica: str) -> None:
+    """Forget the least recently seen replicas (offline ones first) past REPLICAS_MAX."""
+    if replica[:NAME_CHARS] in entry.replicas or len(entry.replicas) < REPLICAS_MAX:
+        return
+    oldest = min(entry.replicas.items(), key=lambda kv: (kv[1].online, kv[1].last_seen or 0))
+    del entry.replicas[oldest[0]]

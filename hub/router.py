@@ -3,8 +3,11 @@
 The sender is the stream key, never the body: `from_agent` is stamped here, and a body
 naming another sender is a protocol violation. Bad entries (not JSON, unknown type, bad
 payload, oversized, a type a specialist may not send) go to the dead-letter stream with
-their reason and raise one `escalation.protocol_violation`; routing goes on. A batch is
-acknowledged only after everything it caused has been written.
+their reason (hub.dead, within the sender's budget) and count on one
+`escalation.protocol_violation` per sender and kind; routing goes on. A `status.rejected`
+has the named entry of the sender's own inbox dead-lettered. What a message may touch is
+hub.engine.guard's to say. A batch is acknowledged only after everything it caused has
+been written.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from hub.engine import inputs
+from hub.dead import Bad, Budgets, DeadLetters
+from hub.engine import guard, inputs
 from hub.engine.core import Engine
 from hub.engine.driver import Driver
-from hub.metrics import Metrics, _cause_label
+from hub.metrics import Metrics
 from hub.registry import Registry
 from protocols import payloads as p
 from protocols.codec import Envelope, encode
@@ -37,11 +41,9 @@ from protocols.transport import Delivery, Transport, ack_commands
 log = logging.getLogger(__name__)
 
 _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT})
-# Routed and audited, with no effect yet: copying the named inbox entry to the dead-letter
-# stream is the hub's next step (PROTOCOL.md, "status.rejected"); never an escalation.
-_AUDITED_ONLY = frozenset({T.STATUS_REJECTED})
 DISCOVER_EVERY_S = 1.0
 SEEN_CAPACITY = 200_000
+RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
 
 
 class Router:
@@ -53,6 +55,8 @@ class Router:
         registry: Registry,
         metrics: Metrics,
         consumer: str,
+        dead: DeadLetters | None = None,
+        max_severity: Severity = Severity.HIGH,
     ) -> None:
         self.transport = transport
         self.settings = settings
@@ -61,6 +65,12 @@ class Router:
         self.registry = registry
         self.metrics = metrics
         self.consumer = consumer
+        # what a sender's refused entries become (dead letters within its budget)
+        self.dead = dead or DeadLetters(transport, self.keys, metrics, Budgets(200, 5.0))
+        self.max_severity = max_severity  # of a specialist's escalation
+        # A handoff outside a run lands in another agent's inbox on the strength of the
+        # sender's own contract: a sender may not flood others' inboxes that way.
+        self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._last_discover = 0.0
@@ -106,7 +116,8 @@ class Router:
 
     async def process(self, batch: Sequence[Delivery]) -> None:
         engine_msgs: list[Envelope] = []
-        bad: list[tuple[Delivery, str, str]] = []  # (delivery, cause, detail)
+        bad: list[Bad] = []
+        rejects: list[tuple[Delivery, Envelope, str]] = []  # status.rejected to honour
         forwards: list[tuple[str, Envelope | bytes]] = []
         routed: list[Envelope] = []
         registry_changed: set[str] = set()
@@ -115,25 +126,28 @@ class Router:
             msg = d.message
             if msg is None:
                 reason = d.error.reason if d.error else "undecodable entry"
-                bad.append((d, "bad_message", f"{agent}: {reason}"))
+                bad.append(Bad(d, guard.BAD_MESSAGE, f"{agent}: {reason}", agent))
                 continue
             if msg.from_agent and msg.from_agent != agent:
-                bad.append(
-                    (d, "spoofed_sender", f"body says {msg.from_agent!r}, stream is {agent!r}")
-                )
+                detail = f"body says {msg.from_agent!r}, stream is {agent!r}"
+                bad.append(Bad(d, guard.SPOOFED_SENDER, detail, agent))
                 continue
             if msg.message_type not in SPECIALIST_SENDS:
-                bad.append((d, "not_allowed", f"{agent} may not send {msg.message_type.value}"))
+                detail = f"{agent} may not send {msg.message_type.value}"
+                bad.append(Bad(d, guard.NOT_ALLOWED, detail, agent))
                 continue
             if msg.message_id in self._seen:
                 continue  # a message seen twice is handled once
             self._remember(msg.message_id)
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
+                if not self.runless_handoffs.take(agent):
+                    detail = f"{agent}: handoffs outside a run past its budget"
+                    bad.append(Bad(d, guard.HANDOFF_FLOOD, detail, agent))
+                    continue
                 forward = self._runless_handoff(msg, agent)
                 if forward is None:
-                    bad.append(
-                        (d, "handoff_rejected", "handoff outside a run misses required keys")
-                    )
+                    detail = "handoff outside a run misses required keys"
+                    bad.append(Bad(d, guard.HANDOFF_REJECTED, detail, agent))
                     continue
                 stream, out = forward
                 routed.append(out)
@@ -142,9 +156,9 @@ class Router:
             if msg.from_agent != agent:
                 msg = msg.model_copy(update={"from_agent": agent})
             routed.append(msg)
-            if msg.message_type in _AUDITED_ONLY:
-                continue
-            if msg.message_type in _REGISTRY_TYPES:
+            if msg.message_type is T.STATUS_REJECTED:
+                rejects.append((d, msg, agent))
+            elif msg.message_type in _REGISTRY_TYPES:
                 if self.registry.apply(msg):
                     registry_changed.add(agent)
             else:
@@ -153,42 +167,35 @@ class Router:
             forwards.append((self.keys.audit, _audit_entry(routed)))
             for mt, n in Counter(m.message_type for m in routed).items():
                 self.metrics.routed.labels(mt.value).inc(n)
-        for d, cause, detail in bad:
-            self.metrics.dead_letters.labels(cause).inc()
-            self.metrics.violations.labels(_cause_label(cause)).inc()
-            await self.transport.dead_letter(d, f"{cause}: {detail}", group=HUB_GROUP)
+        # Dead letters first, then the step that escalates them and acknowledges the batch:
+        # nothing is acknowledged before its dead letter is stored.
+        await self.dead.write(bad)
+        bad += await self.dead.rejected(rejects)
         await self.registry.save(registry_changed)
-        dead = {id(d) for d, _, _ in bad}  # dead_letter acknowledged those already
-        done = [d for d in batch if id(d) not in dead]
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
-            raw = [*_xadds(forwards), *ack_commands(done, HUB_GROUP)]
+            raw = [*_xadds(forwards), *ack_commands(batch, HUB_GROUP)]
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
-            await self.transport.publish_many(forwards, ack=done, group=HUB_GROUP)
+            await self.transport.publish_many(forwards, ack=batch, group=HUB_GROUP)
 
     def _apply(
-        self,
-        engine: Engine,
-        messages: list[Envelope],
-        bad: list[tuple[Delivery, str, str]],
-        raw: list[list[Any]],
+        self, engine: Engine, messages: list[Envelope], bad: list[Bad], raw: list[list[Any]]
     ) -> None:
         engine.write_with_step(raw)
         for msg in messages:
             if msg.message_type in inputs.ENGINE_TYPES:
                 inputs.handle(engine, msg)
             else:
-                inputs.specialist_escalation(engine, msg)
-        for d, cause, detail in bad:
-            sender = self.keys.agent_of_out(d.stream) or "?"
-            payload = p.EscalationProtocolViolation(
-                severity=Severity.MEDIUM, cause=f"{cause}:{sender}", detail=detail, reason=cause,
-                stream=d.stream, entry_id=d.entry_id, sender=sender,
+                guard.specialist_escalation(engine, msg, self.max_severity)
+        for b in bad:
+            guard.refused_entry(
+                engine, kind=b.cause, sender=b.sender, detail=b.detail, stream=b.delivery.stream,
+                entry_id=b.delivery.entry_id, letter_id=b.letter_id, run_id=b.run_id,
+                cue_id=b.cue_id,
             )  # fmt: skip
-            engine.escalate(None, None, T.ESCALATION_PROTOCOL_VIOLATION, payload)
 
     def _runless_handoff(self, msg: Envelope, agent: str) -> tuple[str, Envelope] | None:
         """A handoff outside any run: checked against the registry's contracts, then forwarded."""

@@ -9,9 +9,11 @@ import os
 import socket
 from typing import Any
 
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from hub import commands as c
+from hub.dead import Budgets, DeadLetters
 from hub.engine.core import Engine
 from hub.engine.driver import Driver
 from hub.engine.outbox import Outbox
@@ -26,7 +28,7 @@ from protocols.messages import MessageType
 from protocols.outage import is_unreachable, one_line
 from protocols.payloads import PAYLOAD_MODELS
 from protocols.settings import Settings
-from protocols.states import CueState, Phase
+from protocols.states import CueState, Phase, Severity
 from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,20 @@ class HubSettings(Settings):
     # SSE way), so no connection is held forever by a run that never ends.
     sse_max_s: float = 300.0
     early_warning: bool = True  # off only to measure what early warning saves (bench/cues.py)
+    # The highest severity a specialist's escalation is recorded with (never critical: only
+    # the hub or an operator may pause every run).
+    specialist_max_severity: Severity = Severity.HIGH
+    # Dead letters one sender may cause: a burst, refilled at a rate (the dead-letter stream
+    # is capped; one sender's flood must not push everyone else's letters out of it).
+    deadletter_sender_burst: int = Field(default=200, ge=1)
+    deadletter_sender_per_s: float = Field(default=5.0, gt=0)
+
+    @field_validator("specialist_max_severity")
+    @classmethod
+    def _not_critical(cls, value: Severity) -> Severity:
+        if value is Severity.CRITICAL:
+            raise ValueError("critical pauses every run: only the hub or an operator raises it")
+        return value
 
 
 class Hub:
@@ -63,7 +79,8 @@ class Hub:
         self.transport = Transport.from_url(
             settings.redis_url, self.keys,
             max_message_bytes=settings.max_message_bytes, max_deliveries=settings.max_deliveries,
-            on_state_lost=self._state_lost,
+            on_state_lost=self._state_lost, deadletter_raw_bytes=settings.deadletter_raw_bytes,
+            deadletter_maxlen=settings.deadletter_maxlen,
         )  # fmt: skip
         self.stores = Stores.open(self.transport, self.keys)
         self.store = self.stores.state
@@ -76,9 +93,12 @@ class Hub:
             contract_of=self.registry.contract_of, on_commit=self._observe,
             early_warning=settings.early_warning,
         )  # fmt: skip
+        budgets = Budgets(settings.deadletter_sender_burst, settings.deadletter_sender_per_s)
         self.router = Router(
-            self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id
-        )
+            self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id,
+            dead=DeadLetters(self.transport, self.keys, self.metrics, budgets),
+            max_severity=settings.specialist_max_severity,
+        )  # fmt: skip
         self.commands = c.CommandClient(self.stores.commands)
         self.scheduler = Scheduler(
             self.cuelists, self.store, self.stores.schedules,

@@ -28,7 +28,21 @@ _AGENT_ID = re.compile(AGENT_ID_PATTERN)
 
 
 def is_agent_id(name: str) -> bool:
-    return bool(_AGENT_ID.match(name))
+    return bool(_AGENT_ID.fullmatch(name))  # fullmatch: `$` alone lets a final newline in
+
+
+# A stream entry id as Redis writes it (`<ms>-<seq>`): what a dead letter, a rejected entry
+# or a page boundary may name; anything else is never looked up.
+ENTRY_ID_PATTERN = r"^[0-9]{1,20}-[0-9]{1,20}$"
+_ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
+
+
+def is_entry_id(text: str) -> bool:
+    """`<ms>-<seq>`, each part a 64-bit unsigned number (what Redis accepts)."""
+    if not _ENTRY_ID.fullmatch(text):
+        return False
+    ms, seq = text.split("-")
+    return int(ms) < 1 << 64 and int(seq) < 1 << 64
 
 
 def _tag(name: str) -> str:

@@ -134,15 +134,53 @@ def load(text: str, file: str | None = None) -> Document:
 
 
 def _json_fallback(text: str) -> Document | None:
-    """JSON that libyaml (YAML 1.1) refuses, e.g. with tabs for indentation."""
+    """JSON that libyaml (YAML 1.1) refuses, e.g. a key over 1,024 characters."""
     if not text.lstrip().startswith(("{", "[")):
         return None
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data, duplicates = _json(text)
     except (ValueError, RecursionError):
         return None
     check_plain(data)
-    return Document(data, LineMap(), [])
+    return Document(data, LineMap(), [_duplicate(key, None) for key in duplicates])
+
+
+def parse_json(body: str | bytes) -> Document:
+    """A JSON document (an API body), held to YAML's rule: a key twice in one object is an
+    error naming the key, with its line when the YAML reader can place it. Raises
+    ValueError (not JSON) or RecursionError (nested too deeply); limits are check_plain's."""
+    data, duplicates = _json(body)
+    issues = [_duplicate(key, None) for key in duplicates]
+    if duplicates:  # rare: worth a second read to name the lines
+        try:
+            text = body.decode("utf-8") if isinstance(body, bytes) else body
+            placed = [i for i in load(text).issues if i.code == "duplicate_key"]
+        except (CuelistError, UnicodeError):
+            placed = []
+        if len(placed) == len(issues):
+            issues = placed
+    return Document(data, LineMap(), issues)
+
+
+def _json(text: str | bytes) -> tuple[Any, list[str]]:
+    """json.loads, also returning every key that appeared twice in one object."""
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in items:
+            if key in obj:
+                duplicates.append(key)
+            obj[key] = value
+        return obj
+
+    data = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
+    return data, duplicates
+
+
+def _duplicate(key: str, line: int | None) -> Issue:
+    shown = key if len(key) <= 80 else key[:77] + "..."
+    return error("duplicate_key", f"key '{shown}' appears twice in one mapping", line=line)
 
 
 def _no_constant(name: str) -> Any:
@@ -304,11 +342,7 @@ class _Builder:
             frame.key = _MERGE
             return
         if key in frame.obj:
-            self.issues.append(
-                error(
-                    "duplicate_key", f"key '{key}' appears twice in one mapping", line=_line(event)
-                )
-            )
+            self.issues.append(_duplicate(key, _line(event)))
         frame.key = key
         role = frame.role
         if role == _ROOT:

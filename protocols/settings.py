@@ -8,6 +8,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
 from protocols.keys import DEFAULT_PREFIX, Keys
 
+DEADLETTER_RAW_BYTES = 4096  # of an entry's bytes a dead letter keeps (size and hash of all)
+DEADLETTER_MAXLEN = 10_000  # dead letters kept, about (XADD MAXLEN ~)
+
 
 class Settings(BaseSettings):
     """Read once at process start and passed in; nothing deeper reads os.environ."""
@@ -31,6 +34,8 @@ class Settings(BaseSettings):
     max_deliveries: int = 5  # then the entry is dead-lettered as poison
     stream_maxlen: int = 100_000  # trimming target; never below the oldest pending entry
     audit_maxlen: int = 10_000
+    deadletter_raw_bytes: int = Field(default=DEADLETTER_RAW_BYTES, ge=0)
+    deadletter_maxlen: int = Field(default=DEADLETTER_MAXLEN, ge=1)
 
     @property
     def keys(self) -> Keys:

@@ -10,6 +10,7 @@ Under `strict`, warnings (conflicts, cues that wait for an operator) are errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,12 +78,15 @@ def validate_text(text: str | bytes, file: str | None = None, strict: bool = Fal
     return _validate(doc, file, strict)
 
 
-def validate_data(data: Any, file: str | None = None, strict: bool = False) -> Report:
+def validate_data(
+    data: Any, file: str | None = None, strict: bool = False, issues: Sequence[Issue] = ()
+) -> Report:
+    """Validate parsed data; `issues` are what parsing found (e.g. JSON's duplicate keys)."""
     try:
         check_plain(data)
     except CuelistError as exc:
         return _finish(Report(None, list(exc.issues)), file)
-    return _validate(Document(data, LineMap(), []), file, strict)
+    return _validate(Document(data, LineMap(), list(issues)), file, strict)
 
 
 def load_cuelist(

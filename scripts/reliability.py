@@ -74,6 +74,17 @@ smaller size than the issue names; the promise checked is the same.
   has 10,001 cues. The 10 MB upload with a Content-Length is answered before a byte of
   its body is sent; the chunked one is cut off after the 1 MiB limit (what was sent beyond
   it sat in socket buffers, never read: see the RSS figure).
+- Row 14: not scaled: 100,000 flood entries, 20,000 stray completions and three 10 MiB
+  entries, as the issue names them. The attacker (`tests/faults/hostile.py`) is a process
+  holding only its own agent's ACL credentials; it speaks the protocol with redis-py, not
+  the SDK, and learns run and cue ids from the API (the worst case: it knows them all). It
+  is the target of one cue of a shared run, so it has cues of its own. The honest cuelist
+  (3 cues, 100/100/50 ms of work) runs 8 times alone for the baseline, then over and over
+  through the attack; the runs that overlapped the attack are compared (medians of the
+  hub's own run durations). Memory is sampled every 50 ms during the flood; the Redis bound
+  is stated beyond the attacker's own out stream (what it XADDs is its own to hold, and
+  trimming that stream is `CALLBOARD_STREAM_MAXLEN`'s work); most of the rest is the audit
+  stream, capped at `CALLBOARD_AUDIT_MAXLEN` batches.
 
 ## What the rows found (fixed in the code, not in the rows)
 

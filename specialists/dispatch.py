@@ -116,12 +116,12 @@ class Dispatcher:
         m = d.message
         if m is None:
             reason = d.error.reason if d.error is not None else "undecodable entry"
-            await rt.transport.dead_letter(d, reason, rt.group)
+            await rt.reject(d, reason)
             return
         route = self._routes.get(m.message_type)
         if route is None:
             reason = f"{m.message_type} is not for a specialist's inbox"
-            await rt.transport.dead_letter(d, reason, rt.group)
+            await rt.reject(d, reason)
             return
         key = _once_key(m)
         if key is not None and not self.seen.first(key):  # a duplicate: nothing to do
@@ -296,16 +296,16 @@ class Dispatcher:
             except Retry as exc:
                 if tries >= self.rt.settings.max_deliveries:
                     reason = f"{name} retried {tries} times: {exc.reason or 'giving up'}"
-                    await self.rt.transport.dead_letter(d, reason, self.rt.group)
+                    await self.rt.reject(d, reason)
                     return False
                 tries += 1
                 await self.sleep_or_abandon(exc.delay_s)
             except Reject as exc:
-                await self.rt.transport.dead_letter(d, f"rejected: {exc.reason}", self.rt.group)
+                await self.rt.reject(d, f"rejected: {exc.reason}")
                 return False
             except Exception as exc:
                 reason = f"{name} failed: {type(exc).__name__}: {exc}"
-                await self.rt.transport.dead_letter(d, reason, self.rt.group)
+                await self.rt.reject(d, reason)
                 return False
 
     async def sleep_or_abandon(self, delay_s: float) -> None:

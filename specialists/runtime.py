@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Sequen
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from protocols import codec
 from protocols.codec import Envelope
 from protocols.errors import TransportError
 from protocols.messages import MessageType
 from protocols.outage import Outage
-from protocols.payloads import StatusOffline, StatusOnline
+from protocols.payloads import StatusOffline, StatusOnline, StatusRejected
 from protocols.transport import Delivery, Transport
 from specialists.batching import Coalescer
 from specialists.context import ContextReader
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from specialists.base import Specialist
 
 log = logging.getLogger("callboard.specialists")
+MAX_REASON_CHARS = 1000  # of a rejection's reason (the hub cuts it there too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,28 @@ class Runtime:
         """Write to the out stream (and XACK `ack`) in the next atomic batch; every write of
         the replica goes this way, so they land in the order they were made."""
         await self.writes(Write(messages, ack, then, settles=settles))
+
+    async def reject(self, d: Delivery, reason: str) -> None:
+        """Have the hub dead-letter an entry of the inbox: `status.rejected` on the out stream
+        and the entry's XACK, in one atomic write (a replica writes nowhere else; the hub
+        copies the entry from the inbox itself, so nobody can forge a dead letter)."""
+        await self.send(self._rejected(d, reason), ack=[d])
+
+    async def reject_poison(self, items: list[tuple[Delivery, str]]) -> None:
+        """Entries delivered too often (the transport's poison check), rejected together."""
+        await self.send(*[self._rejected(d, why) for d, why in items], ack=[d for d, _ in items])
+
+    def _rejected(self, d: Delivery, reason: str) -> Envelope:
+        log.warning("rejecting %s %s: %s", self.inbox, d.entry_id, reason)
+        m = d.message  # run and cue, when the entry says them, for the reader's sake
+        payload = StatusRejected(
+            entry_id=d.entry_id, reason=reason[:MAX_REASON_CHARS],
+            deliveries=max(d.deliveries, 1), replica=self.spec.replica,
+        )  # fmt: skip
+        return codec.make(
+            MessageType.STATUS_REJECTED, payload, from_agent=self.spec.agent_id,
+            run_id=m.run_id if m else None, cue_id=m.cue_id if m else None,
+        )  # fmt: skip
 
     def post(self, make: Callable[[], Envelope], superseded: Hashable | None = None) -> None:
         """Queue the message `make()` returns, made when written, without waiting for the
@@ -317,6 +341,7 @@ class Runtime:
                             self.consumer,
                             min_idle_ms=s.min_idle_ms,
                             count=count,
+                            on_poison=self.reject_poison,
                         ):
                             if delivery.entry_id not in self.in_flight:
                                 self.accept(delivery)

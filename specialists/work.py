@@ -50,11 +50,11 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
                     continue
                 error = f"gave up after {tries} tries: {exc.reason or 'Retry'}"
                 await _fail(dp, m, cue, error)
-                await rt.transport.dead_letter(d, error, rt.group)
+                await rt.reject(d, error)
                 return False
             except Reject as exc:
                 await _fail(dp, m, cue, f"rejected: {exc.reason}")
-                await rt.transport.dead_letter(d, f"rejected: {exc.reason}", rt.group)
+                await rt.reject(d, f"rejected: {exc.reason}")
                 return False
             except Exception as exc:
                 # the hub gets one line; the traceback goes to this replica's own log

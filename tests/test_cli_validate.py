@@ -87,3 +87,13 @@ def test_schema_is_json_schema_of_the_language() -> None:
     schema = json.loads(result.stdout)
     assert schema["$schema"].startswith("https://json-schema.org/")
     assert {"cuelist", "cues", "start", "defaults", "specialists"} <= set(schema["properties"])
+
+
+def test_a_json_file_with_a_duplicate_key_is_invalid(tmp_path: Path) -> None:
+    path = tmp_path / "dup.json"
+    path.write_text(
+        '{"cuelist": "dup",\n "cues": [{"id": "A", "target_agents": ["a"],\n "id": "B"}]}'
+    )
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:3: key 'id' appears twice in one mapping (duplicate_key)" in result.output

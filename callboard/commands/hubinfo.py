@@ -87,7 +87,7 @@ def _agents_table(page: dict[str, Any]) -> None:
 
 def deadletters(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=100, help="a page: 100 at most")] = 100,
     before: Annotated[
         str | None, typer.Option(help="the page before this entry id (the answer's `next`)")
     ] = None,

@@ -119,6 +119,11 @@ class RunRecordPublic(BaseModel):
     messages_in: int
     messages_out: int
     protocol_violations: int
+    totals: dict[str, int] = Field(
+        default_factory=dict,
+        description="how many waits, conflicts, escalations and errors there were in all: "
+        "each list keeps only the first 20",
+    )
 
 
 class RunPublic(BaseModel):
@@ -266,12 +271,21 @@ class DeadLetterPublic(BaseModel):
     group: str | None = None
     deliveries: int = 0
     at: str | None = None
-    raw_text: str = ""
+    raw_text: str = Field(default="", description="the head of the entry kept, for display")
+    sender: str | None = Field(
+        default=None, description="the agent whose stream the entry came from (or who rejected it)"
+    )
+    raw_size: int = Field(default=0, description="bytes of the whole entry")
+    raw_sha256: str = Field(default="", description="SHA-256 of the whole entry")
+    raw_truncated: bool = Field(default=False, description="raw_text is only the first bytes")
 
 
 class DeadLettersPublic(BaseModel):
     data: list[DeadLetterPublic]
     count: int
+    next: str | None = Field(
+        default=None, description="pass as `before` for the next (older) page; null at the end"
+    )
 
 
 class HealthPublic(BaseModel):

@@ -20,6 +20,9 @@ def cue_public(cr: CueRun) -> CuePublic:
     )  # fmt: skip
 
 
+_LISTS = ("waits", "conflicts", "escalations", "errors")  # kept as the first N, counted
+
+
 def record_public(run: RunState) -> RunRecordPublic:
     rec = run.record
     duration = None
@@ -31,6 +34,7 @@ def record_public(run: RunState) -> RunRecordPublic:
         conflicts=rec.conflicts, escalations=rec.escalations, errors=rec.errors,
         messages_in=rec.messages_in, messages_out=rec.messages_out,
         protocol_violations=rec.protocol_violations,
+        totals={name: rec.totals.get(name, len(getattr(rec, name))) for name in _LISTS},
     )  # fmt: skip
 
 

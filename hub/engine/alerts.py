@@ -44,24 +44,33 @@ class AlertsMixin(EngineBase):
         return esc
 
     def escalate(
-        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation
-    ) -> Escalation:
-        """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
+        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
+        *, raised_by: str = "hub", cause: str | None = None,
+    ) -> Escalation:  # fmt: skip
+        """Raise an escalation once per (run, cue, cause); later ones are counted on it
+        (without an event each: a flood of them must not push a run's history out)."""
         now = self.clock()
+        slot = (run.run_id if run else None, cue_id, cause or payload.cause or mt.value)
+        first = self.escalations.in_slot(slot)
+        if first is not None:
+            first.count += 1
+            first.updated_at = now
+            self.out.escalations[first.id] = first
+            return first
         esc = Escalation(
-            type=mt, severity=payload.severity, run_id=run.run_id if run else None,
-            cue_id=cue_id, cause=payload.cause or mt.value, detail=payload.detail,
-            payload=payload.model_dump(mode="json"), created_at=now, updated_at=now,
+            type=mt, severity=payload.severity, run_id=slot[0], cue_id=cue_id, cause=slot[2],
+            detail=payload.detail, payload=payload.model_dump(mode="json"),
+            raised_by=raised_by, created_at=now, updated_at=now,
         )  # fmt: skip
         esc, new = self.escalations.raise_(esc)
         self.out.escalations[esc.id] = esc
         if run is not None:
-            if new:
-                run.record.escalations.append(esc.id)
-                self.mark_dirty(run)
+            run.record.note("escalations", esc.id)
+            self.mark_dirty(run)
             self.record_event(
-                run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value
-            )
+                run, "escalation", id=esc.id, type=mt.value, severity=esc.severity.value,
+                raised_by=raised_by,
+            )  # fmt: skip
         if new and esc.severity in (Severity.HIGH, Severity.CRITICAL):
             text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
             self.broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))

@@ -156,8 +156,9 @@ class EngineBase(ABC):
 
     @abstractmethod
     def escalate(
-        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation
-    ) -> Escalation:
+        self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
+        *, raised_by: str = "hub", cause: str | None = None,
+    ) -> Escalation:  # fmt: skip
         """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
 
     @abstractmethod

@@ -41,7 +41,7 @@ class ContestMixin(EngineBase):
         res = ", ".join(cue.resources)
         self._set(run, cue_id, cr.state, f"waiting for resource {res} held by {names}")
         self.clear_deadline(cr)
-        run.record.waits.append(f"{cue_id}: resource {res} held by {names}")
+        run.record.note("waits", f"{cue_id}: resource {res} held by {names}")
         for victim in outcome.preempt:
             self._preempt(victim, by=claim)
         if outcome.arbitrate:
@@ -58,7 +58,7 @@ class ContestMixin(EngineBase):
             return
         cue_id = victim.cue_id
         why = f"stood down for higher-priority {by.run_id}/{by.cue_id}"
-        run.record.conflicts.append(f"{cue_id}: {why}")
+        run.record.note("conflicts", f"{cue_id}: {why}")
         self.stand_down(run, cue_id, why)
         self.clear_deadline(run.cues[cue_id])
         self.book.release(victim.holder)
@@ -133,7 +133,7 @@ class ContestMixin(EngineBase):
         if claim is None:
             return
         claim.strategy = ConflictStrategy.PRIORITY
-        run.record.conflicts.append(f"{cue_id}: arbitration timed out, priority decides")
+        run.record.note("conflicts", f"{cue_id}: arbitration timed out, priority decides")
         self.mark_dirty(run)
         outcome_claim = self.book.waiting.pop(claim.holder)
         if self._claim_again(run, outcome_claim):

@@ -107,7 +107,7 @@ class Engine(ContestMixin, AlertsMixin):
                 self.clear_deadline(cr)
                 cr.error, cr.completed_at = reason, self.clock()
                 self._set(run, cue_id, CueState.FAILED, f"failed: {reason}")
-        run.record.errors.append(reason)
+        run.record.note("errors", reason)
         self._release_run(run)
         self._check_done(run)
         return run
@@ -260,6 +260,7 @@ class Engine(ContestMixin, AlertsMixin):
         cr.standby_at = cr.go_at = None
         cr.targets = {a: TargetState.WARNED for a in cue.target_agents}
         cr.not_ready = {}
+        cr.dead_replies = {}
         cr.handoff_ok = False
         reason = "early warning: preparing while a predecessor runs" if early else None
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
@@ -374,7 +375,7 @@ class Engine(ContestMixin, AlertsMixin):
             return
         cr.completed_at = self.clock()
         self._set(run, cue_id, CueState.FAILED, f"failed: {error}")
-        run.record.errors.append(f"{cue_id}: {error}")
+        run.record.note("errors", f"{cue_id}: {error}")
         self._after_done(run, cue_id)
 
     def _after_done(self, run: RunState, cue_id: str) -> None:

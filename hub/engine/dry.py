@@ -82,14 +82,14 @@ def _assume_operator(engine: Engine, plan: Plan, run: RunState) -> bool:
     for cue_id in plan.order:
         cr = run.cues[cue_id]
         if cr.state is CueState.ARMED:
-            run.record.waits.append(f"{cue_id}: armed, needs an operator GO (assumed given)")
+            run.record.note("waits", f"{cue_id}: armed, needs an operator GO (assumed given)")
             engine.operator_go(run.run_id, cue_id)
             return True
         if cr.state is CueState.WAITING:
             missing = [c for c in plan.cues[cue_id].conditions if c not in run.conditions]
             if missing:
-                run.record.waits.append(
-                    f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)"
+                run.record.note(
+                    "waits", f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)"
                 )
                 engine.raise_condition(run.run_id, missing[0])
                 return True

@@ -24,7 +24,7 @@ class Escalation(BaseModel):
     cause: str
     detail: str = ""
     payload: dict[str, Any] = Field(default_factory=dict)
-    raised_by: str = "hub"
+    raised_by: str = "hub"  # or the agent that raised it, or "operator"
     status: str = OPEN
     count: int = 1
     created_at: float
@@ -56,6 +56,11 @@ class EscalationBook:
         self.by_id[esc.id] = esc
         self.by_slot[esc.slot] = esc.id
         return esc, True
+
+    def in_slot(self, slot: tuple[str | None, str | None, str]) -> Escalation | None:
+        """The escalation that holds this dedup slot, if one does."""
+        esc_id = self.by_slot.get(slot)
+        return self.by_id.get(esc_id) if esc_id is not None else None
 
     def get(self, esc_id: str) -> Escalation | None:
         return self.by_id.get(esc_id)

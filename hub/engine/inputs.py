@@ -2,13 +2,14 @@
 
 Every message is checked against the cue's state: an ack out of
 order, an ack or a completion from an agent that is not a target, or a message for an
-unknown run is recorded, counted and escalated once; it never crashes the engine.
+unknown run is counted and escalated once (hub.engine.guard); it never crashes the engine.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hub.engine import guard
 from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.state import CueRun, RunState
@@ -37,28 +38,20 @@ ENGINE_TYPES = frozenset({*_EXPECTS, T.TASK_HANDOFF, T.TASK_CONTEXT})
 
 
 def handle(engine: Engine, msg: Envelope) -> None:
-    """Apply one authenticated specialist message to its run."""
-    run = engine.runs.get(msg.run_id or "")
-    if run is None:
-        violation(engine, None, None, f"unknown_run:{msg.run_id}", msg,
-                  f"{msg.message_type.value} for unknown run {msg.run_id}")  # fmt: skip
+    """Apply one authenticated specialist message to its run: only to a cue that targets
+    its sender (guard.scope escalates anything else, without touching the run)."""
+    cue_id = msg.cue_id
+    if msg.message_type is T.TASK_HANDOFF:
+        cue_id = cue_id or msg.body(p.TaskHandoff).task_id
+    run = guard.scope(engine, msg, cue_id)
+    if run is None or cue_id is None:
         return
     run.record.messages_in += 1
     engine.mark_dirty(run)
     if msg.message_type is T.TASK_CONTEXT:
-        _context(engine, run, msg)
+        guard.context(engine, run, msg)
         return
-    cue_id = msg.cue_id
-    if msg.message_type is T.TASK_HANDOFF:
-        cue_id = cue_id or msg.body(p.TaskHandoff).task_id
-    cr = run.cues.get(cue_id or "")
-    if cue_id is None or cr is None:
-        violation(engine, run, None, f"unknown_cue:{cue_id}", msg, f"no cue {cue_id} in run")
-        return
-    if msg.from_agent not in engine.plans[run.run_id].cues[cue_id].target_agents:
-        violation(engine, run, cue_id, f"not_a_target:{msg.from_agent}", msg,
-                  f"{msg.from_agent} is not a target of {cue_id}")  # fmt: skip
-        return
+    cr = run.cues[cue_id]
     if msg.message_type is T.TASK_HANDOFF:
         _handoff(engine, run, cue_id, cr, msg)
         return
@@ -74,7 +67,8 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     if cr.state is not expected_cue:
         mt = msg.message_type.value
         detail = f"{mt} from {agent} while {cue_id} is {cr.state.value}"
-        violation(engine, run, cue_id, f"out_of_order:{mt}", msg, detail)
+        guard.violation(engine, run, cue_id, guard.OUT_OF_ORDER, agent, detail,
+                        entry_id=msg.message_id)  # fmt: skip
         return
     mt = msg.message_type
     if mt is T.STATUS_FAILED:
@@ -190,31 +184,6 @@ def _contract(engine: Engine, plan: Any, agent: str) -> Contract | None:
     return found
 
 
-def _context(engine: Engine, run: RunState, msg: Envelope) -> None:
-    body = msg.body(p.TaskContext)
-    entry = {
-        "value": body.value, "source": msg.from_agent, "timestamp": msg.sent_at.timestamp(),
-        "tags": body.tags, "metadata": body.metadata, "cue_id": msg.cue_id,
-    }  # fmt: skip
-    engine.out.context.append((run.run_id, body.key, entry))
-    engine.record_event(run, "context", key=body.key, source=msg.from_agent)
-
-
-def violation(
-    engine: Engine, run: RunState | None, cue_id: str | None, cause: str, msg: Envelope, detail: str
-) -> None:
-    """Record, count and escalate (once per run, cue and cause) a protocol violation."""
-    if run is not None:
-        run.record.protocol_violations += 1
-        run.record.errors.append(detail)
-        engine.mark_dirty(run)
-    payload = p.EscalationProtocolViolation(
-        severity=Severity.MEDIUM, cause=cause, detail=detail, reason=cause,
-        entry_id=msg.message_id, sender=msg.from_agent,
-    )  # fmt: skip
-    engine.escalate(run, cue_id, T.ESCALATION_PROTOCOL_VIOLATION, payload)
-
-
 def on_timer(engine: Engine, timer: Timer) -> None:
     """A deadline fired: if it is still the current one, escalate and retry or fail."""
     run = engine.runs.get(timer.run_id)
@@ -241,6 +210,10 @@ def on_timer(engine: Engine, timer: Timer) -> None:
         phase, "completion"
     )
     detail = f"no {what} from {', '.join(waiting) or 'anyone'} within {seconds:g}s"
+    refused = [f"{a}'s reply was dead-lettered ({cr.dead_replies[a]})" for a in waiting
+               if a in cr.dead_replies]  # fmt: skip
+    if refused:  # the cause, not only the symptom
+        detail += f" ({'; '.join(refused)})"
     payload = p.EscalationTimeout(
         severity=Severity.MEDIUM, cause=f"timeout:{phase.value}", detail=detail, phase=phase,
         waiting_for=waiting, timeout_s=float(seconds), attempt=cr.attempt,
@@ -250,12 +223,4 @@ def on_timer(engine: Engine, timer: Timer) -> None:
     engine.fail_attempt(run, timer.cue_id, f"timeout: {detail}")
 
 
-def specialist_escalation(engine: Engine, msg: Envelope) -> None:
-    """An escalation a specialist raised: routed by its severity like the hub's own."""
-    run = engine.runs.get(msg.run_id or "")
-    esc = engine.escalate(run, msg.cue_id, msg.message_type, msg.body(p.Escalation))
-    if esc.count == 1:
-        esc.raised_by = msg.from_agent  # the authenticated sender (its stream)
-
-
-__all__ = ["ENGINE_TYPES", "handle", "on_timer", "specialist_escalation", "violation"]
+__all__ = ["ENGINE_TYPES", "handle", "on_timer"]

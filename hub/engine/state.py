@@ -36,10 +36,17 @@ class CueRun(BaseModel):
     result: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     gos: list[dict[str, Any]] = Field(default_factory=list)  # one recorded event per attempt
+    # target -> the dead letter its refused reply became, this attempt (see guard)
+    dead_replies: dict[str, str] = Field(default_factory=dict)
+
+
+RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts...) and a count
 
 
 class RunRecord(BaseModel):
-    """The run record (timings, messages, escalations, errors), kept as the run goes."""
+    """The run record (timings, messages, escalations, errors), kept as the run goes. Its
+    lists keep their first RECORD_LIST_MAX items and count the rest: the header is rewritten
+    on every step of the run, so it must not grow with what anyone sends."""
 
     messages_in: int = 0
     messages_out: int = 0
@@ -48,6 +55,15 @@ class RunRecord(BaseModel):
     protocol_violations: int = 0
     waits: list[str] = Field(default_factory=list)
     conflicts: list[str] = Field(default_factory=list)
+    # how many of each there were in all (the lists stop at RECORD_LIST_MAX)
+    totals: dict[str, int] = Field(default_factory=dict)
+
+    def note(self, name: str, text: str) -> None:
+        """Add to list `name` (errors, waits, conflicts, escalations) and count it."""
+        items: list[str] = getattr(self, name)
+        self.totals[name] = max(self.totals.get(name, len(items)), len(items)) + 1
+        if len(items) < RECORD_LIST_MAX:
+            items.append(text[:1000])
 
 
 class RunState(BaseModel):
@@ -66,6 +82,9 @@ class RunState(BaseModel):
     fired_count: int = 0
     handoffs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # receiver -> context
     record: RunRecord = Field(default_factory=RunRecord)
+    # context key -> the agent that wrote it first (stored one hash field each, not in the
+    # header: see hub.store.layout)
+    context_owners: dict[str, str] = Field(default_factory=dict)
 
     def fired(self) -> list[str]:
         """Cue ids in the order they first fired."""

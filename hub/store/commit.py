@@ -18,7 +18,7 @@ from pydantic_core import to_json
 from hub.engine.outbox import Outbox
 from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
-from hub.store.layout import Op, run_fields
+from hub.store.layout import Op, owner_fields, run_fields
 from protocols.codec import encode
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
@@ -142,6 +142,12 @@ class FencedCommit:
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])
         for run_id, key, entry in out.context:
             ops.append(["HSET", keys.run_context(run_id), key, to_json(entry, fallback=str)])
+        owned: dict[str, list[str]] = {}
+        for run_id, key in out.owners:
+            owned.setdefault(run_id, []).append(key)
+        for run_id, context_keys in owned.items():
+            if (run := engine.runs.get(run_id)) is not None:
+                ops.extend(owner_fields(keys.run(run_id), run, context_keys))
         ops.extend(out.raw)
         if out.resources_changed:
             ops.append(["SET", keys.resources, engine.book.dump().model_dump_json()])

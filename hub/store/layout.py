@@ -13,6 +13,7 @@ from typing import Any
 from hub.engine.state import CueRun, RunState
 
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
+OWNER = "w:"  # ...and one field per context key: the agent that wrote it (written once)
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
@@ -21,11 +22,20 @@ Op = list[Any]  # one Redis command as its words, its one key second: [name, key
 def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
     """HSET operations for a run: its header, and the named cues, one field each; `fresh`
     (a new or adopted run) adds the cue order, which never changes."""
-    fields: list[Any] = [HEADER, run.model_dump_json(exclude={"cues"}, exclude_defaults=True)]
+    header = run.model_dump_json(exclude={"cues", "context_owners"}, exclude_defaults=True)
+    fields: list[Any] = [HEADER, header]
     if fresh:
         fields += [ORDER, json.dumps(list(run.cues))]
     for cue_id in cue_ids:
         fields += [CUE + cue_id, run.cues[cue_id].model_dump_json(exclude_defaults=True)]
+    return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+
+
+def owner_fields(key: str, run: RunState, context_keys: Iterable[str]) -> list[Op]:
+    """HSET of the owners of these context keys (each written once, when first written)."""
+    fields: list[Any] = []
+    for context_key in context_keys:
+        fields += [OWNER + context_key, run.context_owners[context_key]]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
 
 
@@ -38,4 +48,8 @@ def read_run(fields: dict[bytes, bytes]) -> RunState | None:
     for cue_id in json.loads(fields.get(ORDER.encode(), b"[]")):
         raw = fields.get((CUE + cue_id).encode())
         run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()
+    owner = OWNER.encode()
+    for name, value in fields.items():
+        if name.startswith(owner):
+            run.context_owners[name[len(owner) :].decode()] = value.decode()
     return run

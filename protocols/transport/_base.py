@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 from protocols.keys import Keys
+from protocols.settings import DEADLETTER_MAXLEN, DEADLETTER_RAW_BYTES
 from protocols.transport._client import DEFAULT_RETRY_S, OnStateLost, Redis, connect
 from protocols.transport._gateway import Gateway
 
@@ -21,17 +22,26 @@ class _TransportBase(Gateway):
         max_deliveries: int = 5,
         on_state_lost: OnStateLost | None = None,
         retry_s: float = DEFAULT_RETRY_S,
+        deadletter_raw_bytes: int = DEADLETTER_RAW_BYTES,
+        deadletter_maxlen: int = DEADLETTER_MAXLEN,
     ) -> None:
         super().__init__(client, retry_s=retry_s)
         self.keys = keys
         self.max_message_bytes = max_message_bytes
         self.max_deliveries = max_deliveries
+        # A dead letter keeps this much of the entry (with its size and SHA-256), and the
+        # dead-letter stream about this many letters: neither grows with what is sent.
+        self.deadletter_raw_bytes = deadletter_raw_bytes
+        self.deadletter_maxlen = deadletter_maxlen
         self.on_state_lost = on_state_lost
         self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
 
     @classmethod
     def from_url(cls, url: str, keys: Keys, **options: Any) -> Self:
-        names = ("max_message_bytes", "max_deliveries", "on_state_lost", "retry_s")
+        names = (
+            "max_message_bytes", "max_deliveries", "on_state_lost", "retry_s",
+            "deadletter_raw_bytes", "deadletter_maxlen",
+        )  # fmt: skip
         own = {name: options.pop(name) for name in names if name in options}
         transport = cls(connect(url, **options), keys, **own)
         transport._owns_client = True

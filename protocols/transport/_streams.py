@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -10,7 +11,7 @@ from protocols import codec
 from protocols.codec import Envelope
 from protocols.errors import DecodeError, GroupMissing, ProtocolError
 from protocols.ids import rfc3339, utcnow
-from protocols.keys import STREAM_FIELD
+from protocols.keys import STREAM_FIELD, is_entry_id
 from protocols.transport._client import (
     _FIELD,
     Delivery,
@@ -22,6 +23,10 @@ from protocols.transport._client import (
 )
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._upkeep import _Upkeep
+
+MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
+# What `reclaim` hands entries delivered too often to, with the reason for each.
+OnPoison = Callable[[list[tuple[Delivery, str]]], Awaitable[None]]
 
 
 class Transport(_Upkeep):
@@ -170,10 +175,13 @@ class Transport(_Upkeep):
         await self._call("XACK", send)
 
     async def reclaim(
-        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, count: int = 100
-    ) -> list[Delivery]:
+        self, stream: str, group: str, consumer: str, *, min_idle_ms: int, count: int = 100,
+        on_poison: OnPoison | None = None,
+    ) -> list[Delivery]:  # fmt: skip
         """XAUTOCLAIM entries idle past `min_idle_ms` to `consumer`. Entries delivered more
-        than `max_deliveries` times are dead-lettered (reason, raw bytes) and acked instead."""
+        than `max_deliveries` times are not handed out: they go to `on_poison` (a specialist
+        asks the hub to dead-letter them, as it may write nothing but its out stream), or
+        without it are dead-lettered (reason, raw bytes) and acked here (the hub)."""
         try:
             claimed, deleted = await self._autoclaim(stream, group, consumer, min_idle_ms, count)
             counts = await self._delivery_counts(stream, group, consumer, [i for i, _ in claimed])
@@ -194,8 +202,11 @@ class Transport(_Upkeep):
                 poison.append((delivery, f"poison: delivered {delivery.deliveries} times"))
             else:
                 fresh.append(delivery)
-        if poison:
-            await self._dead_letter_many(poison, group)
+        if poison and on_poison is not None:
+            await on_poison(poison)
+        elif poison:
+            sender = self.keys.agent_of_out(stream) or self.keys.agent_of_inbox(stream) or ""
+            await self.dead_letter_many([(d, why, sender) for d, why in poison], group)
         return fresh
 
     async def _autoclaim(
@@ -271,28 +282,30 @@ class Transport(_Upkeep):
         except GroupMissing:
             await self._recover([stream], group)
 
-    async def dead_letter(self, delivery: Delivery, reason: str, group: str | None = None) -> str:
+    async def dead_letter(
+        self, delivery: Delivery, reason: str, group: str | None = None, sender: str = ""
+    ) -> str:
         """Copy the entry to the dead-letter stream with its reason; XACK it in `group`."""
-        return (await self._dead_letter_many([(delivery, reason)], group))[0]
+        return (await self.dead_letter_many([(delivery, reason, sender)], group))[0]
 
-    async def _dead_letter_many(
-        self, items: Sequence[tuple[Delivery, str]], group: str | None
+    async def dead_letter_many(
+        self, items: Sequence[tuple[Delivery, str, str]], group: str | None
     ) -> list[str]:
+        """Dead-letter (delivery, reason, sender) items in one round trip, XACKing each in
+        `group` when given; returns the dead letters' ids. A letter keeps the entry's first
+        `deadletter_raw_bytes` with the size and SHA-256 of all of it, and the stream is
+        capped at about `deadletter_maxlen` letters (XADD MAXLEN ~)."""
+        if not items:
+            return []
         at = rfc3339(utcnow())
+        entries = [self._letter(d, reason, sender, group, at) for d, reason, sender in items]
 
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
-                for delivery, reason in items:
-                    entry: dict[Any, Any] = {
-                        "reason": reason,
-                        "stream": delivery.stream,
-                        "entry_id": delivery.entry_id,
-                        "group": group or "",
-                        "deliveries": str(delivery.deliveries),
-                        "raw": delivery.raw,
-                        "at": at or "",
-                    }
-                    pipe.xadd(self.keys.dead, entry)
+                for (delivery, _, _), entry in zip(items, entries, strict=True):
+                    pipe.xadd(
+                        self.keys.dead, entry, maxlen=self.deadletter_maxlen, approximate=True
+                    )
                     if group:
                         pipe.xack(delivery.stream, group, delivery.entry_id)
                 return await pipe.execute()
@@ -300,6 +313,43 @@ class Transport(_Upkeep):
         replies = await self._call("DEAD-LETTER", send)
         step = 2 if group else 1
         return [_text(entry_id) for entry_id in replies[::step]]
+
+    def _letter(
+        self, delivery: Delivery, reason: str, sender: str, group: str | None, at: str | None
+    ) -> dict[Any, Any]:
+        raw = delivery.raw
+        return {
+            "reason": reason[:MAX_REASON_CHARS],
+            "stream": delivery.stream,
+            "entry_id": delivery.entry_id,
+            "group": group or "",
+            "sender": sender,
+            "deliveries": str(delivery.deliveries),
+            "raw": raw[: self.deadletter_raw_bytes],
+            "raw_size": str(len(raw)),
+            "raw_sha256": hashlib.sha256(raw).hexdigest(),
+            "at": at or "",
+        }
+
+    async def entries_by_id(self, stream: str, entry_ids: Sequence[str]) -> dict[str, Delivery]:
+        """The entries of `stream` with these ids that exist (one pipelined XRANGE each),
+        decoded as a read would decode them; ids that are not entry ids are skipped."""
+        wanted = [i for i in dict.fromkeys(entry_ids) if is_entry_id(i)]
+        if not wanted:
+            return {}
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for entry_id in wanted:
+                    pipe.xrange(stream, entry_id, entry_id, count=1)
+                return await pipe.execute()
+
+        found: dict[str, Delivery] = {}
+        for rows in await self._call("XRANGE", send):
+            for entry_id, fields in rows or []:
+                delivery = self._delivery(stream, entry_id, fields, 1)
+                found[delivery.entry_id] = delivery
+        return found
 
     # -- broadcast -----------------------------------------------------------------------
     async def read_broadcast(self, last_id: str, *, block_ms: int | None = 1000) -> list[Delivery]:

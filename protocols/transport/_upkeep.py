@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from protocols.errors import GroupMissing, TransportError
+from protocols.keys import is_entry_id
 from protocols.transport._base import _TransportBase
 from protocols.transport._client import _bytes, _id_key, _text
 from protocols.transport._errors import is_group_missing, is_no_such_key, translated
@@ -14,10 +16,22 @@ from protocols.transport._errors import is_group_missing, is_no_such_key, transl
 class _Upkeep(_TransportBase):
     """The part of the Transport that inspects and trims streams."""
 
-    async def dead_letters(self, count: int = 100) -> list[dict[str, Any]]:
-        """The newest dead letters first, as dicts (`raw` as bytes, `raw_text` for display)."""
+    async def dead_letters(
+        self, count: int = 100, before: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest `count` dead letters first (older than entry `before` when given), as
+        dicts: `raw` as bytes (the part kept), `raw_text` for display, `raw_size` and
+        `raw_sha256` of the whole entry (a letter written before they were kept: of `raw`)."""
+        if before is not None and not is_entry_id(before):
+            raise ValueError(f"not a stream entry id: {before!r}")
+        newest = "+"
+        if before is not None:
+            ms, seq = (int(part) for part in before.split("-"))
+            if (ms, seq) == (0, 0):
+                return []  # nothing is older than the first id (and Redis refuses "(0-0")
+            newest = f"({ms}-{seq}"
         rows = await self._call(
-            "XREVRANGE", lambda: self._client.xrevrange(self.keys.dead, count=count)
+            "XREVRANGE", lambda: self._client.xrevrange(self.keys.dead, newest, "-", count=count)
         )
         letters = []
         for entry_id, fields in rows or []:
@@ -25,9 +39,11 @@ class _Upkeep(_TransportBase):
             raw = data.pop("raw", b"")
             letter: dict[str, Any] = {k: v.decode(errors="replace") for k, v in data.items()}
             letter["id"] = _text(entry_id)
-            letter["deliveries"] = int(letter.get("deliveries") or 0)
+            letter["deliveries"] = _int(letter.get("deliveries"))
             letter["raw"] = raw
             letter["raw_text"] = raw.decode(errors="replace")
+            letter["raw_size"] = _int(letter.get("raw_size"), len(raw))
+            letter["raw_sha256"] = letter.get("raw_sha256") or hashlib.sha256(raw).hexdigest()
             letters.append(letter)
         return letters
 
@@ -165,3 +181,10 @@ def _consumer(row: dict[str, Any]) -> dict[str, int]:
         # XREADGROUP looks idle, so idle time says nothing about liveness there
         "idle_is_liveness": int(inactive is not None),
     }
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

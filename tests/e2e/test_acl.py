@@ -67,16 +67,35 @@ def test_specialist_uses_its_own_streams(acl_server: EmbeddedServer) -> None:
     me.xadd(K.out("agent-a"), {"m": "ack"})
     assert me.xread({K.broadcast: "0"})
     me.xrevrange(K.broadcast, count=1)
-    me.xadd(K.dead, {"reason": "poison"})
     assert me.set(K.done("agent-a", "tok"), 1, nx=True, ex=60)
     assert me.exists(K.done("agent-a", "tok")) == 1
     assert me.delete(K.done("agent-a", "tok")) == 1
+    # the SDK's atomic write: its message, a done-marker and the XACK in one MULTI
+    hub.xadd(K.inbox("agent-a"), {"m": "go"})
+    rows = me.xreadgroup("agent-a", "r1", {K.inbox("agent-a"): ">"}, count=10)
+    with me.pipeline(transaction=True) as pipe:
+        pipe.xadd(K.out("agent-a"), {"m": "status.rejected"})
+        pipe.set(K.done("agent-a", "tok2"), 1, nx=True, ex=60)
+        pipe.xack(K.inbox("agent-a"), "agent-a", rows[0][1][0][0])
+        assert pipe.execute()[2] == 1
 
 
 @pytest.mark.parametrize(
     "command",
     [
         ("XADD", K.out("agent-ab"), "*", "m", "x"),  # a longer id with the same start
+        # the streams the hub writes: an explicit maximum id there would stop the hub
+        ("XADD", K.inbox("agent-a"), "*", "m", "x"),
+        ("XADD", K.inbox("agent-a"), "18446744073709551615-18446744073709551615", "m", "x"),
+        ("XADD", K.dead, "*", "reason", "forged"),
+        ("XADD", K.dead, "18446744073709551615-18446744073709551615", "m", "x"),
+        ("XADD", K.dead, "MAXLEN", "0", "*", "m", "wipe"),
+        ("XTRIM", K.out("agent-a"), "MAXLEN", "0"),
+        ("XDEL", K.inbox("agent-a"), "0-1"),
+        ("XGROUP", "SETID", K.inbox("agent-a"), "agent-a", "$"),
+        ("XREADGROUP", "GROUP", "agent-a", "r1", "STREAMS", K.out("agent-a"), ">"),
+        ("SET", K.inbox("agent-a"), "x"),
+        ("XADD", K.done("agent-a", "tok"), "*", "m", "x"),
         ("XREAD", "STREAMS", K.inbox("agent-ab"), "0"),
         ("SET", K.done("agent-ab", "tok"), "1"),
         ("XADD", K.broadcast, "*", "m", "x"),

@@ -1,6 +1,7 @@
 """Row 3: poison messages beside 1,000 healthy ones. One kills the replica that takes it,
 every time; one makes the handler raise every time. Each is dead-lettered after exactly
-`max_deliveries` deliveries (tries), with the reason; all 1,000 healthy ones complete."""
+`max_deliveries` deliveries (tries), with the reason; all 1,000 healthy ones complete. The
+replica asks the hub for each dead letter (`status.rejected`); the hub copies the entry."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_poison_is_dead_lettered_after_max_deliveries_and_healthy_work_completes
 ) -> None:
     keys = Keys(procs.env["CALLBOARD_PREFIX"])
     r = redis.Redis.from_url(redis_server.url)
+    procs.hub()  # a replica asks the hub to dead-letter (it may write only its out stream)
     env = {"CALLBOARD_MAX_DELIVERIES": str(MAX_DELIVERIES), "CALLBOARD_CONCURRENCY": "50"}
     live = {name: spawn_agent(procs, AGENT, name, **env) for name in ("r0", "r1")}
     born = len(live)
@@ -81,8 +83,11 @@ def test_poison_is_dead_lettered_after_max_deliveries_and_healthy_work_completes
     assert crashes == MAX_DELIVERIES
     assert execs["row3:EXIT"] == MAX_DELIVERIES
     assert exit_letter["deliveries"] == str(MAX_DELIVERIES)
-    assert exit_letter["reason"] == f"poison: delivered {MAX_DELIVERIES} times"
+    assert exit_letter["reason"] == f"rejected by {AGENT}: poison: delivered {MAX_DELIVERIES} times"
+    assert exit_letter["stream"] == keys.inbox(AGENT) and exit_letter["sender"] == AGENT
     assert execs["row3:RAISE"] == MAX_DELIVERIES
-    assert raise_letter["reason"].startswith(f"gave up after {MAX_DELIVERIES} tries")
+    assert raise_letter["reason"].startswith(
+        f"rejected by {AGENT}: gave up after {MAX_DELIVERIES} tries"
+    )
     assert {f"H{i:04}" for i in range(HEALTHY)} <= set(done_count)
     r.close()

@@ -1,7 +1,9 @@
 """Row 10: the ACL matrix on a real Redis 7 loaded with the file `callboard acl` writes.
-Each specialist against every other specialist's keys, and against KEYS, CONFIG, FLUSHALL,
-DEL, XGROUP DESTROY and the hub's keys: 100% NOPERM. The default user is off. The hub and
-the specialists, each logged in as its own user, run a cuelist to success."""
+Each specialist against every other specialist's keys, against KEYS, CONFIG, FLUSHALL,
+DEL, XGROUP DESTROY and the hub's keys, and against the streams the hub writes (its own
+inbox, the dead letters: XADD with a maximum id, MAXLEN 0): 100% NOPERM. The default user
+is off. The hub and the specialists, each logged in as its own user, run a cuelist to
+success."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.slow
 AGENTS = ["fx-acl-a", "fx-acl-b", "fx-acl-c"]
 PASSWORDS = {"hub": "hub-secret", **{a: f"{a}-secret" for a in AGENTS}}
 K = Keys()  # the default prefix, on a server of its own
+MAX_ID = "18446744073709551615-18446744073709551615"  # after it, every XADD * fails
 
 
 def _on_keys_of(other: str, me: str) -> list[tuple[str, ...]]:
@@ -35,6 +38,7 @@ def _on_keys_of(other: str, me: str) -> list[tuple[str, ...]]:
     inbox, out, marker = K.inbox(other), K.out(other), K.done(other, "tok")
     return [
         ("XADD", out, "*", "m", "x"),
+        ("XADD", out, MAX_ID, "m", "x"),
         ("XADD", inbox, "*", "m", "x"),
         ("XREADGROUP", "GROUP", other, me, "STREAMS", inbox, ">"),
         ("XREAD", "STREAMS", inbox, "0"),
@@ -75,6 +79,19 @@ def _anywhere(me: str) -> list[tuple[str, ...]]:
         ("XDEL", K.inbox(me), "0-1"),
         ("XADD", K.broadcast, "*", "m", "x"),
         ("XRANGE", K.dead, "-", "+"),
+        # the streams the hub writes, which an explicit maximum id would stop for good
+        ("XADD", K.inbox(me), "*", "m", "x"),
+        ("XADD", K.inbox(me), MAX_ID, "m", "x"),
+        ("XADD", K.dead, "*", "reason", "forged", "sender", "someone-else"),
+        ("XADD", K.dead, MAX_ID, "m", "x"),
+        ("XADD", K.dead, "MAXLEN", "0", "*", "m", "wipe"),
+        ("XADD", K.broadcast, MAX_ID, "m", "x"),
+        ("XTRIM", K.dead, "MAXLEN", "0"),
+        ("XTRIM", K.out(me), "MAXLEN", "0"),
+        ("XGROUP", "SETID", K.inbox(me), me, "$"),
+        ("XGROUP", "DESTROY", K.out(me), "hub"),
+        ("XREADGROUP", "GROUP", "hub", me, "STREAMS", K.out(me), ">"),
+        ("XACK", K.out(me), "hub", "0-1"),
         ("GET", K.leader()),
         ("SET", K.leader(), "me"),
         ("INCR", K.fence()),
@@ -158,8 +175,9 @@ def test_acl_matrix(acl_server: EmbeddedServer, tmp_path: Path, figure: Figure) 
     figure(
         row=10,
         fault=f"ACL file from `callboard acl` ({len(AGENTS)} specialists + hub) on Redis 7",
-        promise="100% NOPERM for each specialist on others' keys and KEYS/CONFIG/FLUSHALL/DEL/"
-        "XGROUP DESTROY; hub works; default user off",
+        promise="100% NOPERM for each specialist on others' keys, KEYS/CONFIG/FLUSHALL/DEL/"
+        "XGROUP DESTROY, and XADD (max id, MAXLEN 0) to its own inbox and the dead letters; "
+        "hub works; default user off",
         measured=f"{refused}/{attempts} NOPERM ({100 * refused / attempts:.0f}%); default user "
         f"off (NOAUTH); run as hub+agent users: {run['status']}",
     )

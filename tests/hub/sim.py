@@ -9,7 +9,7 @@ from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
-from hub.store.layout import read_run, run_fields
+from hub.store.layout import owner_fields, read_run, run_fields
 from protocols import payloads as p
 from protocols.codec import Envelope, make
 from protocols.keys import Keys
@@ -74,7 +74,11 @@ class Sim:
                 continue
             cues = [c for r, c in out.dirty_cues if r == run_id]
             stored = self.persisted.setdefault(run_id, {})
-            for op in run_fields("key", run, cues, run_id in out.fresh):
+            owned = [k for r, k in out.owners if r == run_id]
+            ops = run_fields("key", run, cues, run_id in out.fresh) + owner_fields(
+                "key", run, owned
+            )
+            for op in ops:
                 items = op[2:]
                 pairs = zip(items[::2], items[1::2], strict=True)
                 stored.update((k.encode(), v.encode()) for k, v in pairs)

@@ -3,7 +3,7 @@ and GO carries the cue's description, on the pure engine with a fake clock."""
 
 from __future__ import annotations
 
-from hub.engine import inputs
+from hub.engine import guard
 from protocols import payloads as p
 from protocols.codec import make
 from protocols.messages import MessageType as T
@@ -31,9 +31,13 @@ def _at_go(sim: Sim) -> None:
 def _ask(sim: Sim, agent: str, cause: str, detail: str = "what colour?") -> str:
     body = p.EscalationError(severity=Severity.MEDIUM, cause=cause, detail=detail)
     msg = make(T.ESCALATION_ERROR, body, from_agent=agent, run_id="r1", cue_id="C1")
-    inputs.specialist_escalation(sim.engine, msg)
+    guard.specialist_escalation(sim.engine, msg, Severity.HIGH)
     sim._drain()
-    return sim.engine.escalations.by_slot[("r1", "C1", cause)]
+    (esc,) = [
+        e for e in sim.engine.escalations.by_id.values()
+        if e.payload.get("cause") == cause and e.status == "open"
+    ]  # fmt: skip
+    return esc.id
 
 
 def _resolve(sim: Sim, esc_id: str, answer: str, note: str = "") -> None:
@@ -72,6 +76,8 @@ def test_a_second_question_after_an_answer_is_raised_anew() -> None:
     sim = Sim(plan_of(ASK))
     _at_go(sim)
     first = _ask(sim, "remote", "input_required:task-1")
+    assert _ask(sim, "remote", "input_required:task-1") == first  # asked again: counted
+    assert sim.engine.escalations.by_id[first].count == 2
     _resolve(sim, first, "blue")
     second = _ask(sim, "remote", "input_required:task-1", "and what size?")
     assert second != first

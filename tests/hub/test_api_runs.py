@@ -162,6 +162,25 @@ def test_422_names_the_cue_and_the_key(api: httpx.Client) -> None:
     assert r.status_code == 422
 
 
+def test_a_json_cuelist_with_a_duplicate_key_is_refused_like_yaml(api: httpx.Client) -> None:
+    json_body = (
+        b'{"cuelist": "api-dup",\n "cues": [{"id": "A", "target_agents": ["a"],\n  "id": "B"}]}'
+    )
+    yaml_body = b"cuelist: api-dup\ncues:\n  - id: A\n    target_agents: [a]\n    id: B\n"
+    found = {}
+    for media, body in [("application/json", json_body), ("application/yaml", yaml_body)]:
+        r = api.post("/v1/cuelists", content=body, headers={"Content-Type": media})
+        assert r.status_code == 422 and r.json()["detail"], r.text
+        [issue] = [e for e in r.json()["errors"] if e["code"] == "duplicate_key"]
+        found[media] = issue
+        checked = api.post("/v1/cuelists/validate", content=body, headers={"Content-Type": media})
+        assert checked.json()["valid"] is False
+    assert found["application/json"]["message"] == "key 'id' appears twice in one mapping"
+    assert found["application/json"]["message"] == found["application/yaml"]["message"]
+    assert (found["application/json"]["line"], found["application/yaml"]["line"]) == (3, 5)
+    assert api.get("/v1/cuelists/api-dup").status_code == 404  # nothing stored
+
+
 def test_run_to_completion_with_events_and_context(api: httpx.Client) -> None:
     run_id = start(api, "api-simple")
     events = sse_events(api, run_id)
@@ -307,3 +326,37 @@ def test_dead_letters_and_agents(api: httpx.Client, stack: dict[str, Any]) -> No
     assert (
         "api-simple/CUE-1" in next(a for a in wiring["agents"] if a["agent"] == "api-alpha")["cues"]
     )
+
+
+def test_dead_letters_are_paged_and_bounded(api: httpx.Client, stack: dict[str, Any]) -> None:
+    keys = Keys(stack["env"]["CALLBOARD_PREFIX"])
+    big = b"{" + b"x" * (1024 * 1024)  # 1 MiB of garbage: the letter keeps 4 KiB of it
+    with redis.Redis.from_url(stack["env"]["REDIS_URL"]) as client:
+        for i in range(5):
+            client.xadd(keys.out("api-pager"), {"m": b"{page %d" % i})
+        client.xadd(keys.out("api-pager"), {"m": big})
+
+    def mine(page: dict[str, Any]) -> list[dict[str, Any]]:
+        return [d for d in page["data"] if d["stream"] == keys.out("api-pager")]
+
+    eventually_sync(lambda: len(mine(api.get("/v1/deadletters").json())) >= 6, 10, interval_s=0.05)
+    seen: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 2}
+    while True:
+        page = api.get("/v1/deadletters", params=params).json()
+        assert page["count"] == len(page["data"]) <= 2
+        seen += page["data"]
+        if page["next"] is None:
+            break
+        params["before"] = page["next"]
+    assert len({d["id"] for d in seen}) == len(seen)  # no letter twice across pages
+    ids = [d["id"] for d in seen]
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))), reverse=True)
+    [huge] = [d for d in mine({"data": seen}) if d["raw_size"] > 4096]
+    assert huge["raw_truncated"] and len(huge["raw_text"]) == 4096
+    assert huge["raw_size"] == len(big) and huge["sender"] == "api-pager"
+    for first in ("0-0", "00-000"):  # nothing is older than the first id
+        assert api.get("/v1/deadletters", params={"before": first}).json()["data"] == []
+    for bad in ({"limit": 101}, {"before": "+"}, {"before": "1-0\n"}, {"before": "9" * 20 + "-0"}):
+        r = api.get("/v1/deadletters", params=bad)
+        assert r.status_code == 422 and "detail" in r.json()

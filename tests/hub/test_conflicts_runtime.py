@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hub.engine import guard
 from protocols import payloads as p
 from protocols.codec import make
 from protocols.messages import MessageType as T
@@ -123,32 +124,55 @@ cues:
 
 
 @pytest.mark.parametrize(
-    ("severity", "notice", "paused"),
-    [(Severity.LOW, False, False), (Severity.MEDIUM, False, False),
-     (Severity.HIGH, True, False), (Severity.CRITICAL, True, True)],
+    ("severity", "recorded_as", "notice"),
+    [(Severity.LOW, Severity.LOW, False), (Severity.MEDIUM, Severity.MEDIUM, False),
+     (Severity.HIGH, Severity.HIGH, True), (Severity.CRITICAL, Severity.HIGH, True)],
 )  # fmt: skip
-def test_escalations_route_by_severity(severity: Severity, notice: bool, paused: bool) -> None:
+def test_specialist_escalations_route_by_severity_capped_at_high(
+    severity: Severity, recorded_as: Severity, notice: bool
+) -> None:
     sim = Sim(plan_of("cuelist: one\ncues:\n  - {id: A, target_agents: [a]}\n"))
     sim.start()
     body = p.EscalationError(severity=severity, cause="disk", detail="disk on fire")
-    for _ in range(3):
-        from hub.engine import inputs
-
-        inputs.specialist_escalation(
-            sim.engine, make(T.ESCALATION_ERROR, body, from_agent="a", run_id="r1", cue_id="A")
-        )
+    for n in range(3):
+        body = body.model_copy(update={"cause": f"disk {n}"})  # its own words: not a slot
+        msg = make(T.ESCALATION_ERROR, body, from_agent="a", run_id="r1", cue_id="A")
+        guard.specialist_escalation(sim.engine, msg, Severity.HIGH)
         sim._drain()
     (esc,) = sim.engine.escalations.by_id.values()
-    assert esc.count == 3  # one slot, counted
+    assert esc.count == 3  # one slot (run, cue, type, sender), counted
+    assert (esc.raised_by, esc.severity) == ("a", recorded_as)
+    assert esc.payload["cause"] == "disk 0"  # the first one's words are kept
     assert esc.status == ("recorded" if severity is Severity.LOW else "open")
     assert bool(sim.take_sent(T.BROADCAST_NOTICE)) is notice
-    assert (sim.engine.paused is not None) is paused
-    if paused:
-        sim.ack_warning("a", "A")
-        sim.ack_standby("a", "A")
-        assert sim.cue("A").state is CueState.STANDBY  # GO held while paused
-        assert sim.run().status is RunStatus.HOLDING
-        sim.engine.resolve(esc.id, None, "fixed")
-        sim._drain()
-        assert sim.cue("A").state is CueState.GO
-        assert sim.run().status is RunStatus.RUNNING
+    assert sim.engine.paused is None  # a specialist never pauses everything
+
+
+def test_the_operator_cap_on_specialist_severity() -> None:
+    sim = Sim(plan_of("cuelist: one\ncues:\n  - {id: A, target_agents: [a]}\n"))
+    sim.start()
+    body = p.EscalationError(severity=Severity.HIGH, detail="meh")
+    msg = make(T.ESCALATION_ERROR, body, from_agent="a", run_id="r1")
+    guard.specialist_escalation(sim.engine, msg, Severity.LOW)
+    sim._drain()
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert (esc.severity, esc.status, esc.cue_id) == (Severity.LOW, "recorded", None)
+    assert not sim.take_sent(T.BROADCAST_NOTICE)
+
+
+def test_a_critical_escalation_of_the_hub_pauses_gos_until_resolved() -> None:
+    sim = Sim(plan_of("cuelist: one\ncues:\n  - {id: A, target_agents: [a]}\n"))
+    sim.start()
+    body = p.EscalationError(severity=Severity.CRITICAL, cause="disk", detail="disk on fire")
+    esc = sim.engine.escalate(sim.run(), "A", T.ESCALATION_ERROR, body)
+    sim._drain()
+    assert esc.raised_by == "hub"
+    assert sim.take_sent(T.BROADCAST_NOTICE) and sim.engine.paused is not None
+    sim.ack_warning("a", "A")
+    sim.ack_standby("a", "A")
+    assert sim.cue("A").state is CueState.STANDBY  # GO held while paused
+    assert sim.run().status is RunStatus.HOLDING
+    sim.engine.resolve(esc.id, None, "fixed")
+    sim._drain()
+    assert sim.cue("A").state is CueState.GO
+    assert sim.run().status is RunStatus.RUNNING

@@ -229,9 +229,14 @@ def test_protocol_checks_are_recorded_and_escalated_once() -> None:
     sim.ack_warning("mallory", "A")  # not a target
     sim.send("a", T.ACK_WARNING, p.AckWarning(), run_id="nope", cue_id="A")  # unknown run
     record = sim.run().record
-    assert record.protocol_violations == 3
-    causes = sorted(e.cause for e in sim.engine.escalations.by_id.values())
-    assert causes == ["not_a_target:mallory", "out_of_order:ack.standby", "unknown_run:nope"]
+    assert record.protocol_violations == 2  # mallory has no part in the run: not touched
+    escs = sorted(sim.engine.escalations.by_id.values(), key=lambda e: e.cause)
+    # one slot per (kind, sender, and the run and cue only when real and its sender's)
+    assert [(e.cause, e.run_id, e.cue_id, e.count) for e in escs] == [
+        ("not_in_run:mallory", None, None, 1),
+        ("out_of_order:a", "r1", "A", 2),
+        ("unknown_run:a", None, None, 1),
+    ]
     assert sim.cue("A").state is CueState.WARNING
 
 

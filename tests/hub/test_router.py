@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,10 +13,12 @@ import pytest
 
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
+from protocols.canonical import canonical_json
 from protocols.codec import Envelope, decode, encode, make
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -52,7 +55,7 @@ async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
 
 async def _dead(hub: Hub) -> list[dict[str, Any]]:
     rows = await hub.transport._client.xrange(hub.keys.dead)
-    return [{k.decode(): v for k, v in fields.items()} for _, fields in rows]
+    return [{"id": i.decode(), **{k.decode(): v for k, v in f.items()}} for i, f in rows]
 
 
 async def _violations(hub: Hub) -> list[Any]:
@@ -76,7 +79,11 @@ async def test_garbage_is_dead_lettered_and_routing_goes_on(hub: Hub, keys: Keys
     assert any("unknown message_type" in r for r in reasons)
     assert any("bad field payload.error" in r for r in reasons)
     assert any("limit" in r for r in reasons)
-    assert {d["raw"] for d in dead} == set(garbage)  # the original bytes, untouched
+    # the original bytes, untouched: whole when small, the first 4 KiB with size and hash
+    assert {d["raw"] for d in dead} == {g[:4096] for g in garbage}
+    assert {(int(d["raw_size"]), d["raw_sha256"].decode()) for d in dead} == {
+        (len(g), hashlib.sha256(g).hexdigest()) for g in garbage
+    }
     violations = await eventually(lambda: _violations(hub), 10)
     assert len(violations) == 1 and violations[0].count == 4  # raised once, counted
     assert await hub.transport.pending_count(keys.out("sender"), "hub") == 0
@@ -153,24 +160,92 @@ async def test_registry_tracks_online_and_offline(hub: Hub) -> None:
     assert await eventually(offline, 10)
 
 
-async def test_status_rejected_is_routed_without_raising_anything(
-    hub: Hub, keys: Keys, caplog: pytest.LogCaptureFixture
+def _rejected(agent: str, entry_id: str, reason: str, deliveries: int = 1) -> Envelope:
+    body = p.StatusRejected(entry_id=entry_id, reason=reason, deliveries=deliveries)
+    return make(T.STATUS_REJECTED, body, from_agent=agent)
+
+
+async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(
+    hub: Hub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The hub's dead letter for it comes with the security work; until then it must be
-    # accepted, audited and acknowledged, and routing must go on behind it.
-    rejected = p.StatusRejected(entry_id="1-0", reason="not for me", deliveries=1, replica="r1")
-    await _send(hub, "judy", make(T.STATUS_REJECTED, rejected, from_agent="judy"))
-
-    async def settled() -> bool:
-        return await hub.transport.pending_count(keys.out("judy"), "hub") == 0
-
-    await eventually(lambda: _audited(hub, T.STATUS_REJECTED.value), 10)
-    assert await eventually(settled, 10)
-    await _send(hub, "judy", _handoff("judy", "karl", note="after the rejection"))
-    assert await eventually(lambda: _inbox(hub, "karl"), 10)
-    assert await _violations(hub) == []
-    assert await _dead(hub) == []
+    inbox = hub.keys.inbox("kim")
+    poison = b'{"not": "a message"}'
+    entry_id = (await hub.transport._client.xadd(inbox, {STREAM_FIELD: poison})).decode()
+    # Another agent's inbox holds an entry too: nobody may have it dead-lettered but its own.
+    other = (await hub.transport._client.xadd(hub.keys.inbox("lou"), {STREAM_FIELD: b"x"})).decode()
+    await _send(hub, "kim", _rejected("kim", entry_id, "not JSON: ...", deliveries=3))
+    await _send(hub, "kim", _rejected("kim", entry_id, "again"))  # once is enough
+    await _send(hub, "kim", _rejected("kim", other, "not mine"))  # names lou's entry id
+    await _send(hub, "kim", _rejected("kim", "9999999999999-0", "made up"))
+    await _send(hub, "kim", _rejected("kim", "+", "not an id"))
+    violations = await eventually(lambda: _has(_violations(hub), 2), 10)
+    (letter,) = await _dead(hub)
+    assert letter["reason"] == b"rejected by kim: not JSON: ..."
+    assert (letter["stream"], letter["entry_id"]) == (inbox.encode(), entry_id.encode())
+    assert (letter["sender"], letter["deliveries"], letter["raw"]) == (b"kim", b"3", poison)
+    assert sorted((v.cause, v.count) for v in violations) == [
+        ("rejected_bad_id:kim", 1),
+        ("rejected_unknown_entry:kim", 1 if other == entry_id else 2),
+    ]
+    assert await hub.transport.pending_count(hub.keys.out("kim"), "hub") == 0
+    assert await _audited(hub, T.STATUS_REJECTED.value)
+    await _send(hub, "kim", _handoff("kim", "karl", note="after the rejections"))
+    assert await eventually(lambda: _inbox(hub, "karl"), 10)  # routing goes on behind them
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_one_senders_flood_of_dead_letters_is_held_to_its_budget(hub: Hub) -> None:
+    hub.router.dead.budgets.burst, hub.router.dead.budgets.per_s = 5, 0.001
+    await _send(hub, "early", b"{honest garbage")
+    await eventually(lambda: _dead(hub), 10)
+    for i in range(50):
+        await _send(hub, "flood", b"{junk %d" % i)
+    await eventually(lambda: _counted(_violations(hub), "bad_message:flood", 50), 10)
+    dead = await _dead(hub)
+    assert [d["sender"] for d in dead] == [b"early"] + [b"flood"] * 5
+    over = hub.metrics.registry.get_sample_value(
+        "callboard_dead_letters_over_budget_total", {"reason": "bad_message"}
+    )
+    assert over == 45  # counted, acknowledged, not copied
+    assert await hub.transport.pending_count(hub.keys.out("flood"), "hub") == 0  # all acked
+
+
+async def _counted(found: Any, cause: str, n: int) -> list[Any] | None:
+    hits = [v for v in await found if v.cause == cause and v.count >= n]
+    return hits or None
+
+
+async def test_a_refused_reply_is_linked_to_its_cue(hub: Hub) -> None:
+    cuelist = "cuelist: linked\ncues:\n  - {id: ONLY, target_agents: [mia], ack_timeout_s: 30}\n"
+    parsed, version = load_cuelist(cuelist)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), cuelist)
+    run = await hub.driver.start_run("linked", version, "run-linked", {}, False)
+    bad = {"message_type": "ack.warning", "run_id": run.run_id, "cue_id": "ONLY",
+           "payload": {"attempt": "first"}}  # fmt: skip
+    await _send(hub, "mia", json.dumps(bad).encode())
+
+    async def reason() -> str | None:
+        stored = await hub.store.run(run.run_id)
+        text = stored.cues["ONLY"].reason if stored else None
+        return text if text and "dead-lettered" in text else None
+
+    text = await eventually(reason, 10)
+    (letter,) = await _dead(hub)
+    assert f"a reply from mia was dead-lettered (dead letter {letter['id']})" in text
+    events = [e.data for e in await hub.store.events(run.run_id)]
+    assert any(e["type"] == "dead_letter" and e["cue"] == "ONLY" for e in events)
+    await hub.driver.step(lambda e: e.cancel(run.run_id))
+
+
+async def test_handoffs_outside_a_run_are_held_to_a_budget_per_sender(hub: Hub) -> None:
+    hub.router.runless_handoffs.burst, hub.router.runless_handoffs.per_s = 3, 0.001
+    for n in range(10):
+        await _send(hub, "noel", _handoff("noel", "olga", n=n))
+    violation = await eventually(
+        lambda: _counted(_violations(hub), "handoff_over_budget:noel", 7), 10
+    )
+    assert violation
+    assert len(await _inbox(hub, "olga")) == 3
 
 
 async def _audited(hub: Hub, message_type: str) -> bool:

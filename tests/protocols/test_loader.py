@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols.errors import CuelistError
-from protocols.loader import MAX_BYTES, MAX_DEPTH, check_plain, load
+from protocols.loader import MAX_BYTES, MAX_DEPTH, check_plain, load, parse_json
 
 TEXT = """\
 cuelist: demo
@@ -98,6 +98,27 @@ def test_duplicate_keys_are_reported_not_fatal() -> None:
     assert doc.data == {"a": 3, "b": 2}
     [issue] = doc.issues
     assert (issue.code, issue.line) == ("duplicate_key", 3)
+
+
+def test_json_duplicate_keys_are_reported_with_their_line() -> None:
+    doc = parse_json('{"a": 1,\n "b": {"c": 2,\n  "c": 3}}')
+    assert doc.data == {"a": 1, "b": {"c": 3}}
+    [issue] = doc.issues
+    assert (issue.code, issue.line, issue.message) == (
+        "duplicate_key",
+        3,
+        "key 'c' appears twice in one mapping",
+    )
+    assert parse_json(b'{"a": 1, "b": 2}').issues == []
+
+
+def test_json_that_yaml_cannot_read_still_has_its_duplicates_found() -> None:
+    long_key = "k" * 2000  # over YAML's 1,024-character limit for a key
+    text = f'{{"{long_key}": 1, "{long_key}": 2}}'
+    [issue] = parse_json(text).issues
+    assert issue.code == "duplicate_key" and issue.line is None and "kkk..." in issue.message
+    [fallback] = load(text).issues  # the YAML loader's JSON fallback refuses them too
+    assert fallback.code == "duplicate_key"
 
 
 BILLION_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(

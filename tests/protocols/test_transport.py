@@ -6,6 +6,7 @@ Cases fakeredis cannot reproduce use the `real_transport` fixture and say why.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -309,7 +310,7 @@ async def test_dead_letter_keeps_reason_and_raw_bytes(transport: Transport, keys
     await transport.publish(stream, raw)
     [delivery] = await read_all(transport, stream)
 
-    dead_id = await transport.dead_letter(delivery, "not JSON", GROUP)
+    dead_id = await transport.dead_letter(delivery, "not JSON", GROUP, sender="agent-a")
     assert await transport.pending_count(stream, GROUP) == 0  # acked with it
 
     rows: Any = await transport._client.xrange(keys.dead)
@@ -320,11 +321,16 @@ async def test_dead_letter_keeps_reason_and_raw_bytes(transport: Transport, keys
         b"stream",
         b"entry_id",
         b"group",
+        b"sender",
         b"deliveries",
         b"raw",
+        b"raw_size",
+        b"raw_sha256",
         b"at",
     }
     assert fields[b"raw"] == raw
+    assert fields[b"sender"] == b"agent-a"
+    assert fields[b"raw_size"] == str(len(raw)).encode()
     assert fields[b"stream"] == stream.encode()
     assert fields[b"entry_id"] == delivery.entry_id.encode()
     assert fields[b"group"] == GROUP.encode()
@@ -335,6 +341,53 @@ async def test_dead_letter_keeps_reason_and_raw_bytes(transport: Transport, keys
     assert letter["raw"] == raw
     assert letter["deliveries"] == 1
     assert letter["id"] == dead_id
+    assert letter["raw_size"] == len(raw)
+    assert letter["raw_sha256"] == hashlib.sha256(raw).hexdigest()
+
+
+async def test_dead_letter_keeps_a_bounded_head_with_size_and_hash(
+    transport: Transport, keys: Keys
+) -> None:
+    transport.deadletter_raw_bytes = 100
+    raw = bytes(range(256)) * 40_000  # about 10 MiB
+    big = Delivery(keys.inbox("agent-a"), "5-0", raw)
+    await transport.dead_letter(big, "x" * 5000)
+    [letter] = await transport.dead_letters()
+    assert letter["raw"] == raw[:100]
+    assert (letter["raw_size"], letter["raw_sha256"]) == (len(raw), hashlib.sha256(raw).hexdigest())
+    assert len(letter["reason"]) == 1000  # a reason may quote the sender: cut, too
+
+
+async def test_dead_letter_stream_is_capped(real_transport: Transport, keys: Keys) -> None:
+    # real server: MAXLEN ~ trims whole macro nodes, which fakeredis does not model
+    real_transport.deadletter_maxlen = 100
+    letters = [(Delivery(keys.out("a"), f"{i}-0", b"x"), "junk", "a") for i in range(1, 1001)]
+    for i in range(0, 1000, 100):
+        await real_transport.dead_letter_many(letters[i : i + 100], None)
+    length = await real_transport._client.xlen(keys.dead)
+    assert 100 <= length < 300  # about the cap (a macro node of slack), not 1,000
+
+
+async def test_dead_letters_are_paged_newest_first(transport: Transport, keys: Keys) -> None:
+    items = [(Delivery(keys.out("a"), f"{i}-0", b"x"), f"n{i}", "a") for i in range(1, 8)]
+    ids = await transport.dead_letter_many(items, None)
+    first = await transport.dead_letters(3)
+    assert [d["reason"] for d in first] == ["n7", "n6", "n5"]
+    rest = await transport.dead_letters(10, before=first[-1]["id"])
+    assert [d["reason"] for d in rest] == ["n4", "n3", "n2", "n1"]
+    assert [d["id"] for d in first + rest] == ids[::-1]
+    with pytest.raises(ValueError):
+        await transport.dead_letters(3, before="+")
+
+
+async def test_entries_by_id_reads_named_entries_only(transport: Transport, keys: Keys) -> None:
+    stream = keys.inbox("agent-a")
+    first = await transport.publish(stream, notice("one"))
+    await transport.publish(stream, b"{not json")
+    found = await transport.entries_by_id(stream, [first, "99999999999999-0", "+", "0-0 junk"])
+    assert list(found) == [first]
+    assert found[first].message is not None
+    assert found[first].message.body(p.BroadcastNotice).text == "one"
 
 
 # -- at least once: reclaim, renew, poison ----------------------------------------------
@@ -428,6 +481,29 @@ async def test_poison_entry_dead_lettered_after_max_deliveries(
     assert letter["raw"] == encode(message)
     assert (letter["stream"], letter["entry_id"], letter["group"]) == (stream, entry_id, GROUP)
     assert await transport.pending_count(stream, GROUP) == 0
+
+
+async def test_poison_goes_to_the_callers_hook_when_given(transport: Transport, keys: Keys) -> None:
+    """A specialist may not write the dead-letter stream: its poison goes to a hook."""
+    stream = keys.inbox("agent-a")
+    await transport.ensure_group(stream, GROUP)
+    entry_id = await transport.publish(stream, notice("poison"))
+    await read_all(transport, stream, "c1")
+    for consumer in ("c2", "c3"):
+        await reclaim_some(transport, stream, consumer)
+    handed: list[tuple[str, int, str]] = []
+
+    async def hook(items: list[tuple[Delivery, str]]) -> None:
+        handed.extend((d.entry_id, d.deliveries, why) for d, why in items)
+
+    async def poisoned() -> list[tuple[str, int, str]]:
+        got = await transport.reclaim(stream, GROUP, "c4", min_idle_ms=50, on_poison=hook)
+        assert got == []
+        return handed
+
+    assert await eventually(poisoned) == [(entry_id, 3, "poison: delivered 3 times")]
+    assert await transport.dead_letters() == []  # nothing written: the hook decides
+    assert await transport.pending_count(stream, GROUP) == 1  # nor acknowledged
 
 
 # -- trim -----------------------------------------------------------------------------

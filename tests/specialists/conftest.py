@@ -98,8 +98,12 @@ class HubSide:
     async def pending(self) -> int:
         return await self.t.pending_count(self.keys.inbox(self.agent), self.agent)
 
-    async def dead(self) -> list[dict[str, Any]]:
-        return await self.t.dead_letters()
+    async def rejected(self, n: int = 1) -> list[Any]:
+        """The `status.rejected` payloads the agent sent (it asks the hub to dead-letter
+        those inbox entries; it may not write the dead-letter stream itself)."""
+        found = await self.wait(MessageType.STATUS_REJECTED, n=n)
+        assert await self.t.dead_letters() == []  # nothing written there by the agent
+        return [m.payload for m in found]
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from specialists.builtin import load
 from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings
 from specialists.builtin.shell import Shell, ShellSettings
-from tests.helpers import eventually
 from tests.specialists.conftest import AGENT, HubSide, Starter
 
 pytestmark = pytest.mark.redis
@@ -78,8 +77,8 @@ async def test_shell_refuses_bad_argv(start: Starter, hub: HubSide, argv: Any) -
     await hub.go("CUE-1", argv=argv)
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
     assert "action.argv must be a non-empty list of strings" in failed.payload.error
-    [letter] = await eventually(hub.dead)
-    assert letter["reason"].startswith("rejected: action.argv")
+    [rejected] = await hub.rejected()
+    assert rejected.reason.startswith("rejected: action.argv")
 
 
 # -- http -------------------------------------------------------------------------------

@@ -68,17 +68,20 @@ async def test_blocked_escalation_answer_and_remembered_values(
     await eventually(lambda: _none_pending(hub), message="GO and task.input acked")
 
 
-async def test_a_failing_on_input_dead_letters_the_answer(start: Starter, hub: HubSide) -> None:
+async def test_a_failing_on_input_asks_the_hub_to_dead_letter_the_answer(
+    start: Starter, hub: HubSide
+) -> None:
     Asker.answers, Asker.seen = {}, []
     await start(Asker)
     stray = TaskInput(cue_id="CUE-9", escalation_id="e-2", answer="nobody asked")
     await hub.send(M.TASK_INPUT, stray)  # no question open for CUE-9: on_input raises
 
-    async def dead() -> list[dict[str, object]]:
-        return await hub.dead()
+    async def rejected() -> list[object]:
+        return list(await hub.rejected())
 
-    [letter] = await eventually(dead, message="dead letter")
-    assert "on_input failed: KeyError" in str(letter["reason"])
+    [letter] = await eventually(rejected, message="status.rejected")
+    assert "on_input failed: KeyError" in letter.reason
+    await eventually(lambda: _none_pending(hub), message="the answer acked")
 
 
 async def _none_pending(hub: HubSide) -> bool:

@@ -180,8 +180,9 @@ async def test_retry_gives_up_after_max_deliveries(
     await hub.go("CUE-1", retries=10)
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
     assert failed.payload.error.startswith("gave up after 2 tries")
-    [letter] = await eventually(hub.dead)
-    assert letter["reason"].startswith("gave up after 2 tries")
+    [rejected] = await hub.rejected()
+    assert rejected.reason.startswith("gave up after 2 tries")
+    assert rejected.deliveries == 1 and rejected.replica == "r1"
     assert await hub.pending() == 0
 
 
@@ -190,8 +191,8 @@ async def test_reject_fails_and_dead_letters_at_once(start: Starter, hub: HubSid
     await hub.go("CUE-1", reject="bad input")
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
     assert failed.payload.error == "rejected: bad input"
-    [letter] = await eventually(hub.dead)
-    assert letter["reason"] == "rejected: bad input"
+    [rejected] = await hub.rejected()
+    assert rejected.reason == "rejected: bad input"
     assert Scripted.calls.count(("execute", "CUE-1")) == 1
     assert await hub.pending() == 0
 
@@ -200,10 +201,30 @@ async def test_undecodable_entry_is_dead_lettered(
     start: Starter, hub: HubSide, keys: object
 ) -> None:
     await start(Scripted)
-    await hub.t.publish(hub.keys.inbox(AGENT), b"{not json")
-    [letter] = await eventually(hub.dead)
-    assert letter["raw"] == b"{not json"
-    assert letter["reason"].startswith("not JSON")
+    entry_id = await hub.t.publish(hub.keys.inbox(AGENT), b"{not json")
+    [rejected] = await hub.rejected()
+    assert rejected.entry_id == entry_id  # the hub copies the entry by its id
+    assert rejected.reason.startswith("not JSON")
+    await eventually(lambda: _zero(hub))
+
+
+async def test_poison_is_rejected_with_its_delivery_count(
+    start: Starter, hub: HubSide, fast: Settings
+) -> None:
+    """An entry delivered `max_deliveries` times already (to replicas that died with it) is
+    not run again: the replica that reclaims it asks the hub to dead-letter it."""
+    inbox = hub.keys.inbox(AGENT)
+    await hub.t.ensure_group(inbox, AGENT)
+    go = await hub.go("CUE-P")
+    [first] = await hub.t.read_group([inbox], AGENT, "ghost-1", block_ms=None)
+    await eventually(lambda: hub.t.reclaim(inbox, AGENT, "ghost-2", min_idle_ms=50))
+    await start(Scripted, settings_=fast.model_copy(update={"max_deliveries": 2}))
+    [rejected] = await hub.rejected()
+    assert (rejected.entry_id, rejected.deliveries) == (first.entry_id, 2)
+    assert rejected.reason == "poison: delivered 2 times"
+    [message] = await hub.of(M.STATUS_REJECTED)
+    assert (message.run_id, message.cue_id) == (go.run_id, "CUE-P")
+    assert ("execute", "CUE-P") not in Scripted.calls
     await eventually(lambda: _zero(hub))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
@@ -22,6 +21,7 @@ from hub.api.schemas import (
 )
 from protocols import canonical, validation
 from protocols.errors import CuelistError
+from protocols.loader import parse_json
 
 router = APIRouter(prefix="/cuelists", tags=["cuelists"])
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
@@ -51,14 +51,14 @@ async def _report(request: Request, strict: bool) -> Any:
     body = await request.body()
     if media in JSON_TYPES:
         try:
-            data = json.loads(body)
+            doc = parse_json(body)  # a key twice in one object is refused, as in YAML
         except (ValueError, UnicodeDecodeError) as exc:
             raise _refuse("json", f"the body is not JSON: {exc}") from None
         except RecursionError:  # json's C decoder gives up on deep nesting this way
             raise _refuse("too_large", "the JSON body is nested too deeply") from None
-        if not isinstance(data, dict):
+        if not isinstance(doc.data, dict):
             raise _refuse("json", "a cuelist must be a JSON object")
-        return validation.validate_data(data, strict=strict)
+        return validation.validate_data(doc.data, strict=strict, issues=doc.issues)
     if media in YAML_TYPES:
         return validation.validate_text(body, strict=strict)
     raise HTTPException(

@@ -1,22 +1,32 @@
-"""GET /v1/deadletters: dead-lettered entries, newest first, with their reasons."""
+"""GET /v1/deadletters: dead-lettered entries, newest first, with their reasons; paged."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from hub.api.deps import HubDep
 from hub.api.schemas import DeadLetterPublic, DeadLettersPublic
+from protocols.keys import ENTRY_ID_PATTERN, is_entry_id
 
 router = APIRouter(prefix="/deadletters", tags=["deadletters"])
+PAGE_MAX = 100  # letters per page: each keeps at most CALLBOARD_DEADLETTER_RAW_BYTES of raw
 
 
 @router.get("", response_model=DeadLettersPublic)
 async def list_dead_letters(
-    hub: HubDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    hub: HubDep,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
+    before: Annotated[
+        str | None,
+        Query(pattern=ENTRY_ID_PATTERN, description="only letters older than this letter id"),
+    ] = None,
 ) -> DeadLettersPublic:
-    letters = await hub.transport.dead_letters(limit)
+    if before is not None and not is_entry_id(before):
+        raise HTTPException(422, f"before: {before!r} is not a stream entry id Redis accepts")
+    letters = await hub.transport.dead_letters(limit + 1, before=before)
+    page = letters[:limit]
     data = [
         DeadLetterPublic(
             id=d["id"],
@@ -27,7 +37,12 @@ async def list_dead_letters(
             deliveries=d.get("deliveries", 0),
             at=d.get("at") or None,
             raw_text=d.get("raw_text", ""),
+            sender=d.get("sender") or None,
+            raw_size=d["raw_size"],
+            raw_sha256=d["raw_sha256"],
+            raw_truncated=d["raw_size"] > len(d["raw"]),
         )
-        for d in letters
+        for d in page
     ]
-    return DeadLettersPublic(data=data, count=len(data))
+    more = len(letters) > limit
+    return DeadLettersPublic(data=data, count=len(data), next=page[-1]["id"] if more else None)

@@ -1,0 +1,165 @@
+"""What the hub dead-letters, and for whom: bad entries of out streams, and the inbox entries
+a specialist asks it to (`status.rejected`), each sender within a budget.
+
+A specialist writes nothing but its own out stream, so a dead letter of its inbox is the
+hub's to write: the entry is read from that agent's OWN inbox by the id it names, never
+taken from the message (so no one can forge one), and dead-lettered once. Every sender has
+a budget of letters (a token bucket): the dead-letter stream is capped, and one sender's
+flood must not push everyone else's letters out of it. What is over the budget is still
+acknowledged and counted on the sender's protocol violation, just not copied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hub.metrics import Metrics
+from protocols import payloads as p
+from protocols.codec import Envelope
+from protocols.keys import Keys, is_entry_id
+from protocols.transport import Delivery, Transport
+
+log = logging.getLogger(__name__)
+SENDERS_KEPT = 10_000  # budgets and recent rejections remembered (LRU): memory stays bounded
+REJECTIONS_KEPT = 10_000
+MAX_DELIVERIES_SHOWN = 1_000_000_000  # a count beyond is a lie, and str() of a huge int raises
+HINT_FIELD_CHARS = 128  # run and cue ids are shorter (see the envelope's limits)
+
+
+@dataclass
+class Bad:
+    """An entry the hub refused (or a rejection it could not honour), for the engine to
+    count as a protocol violation of `sender`."""
+
+    delivery: Delivery  # the entry of the sender's out stream
+    cause: str  # a kind from a fixed set (never text the sender chose)
+    detail: str
+    sender: str
+    letter_id: str | None = None  # the dead letter written, when one was
+    run_id: str | None = None  # what the body says it is about, when it says (unchecked)
+    cue_id: str | None = None
+
+
+class Budgets:
+    """A token bucket per sender, `burst` letters at most, refilled at `per_s`."""
+
+    def __init__(
+        self, burst: int, per_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.burst, self.per_s, self.clock = burst, per_s, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, sender: str) -> bool:
+        now = self.clock()
+        tokens, at = self._buckets.pop(sender, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_s)
+        allowed = tokens >= 1.0
+        self._buckets[sender] = (tokens - 1.0 if allowed else tokens, now)
+        if len(self._buckets) > SENDERS_KEPT:
+            self._buckets.popitem(last=False)
+        return allowed
+
+
+class DeadLetters:
+    """Writes the hub's dead letters; see the module docstring."""
+
+    def __init__(
+        self, transport: Transport, keys: Keys, metrics: Metrics, budgets: Budgets
+    ) -> None:
+        self.transport = transport
+        self.keys = keys
+        self.metrics = metrics
+        self.budgets = budgets
+        self._rejected: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    async def write(self, bad: list[Bad]) -> None:
+        """Dead-letter each bad entry within its sender's budget (its XACK is the caller's,
+        after the violation is stored), noting the letter's id on it."""
+        kept = []
+        for b in bad:
+            self.metrics.violations.labels(b.cause).inc()
+            if self._within_budget(b):  # (over it, not even parsed for a hint: no work)
+                b.run_id, b.cue_id = reply_hint(b.delivery.raw, self.transport.max_message_bytes)
+                kept.append(b)
+        items = [(b.delivery, f"{b.cause}: {b.detail}", b.sender) for b in kept]
+        for b, letter_id in zip(
+            kept, await self.transport.dead_letter_many(items, None), strict=True
+        ):
+            b.letter_id = letter_id
+            self.metrics.dead_letters.labels(b.cause).inc()
+
+    async def rejected(self, requests: list[tuple[Delivery, Envelope, str]]) -> list[Bad]:
+        """Honour `status.rejected` (delivery, message, sender) requests: copy each named
+        entry of the sender's own inbox to the dead letters. Returns the ones refused (an
+        id that is malformed or names no entry), as protocol violations."""
+        refused: list[Bad] = []
+        wanted: dict[str, list[tuple[Delivery, p.StatusRejected]]] = {}
+        for d, msg, sender in requests:
+            body = msg.body(p.StatusRejected)
+            if not is_entry_id(body.entry_id):
+                refused.append(Bad(d, "rejected_bad_id", "status.rejected names no entry id",
+                                   sender))  # fmt: skip
+            elif (sender, body.entry_id) not in self._rejected:  # once per entry
+                wanted.setdefault(sender, []).append((d, body))
+        letters: list[tuple[Delivery, str, str]] = []
+        for sender, asked in wanted.items():
+            inbox = self.keys.inbox(sender)
+            found = await self.transport.entries_by_id(inbox, [body.entry_id for _, body in asked])
+            for d, body in asked:
+                entry = found.get(body.entry_id)
+                if entry is None:
+                    detail = f"status.rejected names {body.entry_id}, not an entry of its inbox"
+                    refused.append(Bad(d, "rejected_unknown_entry", detail, sender))
+                    continue
+                if not self._first_rejection(sender, body.entry_id):
+                    continue  # named twice in this batch
+                entry.deliveries = min(body.deliveries, MAX_DELIVERIES_SHOWN)
+                if self.budgets.take(sender):
+                    letters.append((entry, f"rejected by {sender}: {body.reason}", sender))
+                else:
+                    self.metrics.dead_letters_over_budget.labels("rejected").inc()
+        await self.transport.dead_letter_many(letters, None)
+        for _ in letters:
+            self.metrics.dead_letters.labels("rejected").inc()
+        return refused
+
+    def _within_budget(self, b: Bad) -> bool:
+        if self.budgets.take(b.sender):
+            return True
+        self.metrics.dead_letters_over_budget.labels(b.cause).inc()
+        b.detail += " (not dead-lettered: over the sender's budget of dead letters)"
+        return False
+
+    def _first_rejection(self, sender: str, entry_id: str) -> bool:
+        """Each inbox entry is dead-lettered once, however often it is rejected."""
+        key = (sender, entry_id)
+        if key in self._rejected:
+            return False
+        self._rejected[key] = None
+        if len(self._rejected) > REJECTIONS_KEPT:
+            self._rejected.popitem(last=False)
+        return True
+
+
+def reply_hint(raw: bytes, max_bytes: int) -> tuple[str | None, str | None]:
+    """The run and cue a refused body says it is about, if it parses that far: only to link
+    a dead-lettered reply to its cue, never trusted further (the engine checks both)."""
+    if len(raw) > max_bytes:
+        return None, None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    run_id, cue_id = data.get("run_id"), data.get("cue_id")
+    if not (isinstance(run_id, str) and isinstance(cue_id, str)):
+        return None, None
+    if len(run_id) > HINT_FIELD_CHARS or len(cue_id) > HINT_FIELD_CHARS:
+        return None, None
+    return run_id, cue_id

@@ -1,0 +1,189 @@
+"""What a specialist's message may touch, and the violations when it reaches further.
+
+A specialist's message takes effect only on the runs and cues it is a target of; a context
+entry belongs to the agent that first wrote it; its escalations name its own run (and cue),
+are recorded as raised by it and are capped in severity. Everything else is a protocol
+violation, escalated once per slot: (kind, from a fixed set; the authenticated sender; the
+run and cue only when they are real and the sender takes part in them). No value a sender
+chooses freely ever makes a new slot, so a flood of made-up run ids costs one escalation.
+"""
+
+from __future__ import annotations
+
+from hub.engine.core import Engine
+from hub.engine.state import RunState
+from protocols import payloads as p
+from protocols.codec import Envelope
+from protocols.messages import MessageType as T
+from protocols.states import Severity
+
+# The kinds of protocol violation. The router's own: an entry it could not use.
+BAD_MESSAGE = "bad_message"  # not JSON, unknown type, bad payload, oversized, bad fields
+SPOOFED_SENDER = "spoofed_sender"  # the body names another sender than its stream
+NOT_ALLOWED = "not_allowed"  # a type only the hub sends
+HANDOFF_REJECTED = "handoff_rejected"  # a handoff outside a run that its contracts refuse
+HANDOFF_FLOOD = "handoff_over_budget"  # handoffs outside a run, past the sender's budget
+REJECTED_BAD_ID = "rejected_bad_id"  # status.rejected naming no entry id
+REJECTED_UNKNOWN_ENTRY = "rejected_unknown_entry"  # ...naming no entry of its inbox
+# The engine's: a message reaching past what its sender takes part in.
+UNKNOWN_RUN = "unknown_run"  # no such run (made up, or finished)
+NOT_IN_RUN = "not_in_run"  # a run none of whose cues targets the sender
+UNKNOWN_CUE = "unknown_cue"
+NOT_A_TARGET = "not_a_target"  # a cue of its run that does not target it
+OUT_OF_ORDER = "out_of_order"
+CONTEXT_OWNED = "context_owned"  # a context entry another agent wrote
+CONTEXT_FULL = "context_full"
+ESCALATION_WITHOUT_RUN = "escalation_without_run"
+KINDS = frozenset({
+    BAD_MESSAGE, SPOOFED_SENDER, NOT_ALLOWED, HANDOFF_REJECTED, HANDOFF_FLOOD, REJECTED_BAD_ID,
+    REJECTED_UNKNOWN_ENTRY, UNKNOWN_RUN, NOT_IN_RUN, UNKNOWN_CUE, NOT_A_TARGET, OUT_OF_ORDER,
+    CONTEXT_OWNED, CONTEXT_FULL, ESCALATION_WITHOUT_RUN,
+})  # fmt: skip
+
+CONTEXT_KEYS_MAX = 256  # keys one run's context may hold (each has an owner in the run)
+DEAD_REPLY = "a reply from"  # how a cue's reason says a reply of its target was refused
+DETAIL_CHARS = 500  # of a violation's detail (it may quote what the sender sent)
+_SEVERITIES = (Severity.LOW, Severity.MEDIUM, Severity.HIGH, Severity.CRITICAL)
+_RANK = {s: i for i, s in enumerate(_SEVERITIES)}
+
+
+def violation(
+    engine: Engine, run: RunState | None, cue_id: str | None, kind: str, sender: str,
+    detail: str, *, stream: str = "", entry_id: str = "",
+) -> None:  # fmt: skip
+    """Record, count and escalate (once per slot, counted after) a protocol violation.
+    `run` (and `cue_id`) only when real and the sender takes part in them: a run the
+    sender has no part in is never touched by what it sends."""
+    assert kind in KINDS, kind
+    detail = detail[:DETAIL_CHARS]
+    if run is not None:
+        run.record.protocol_violations += 1
+        run.record.note("errors", detail)
+        engine.mark_dirty(run)
+    payload = p.EscalationProtocolViolation(
+        severity=Severity.MEDIUM, cause=f"{kind}:{sender}", detail=detail, reason=kind,
+        stream=stream, entry_id=entry_id, sender=sender,
+    )  # fmt: skip
+    engine.escalate(run, cue_id, T.ESCALATION_PROTOCOL_VIOLATION, payload)
+
+
+def _violation(engine: Engine, msg: Envelope, kind: str, detail: str,
+               run: RunState | None = None, cue_id: str | None = None) -> None:  # fmt: skip
+    violation(engine, run, cue_id, kind, msg.from_agent, detail, entry_id=msg.message_id)
+
+
+def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
+    """Whether some cue of the run targets `agent`."""
+    return agent in engine.plans[run.run_id].agents
+
+
+def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
+    cue = engine.plans[run.run_id].cues[cue_id]
+    return agent in cue.target_agents or agent in run.cues[cue_id].targets
+
+
+def scope(engine: Engine, msg: Envelope, cue_id: str | None, *, cue_required: bool = True
+          ) -> RunState | None:  # fmt: skip
+    """The run `msg` may act on (and its cue `cue_id` targets the sender), or None after
+    escalating why not."""
+    sender, mt = msg.from_agent, msg.message_type.value
+    run = engine.runs.get(msg.run_id or "")
+    if run is None:
+        _violation(engine, msg, UNKNOWN_RUN, f"{mt} from {sender} for unknown run {msg.run_id}")
+        return None
+    if not takes_part(engine, run, sender):
+        detail = f"{mt} from {sender} for run {run.run_id}, which does not target it"
+        _violation(engine, msg, NOT_IN_RUN, detail)
+        return None
+    if cue_id is None and not cue_required:
+        return run
+    if cue_id is None or cue_id not in run.cues:
+        _violation(engine, msg, UNKNOWN_CUE, f"{mt} from {sender}: no cue {cue_id} in run", run)
+        return None
+    if not is_target(engine, run, cue_id, sender):
+        detail = f"{mt}: {sender} is not a target of {cue_id}"
+        _violation(engine, msg, NOT_A_TARGET, detail, run, cue_id)
+        return None
+    return run
+
+
+def context(engine: Engine, run: RunState, msg: Envelope) -> None:
+    """task.context: an entry of the run's shared context, attributed to its sender. A key
+    another agent wrote stays theirs (the hub and operators may overwrite any)."""
+    body, sender = msg.body(p.TaskContext), msg.from_agent
+    owner = run.context_owners.get(body.key)
+    if owner is not None and owner != sender:
+        detail = f"{sender} may not overwrite context {body.key!r}: it was written by {owner}"
+        _violation(engine, msg, CONTEXT_OWNED, detail, run, msg.cue_id)
+        return
+    if owner is None and len(run.context_owners) >= CONTEXT_KEYS_MAX:
+        detail = f"context {body.key!r} from {sender}: the run's context is full"
+        _violation(engine, msg, CONTEXT_FULL, detail, run, msg.cue_id)
+        return
+    if owner is None:
+        run.context_owners[body.key] = sender
+        engine.out.owners.append((run.run_id, body.key))
+    entry = {
+        "value": body.value, "source": sender, "timestamp": msg.sent_at.timestamp(),
+        "tags": body.tags, "metadata": body.metadata, "cue_id": msg.cue_id,
+    }  # fmt: skip
+    engine.out.context.append((run.run_id, body.key, entry))
+    engine.record_event(run, "context", key=body.key, source=sender)
+
+
+def specialist_escalation(engine: Engine, msg: Envelope, max_severity: Severity) -> None:
+    """An escalation a specialist raised about its own run (and cue): recorded as raised by
+    it, its severity capped, deduplicated per (run, cue, type, sender); a question (cause
+    `input_required...`) has a slot of its own there, freed when it is answered (answers.py),
+    so a later question is asked anew and an error never swallows a question."""
+    if msg.run_id is None:
+        _violation(engine, msg, ESCALATION_WITHOUT_RUN,
+                   f"{msg.message_type.value} from {msg.from_agent} names no run")  # fmt: skip
+        return
+    run = scope(engine, msg, msg.cue_id, cue_required=False)
+    if run is None:
+        return
+    body = msg.body(p.Escalation)
+    capped = cap(body.severity, max_severity)
+    payload = body.model_copy(update={"severity": capped}) if capped != body.severity else body
+    slot = f"{msg.message_type.value}:{msg.from_agent}"
+    if body.cause.startswith(p.ASKS_INPUT):
+        slot = f"{slot}:{p.ASKS_INPUT}"
+    engine.escalate(
+        run, msg.cue_id, msg.message_type, payload, raised_by=msg.from_agent, cause=slot
+    )
+
+
+def cap(severity: Severity, most: Severity) -> Severity:
+    """`severity`, no higher than `most`, and never critical: only the hub or an operator
+    may pause everything."""
+    ceiling = min(_RANK[most], _RANK[Severity.HIGH])
+    return severity if _RANK[severity] <= ceiling else _SEVERITIES[ceiling]
+
+
+def refused_entry(
+    engine: Engine, *, kind: str, sender: str, detail: str, stream: str, entry_id: str,
+    letter_id: str | None, run_id: str | None, cue_id: str | None,
+) -> None:  # fmt: skip
+    """An entry of `sender`'s out stream the router refused (dead-lettered as `letter_id`).
+    When its body names a run and cue that target the sender, it was a reply that will
+    never count: the cue says so (reason, event), and its timeout will too."""
+    run = engine.runs.get(run_id or "")
+    linked = (
+        run is not None and cue_id is not None and cue_id in run.cues
+        and takes_part(engine, run, sender) and is_target(engine, run, cue_id, sender)
+    )  # fmt: skip
+    if run is None or cue_id is None or not linked:
+        violation(engine, None, None, kind, sender, detail, stream=stream, entry_id=entry_id)
+        return
+    where = f"dead letter {letter_id}" if letter_id else "not kept: over its sender's budget"
+    cr = run.cues[cue_id]
+    if not cr.state.done:
+        note = f"{DEAD_REPLY} {sender} was dead-lettered ({where}): {detail[:200]}"
+        cr.dead_replies[sender] = where
+        base = (cr.reason or "").split(f"; {DEAD_REPLY} ", 1)[0]  # the latest note only
+        cr.reason = f"{base}; {note}" if base else note
+        engine.mark_dirty(run, cue_id)
+    engine.record_event(run, "dead_letter", cue=cue_id, agent=sender, dead_letter=letter_id,
+                        reason=detail[:200])  # fmt: skip
+    violation(engine, run, cue_id, kind, sender, detail, stream=stream, entry_id=entry_id)

@@ -156,6 +156,9 @@ class Client:
     def agents_page(self) -> dict[str, Any]:
         return _dict(self.request("GET", "/v1/agents"))
 
+    def agent_card(self, agent: str) -> dict[str, Any]:
+        return _dict(self.request("GET", f"/v1/agents/{_seg(agent)}/card"))
+
     def agents(self) -> list[dict[str, Any]]:
         agents: list[dict[str, Any]] = self.agents_page()["data"]
         return agents
@@ -171,9 +174,11 @@ class Client:
         return _dict(self.request("GET", "/v1/escalations", params=params))
 
     def resolve(
-        self, esc_id: str, winner: str | None = None, note: str | None = None
-    ) -> dict[str, Any]:
-        body = {k: v for k, v in (("winner", winner), ("note", note)) if v}
+        self, esc_id: str, winner: str | None = None, note: str | None = None,
+        answer: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        pairs = (("winner", winner), ("note", note), ("answer", answer))
+        body = {k: v for k, v in pairs if v}
         return _dict(self.request("POST", f"/v1/escalations/{_seg(esc_id)}/resolve", json=body))
 
     def broadcast(self, message_type: str, payload: dict[str, Any]) -> dict[str, Any]:

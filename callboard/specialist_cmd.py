@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -48,7 +48,7 @@ def importable_here() -> None:
 
 
 def specialist(
-    kind: Annotated[str, typer.Argument(help="shell, http, echo, or module:Class")],
+    kind: Annotated[str, typer.Argument(help="shell, http, echo, a2a, mcp, or module:Class")],
     agent: Annotated[str, typer.Option("--agent", help="the agent id this replica serves")],
     replica: Annotated[
         str | None, typer.Option("--replica", help="replica name (default: host-pid)")
@@ -84,6 +84,10 @@ def specialist(
         str | None,
         typer.Option("--api-key", envvar="CALLBOARD_API_KEY", help="the hub's API key, if any"),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="a2a / mcp: the one agent or server this replica stands in for"),
+    ] = None,
 ) -> None:
     """Run one specialist replica until SIGTERM/SIGINT or a broadcast.shutdown drains it.
 
@@ -103,12 +107,18 @@ def specialist(
         if prefetch is not None:
             given["prefetch"] = prefetch
         settings = Settings.model_validate(given)
+        extra: dict[str, Any] = {}
+        if url is not None:
+            if not getattr(cls, "takes_url", False):
+                raise ValueError(f"--url is for the a2a and mcp kinds, not {kind!r}")
+            extra["url"] = url
         spec = cls(
             agent,
             replica,
             settings,
             read_contract(contract) if contract else None,
             concurrency,
+            **extra,
         )
     except (ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)

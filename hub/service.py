@@ -282,7 +282,7 @@ class Hub:
         return c.CancelReply(status=run.status.value)
 
     async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
-        esc = await self.driver.step(lambda e: e.resolve(cmd.id, cmd.winner, cmd.note))
+        esc = await self.driver.step(lambda e: e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer))
         return c.ResolveReply(id=esc.id, status=esc.status)
 
     async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:

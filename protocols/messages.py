@@ -28,6 +28,7 @@ class MessageType(StrEnum):
     TASK_ASSIGN = "task.assign"
     TASK_HANDOFF = "task.handoff"
     TASK_CONTEXT = "task.context"
+    TASK_INPUT = "task.input"  # hub -> specialist: an operator's answer to its question
     # escalation.*: any -> hub -> handler
     ESCALATION_ERROR = "escalation.error"
     ESCALATION_TIMEOUT = "escalation.timeout"

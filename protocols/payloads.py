@@ -89,6 +89,7 @@ class TaskAssign(Payload):
     attempt: int = Field(default=1, ge=1)
     action: JSON = Field(default_factory=dict)
     context: JSON = Field(default_factory=dict)
+    description: str = ""  # the cue's description in the cuelist
 
 
 class Artifact(Payload):
@@ -122,6 +123,24 @@ class TaskHandoff(Payload):
     task_id: str
     attempt: int = Field(default=1, ge=1)
     handoff_context: HandoffContext = Field(default_factory=HandoffContext)
+
+
+# The cause (prefix) of an escalation that asks an operator a question: resolved with an
+# `answer`, the hub forwards the answer to the agent that asked, as `task.input`.
+ASKS_INPUT = "input_required"
+
+
+class TaskInput(Payload):
+    """An operator's answer to the question a specialist asked about its cue (an escalation
+    whose cause starts with `input_required`), forwarded by the hub to that agent."""
+
+    cue_id: str
+    attempt: int = Field(default=1, ge=1)  # the cue's attempt when the answer was given
+    escalation_id: str
+    cause: str = ""  # the question's cause, as the specialist sent it
+    question: str = ""  # the question's detail
+    answer: str
+    action: JSON = Field(default_factory=dict)  # the cue's action, so any replica can act
 
 
 class TaskContext(Payload):
@@ -203,6 +222,7 @@ class CoordGo(Payload):
     action: JSON = Field(default_factory=dict)
     context: JSON = Field(default_factory=dict)  # handoff context given to this cue
     fired_by: FiredBy = FiredBy.DEPENDENCIES
+    description: str = ""  # the cue's description in the cuelist
 
 
 class CoordStanddown(Payload):
@@ -254,6 +274,7 @@ PAYLOAD_MODELS: dict[MessageType, type[Payload]] = {
     MessageType.TASK_ASSIGN: TaskAssign,
     MessageType.TASK_HANDOFF: TaskHandoff,
     MessageType.TASK_CONTEXT: TaskContext,
+    MessageType.TASK_INPUT: TaskInput,
     MessageType.ESCALATION_ERROR: EscalationError,
     MessageType.ESCALATION_TIMEOUT: EscalationTimeout,
     MessageType.ESCALATION_CONFLICT: EscalationConflict,

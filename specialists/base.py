@@ -15,7 +15,7 @@ from protocols.codec import Envelope
 from protocols.contracts import Contract
 from protocols.keys import is_agent_id
 from protocols.outage import Outage, is_unreachable, one_line, redacted
-from protocols.payloads import BroadcastNotice, TaskHandoff
+from protocols.payloads import BroadcastNotice, TaskHandoff, TaskInput
 from protocols.process import tune_gc
 from protocols.settings import Settings
 from protocols.transport import Transport
@@ -100,6 +100,10 @@ class Specialist:
 
     async def on_handoff(self, handoff: TaskHandoff, message: Envelope) -> None:
         """A `task.handoff` to this agent, forwarded by the hub once checked."""
+
+    async def on_input(self, answer: TaskInput, message: Envelope) -> None:
+        """`task.input`: an operator answered a question this agent asked with
+        `cue.escalate("input_required...", ...)`. Raise `Retry` or `Reject` to steer."""
 
     async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
         """A `broadcast.notice` from the hub."""

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocols.codec import Envelope
-from protocols.payloads import Artifact, HandoffContext, TaskHandoff
+from protocols.messages import MessageType
+from protocols.payloads import (
+    Artifact,
+    EscalationError,
+    HandoffContext,
+    Payload,
+    StatusBlocked,
+    TaskHandoff,
+)
+from protocols.states import Severity
 from specialists.context import ContextReader
 from specialists.markers import DoneMarkers
+
+Say = Callable[[MessageType, Payload], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,7 @@ class Cue:
         markers: DoneMarkers,
         action: Mapping[str, Any] | None = None,
         reader: ContextReader | None = None,
+        say: Say | None = None,
     ) -> None:
         self.reader = reader
         self.agent_id = agent_id
@@ -99,6 +111,8 @@ class Cue:
         self.attempt = attempt
         self.message = message  # the envelope of the phase being handled
         self.action: dict[str, Any] = dict(action or {})
+        self.description = ""  # the cue's description in the cuelist (with GO / assign)
+        self.deliveries = 1  # how often the GO (or assign) was delivered: > 1 after a crash
         self.preparation_required: list[str] = []
         self.ready_check: list[str] = []
         self.state: dict[str, Any] = {}  # the author's scratch space across phases
@@ -106,6 +120,7 @@ class Cue:
         self._context: dict[str, Any] = {}
         self.pending_context: dict[str, Entry] = {}  # put_context, not yet sent
         self._markers = markers
+        self._say = say
 
     @property
     def context(self) -> dict[str, Any]:
@@ -137,6 +152,26 @@ class Cue:
             return entries.get(key, {}).get("value")
         return entries
 
+    # -- saying something while the work goes on ------------------------------------------
+
+    async def blocked(self, reason: str) -> None:
+        """`status.blocked` now: the hub shows `reason` on the cue; nothing fails."""
+        await self._send(
+            MessageType.STATUS_BLOCKED,
+            StatusBlocked(attempt=self.attempt, reason=reason[:2000], replica=self.replica),
+        )
+
+    async def escalate(self, cause: str, detail: str, severity: Severity = Severity.MEDIUM) -> None:
+        """`escalation.error` about this cue now. A `cause` starting with `input_required`
+        asks an operator a question: the answer comes back as `task.input` (`on_input`)."""
+        payload = EscalationError(severity=severity, cause=cause[:500], detail=detail[:2000])
+        await self._send(MessageType.ESCALATION_ERROR, payload)
+
+    async def _send(self, message_type: MessageType, payload: Payload) -> None:
+        if self._say is None:
+            raise RuntimeError("this cue cannot send messages (not handed out by a replica)")
+        await self._say(message_type, payload)
+
     # -- done-markers --------------------------------------------------------------------
 
     def token(self, name: str, *, per_attempt: bool = True) -> str:
@@ -150,6 +185,15 @@ class Cue:
 
     async def already_done(self, name: str, *, per_attempt: bool = True) -> bool:
         return await self._markers.is_marked(self.token(name, per_attempt=per_attempt))
+
+    async def remember(self, name: str, value: str, *, per_attempt: bool = True) -> None:
+        """Keep `value` in a done-marker of this cue (e.g. the id of remote work it
+        started), so the replica that takes a redelivered GO over can find it."""
+        await self._markers.put(self.token(name, per_attempt=per_attempt), value)
+
+    async def recall(self, name: str, *, per_attempt: bool = True) -> str | None:
+        """The value `remember` kept under `name`, or None."""
+        return await self._markers.get(self.token(name, per_attempt=per_attempt))
 
     @asynccontextmanager
     async def once(self, name: str, *, per_attempt: bool = True) -> AsyncIterator[bool]:

@@ -23,6 +23,7 @@ from protocols.payloads import (
     StatusReport,
     TaskAssign,
     TaskHandoff,
+    TaskInput,
 )
 from protocols.transport import Delivery
 from specialists.cue import Cue
@@ -98,6 +99,7 @@ class Dispatcher:
             MessageType.TASK_ASSIGN: self._work,
             MessageType.COORD_STANDDOWN: self._standdown,
             MessageType.TASK_HANDOFF: self._handoff,
+            MessageType.TASK_INPUT: self._input,
             MessageType.STATUS_REQUEST: self._status_request,
         }
 
@@ -151,12 +153,20 @@ class Dispatcher:
                 message=m,
                 markers=self.rt.markers,
                 reader=self.rt.context_reader,
+                say=lambda mt, payload: self._say(cue_id, key, mt, payload),
             )
             self.cues[key] = cue
             while len(self.cues) > 1024:
                 self.cues.popitem(last=False)
         cue.message = m
         return cue
+
+    async def _say(self, cue_id: str, key: CueKey, mt: MessageType, payload: Payload) -> None:
+        """A message about the cue while its work goes on, in reply to the phase at hand."""
+        cue = self.cues.get(key)
+        if cue is None:
+            raise RuntimeError(f"cue {cue_id} is no longer held by this replica")
+        await self.rt.send(self.reply(cue.message, mt, payload, cue_id=cue_id))
 
     async def _warning(self, d: Delivery, m: Envelope) -> bool:
         p = m.body(CoordWarning)
@@ -243,6 +253,8 @@ class Dispatcher:
         key = (m.run_id, p.cue_id, p.attempt)
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
+        cue.description = p.description
+        cue.deliveries = d.deliveries
         cue.context.clear()
         cue.context.update(p.context)
         self.preps.pop(key, None)
@@ -266,15 +278,24 @@ class Dispatcher:
     # -- task.handoff, status.request, broadcasts ----------------------------------------
 
     async def _handoff(self, d: Delivery, m: Envelope) -> bool:
-        p = m.body(TaskHandoff)
+        handoff = m.body(TaskHandoff)
+        return await self._hook(d, "on_handoff", lambda: self.spec.on_handoff(handoff, m))
+
+    async def _input(self, d: Delivery, m: Envelope) -> bool:
+        answer = m.body(TaskInput)
+        return await self._hook(d, "on_input", lambda: self.spec.on_input(answer, m))
+
+    async def _hook(self, d: Delivery, name: str, call: Callable[[], Awaitable[None]]) -> bool:
+        """Run a hook for an inbox entry: `Retry` tries again (then dead-letters), `Reject`
+        or an error dead-letters the entry with the reason."""
         tries = d.deliveries
         while True:
             try:
-                await self.spec.on_handoff(p, m)
+                await call()
                 return True
             except Retry as exc:
                 if tries >= self.rt.settings.max_deliveries:
-                    reason = f"on_handoff retried {tries} times: {exc.reason or 'giving up'}"
+                    reason = f"{name} retried {tries} times: {exc.reason or 'giving up'}"
                     await self.rt.reject(d, reason)
                     return False
                 tries += 1
@@ -283,7 +304,7 @@ class Dispatcher:
                 await self.rt.reject(d, f"rejected: {exc.reason}")
                 return False
             except Exception as exc:
-                reason = f"on_handoff failed: {type(exc).__name__}: {exc}"
+                reason = f"{name} failed: {type(exc).__name__}: {exc}"
                 await self.rt.reject(d, reason)
                 return False
 

@@ -42,5 +42,16 @@ class DoneMarkers:
         values = await self._db.mget([self._keys.done(self._agent, t) for t in tokens])
         return [value is not None for value in values]
 
+    async def put(self, token: str, value: str, ttl_s: int | None = None) -> None:
+        """A marker that holds a value (e.g. the id of remote work this cue started), so
+        a replica that takes the work over can find it; overwrites."""
+        key = self._keys.done(self._agent, token)
+        await self._db.set(key, value.encode(), ex_s=ttl_s or self.ttl_s)
+
+    async def get(self, token: str) -> str | None:
+        """The value `put` stored under `token`, or None."""
+        value = await self._db.get(self._keys.done(self._agent, token))
+        return None if value is None else value.decode(errors="replace")
+
     async def clear(self, token: str) -> None:
         await self._db.delete(self._keys.done(self._agent, token))

@@ -159,6 +159,14 @@ ANSWERS: dict[tuple[str, str], tuple[int, Any]] = {
             ],
         },
     ),
+    ("GET", "/v1/agents/{agent}/card"): (
+        200,
+        {
+            "name": "specialist-build",
+            "description": "builds",
+            "skills": [{"id": "implemented_code", "description": "provides implemented_code"}],
+        },
+    ),
     ("GET", "/v1/escalations"): (200, {"data": [ESCALATION], "count": 1}),
     ("POST", "/v1/escalations/{esc_id}/resolve"): (200, {**ESCALATION, "status": "resolved"}),
     ("POST", "/v1/broadcasts"): (202, {"sent": "1-0"}),

@@ -145,6 +145,8 @@ def test_the_commands_send_what_the_routes_expect(fake: FakeHub) -> None:
     assert json.loads(fake.calls[-1][2].content)["message_type"] == "broadcast.pause"
     assert invoke(["escalations", "resolve", "0190a3b4", "--winner", f"{run}/CUE-1"]).exit_code == 0
     assert json.loads(fake.calls[-1][2].content) == {"winner": f"{run}/CUE-1"}
+    assert invoke(["escalations", "resolve", "0190a3b4", "--answer", "teal"]).exit_code == 0
+    assert json.loads(fake.calls[-1][2].content) == {"answer": "teal"}
     assert invoke(["deadletters", "--before", "5-0", "--limit", "10"]).exit_code == 0
     assert dict(fake.calls[-1][2].url.params) == {"limit": "10", "before": "5-0"}
 

@@ -11,7 +11,15 @@ def register(app: typer.Typer) -> None:
     from callboard.commands import cuelists, escalations
     from callboard.commands.follow import context, events
     from callboard.commands.go import go
-    from callboard.commands.hubinfo import agents, broadcast, deadletters, health, metrics, wiring
+    from callboard.commands.hubinfo import (
+        agents,
+        broadcast,
+        card,
+        deadletters,
+        health,
+        metrics,
+        wiring,
+    )
     from callboard.commands.run import run
     from callboard.commands.runs import budget, cancel, condition, rerun, retry, runs
     from callboard.commands.status import status
@@ -36,6 +44,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(cuelists.app)
     app.add_typer(escalations.app)
     app.command("agents")(agents)
+    app.command("card")(card)
     app.command("deadletters")(deadletters)
     app.command("broadcast")(broadcast)
     app.command("wiring")(wiring)

@@ -102,6 +102,10 @@ def resolve(
         str | None, typer.Option(help="a conflict's winner: RUN/CUE, or a cue id")
     ] = None,
     note: Annotated[str | None, typer.Option(help="recorded with the resolution")] = None,
+    answer: Annotated[
+        str | None,
+        typer.Option(help="the answer to an agent's question (input_required): sent to it"),
+    ] = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -110,5 +114,5 @@ def resolve(
     """Resolve an escalation (binding); a critical one's pause on new GOs lifts."""
     hub = hub_options(ctx, output, url, api_key, profile)
     with hub.client() as c:
-        answer = c.resolve(escalation_id(c, escalation), winner, note)
-    emit(hub.output, answer, lambda a: say(f"escalation {a['id']}: {a['status']}"))
+        resolved = c.resolve(escalation_id(c, escalation), winner, note, answer)
+    emit(hub.output, resolved, lambda a: say(f"escalation {a['id']}: {a['status']}"))

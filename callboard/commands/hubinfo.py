@@ -40,6 +40,31 @@ def agents(
     emit(hub.output, page, _agents_table)
 
 
+def card(
+    ctx: typer.Context,
+    agent: Annotated[str, typer.Argument(help="a registered agent id")],
+    output: OutputOpt = Output.table,
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """An agent's contract as an A2A Agent Card (skills from provides, inputs from requires)."""
+    hub = hub_options(ctx, output, url, api_key, profile)
+    with hub.client() as c:
+        found = c.agent_card(agent)
+    emit(hub.output, found, _card_table)
+
+
+def _card_table(found: dict[str, Any]) -> None:
+    say(f"{found.get('name')}: {found.get('description') or ''}")
+    table = Table(show_edge=False)
+    for column in ("skill", "description", "tags"):
+        table.add_column(column)
+    for s in found.get("skills") or []:
+        table.add_row(s.get("id") or "", s.get("description") or "", " ".join(s.get("tags") or []))
+    print_table(table)
+
+
 def _agents_table(page: dict[str, Any]) -> None:
     if not page["data"]:
         say("no agents registered")

@@ -32,6 +32,7 @@ ROUTES: list[tuple[str, str, list[str]]] = [
     ("GET", "/v1/runs/{run_id}/events", ["events", RUN]),
     ("GET", "/v1/runs/{run_id}/context", ["context", RUN]),
     ("GET", "/v1/agents", ["agents"]),
+    ("GET", "/v1/agents/{agent}/card", ["card", "specialist-build"]),
     ("GET", "/v1/escalations", ["escalations"]),
     ("POST", "/v1/escalations/{esc_id}/resolve", ["escalations", "resolve", ESC]),
     ("POST", "/v1/broadcasts", ["broadcast", "notice", "--message", "hello"]),
@@ -39,7 +40,8 @@ ROUTES: list[tuple[str, str, list[str]]] = [
     ("GET", "/v1/deadletters", ["deadletters"]),
 ]
 
-# Served by the hub, but not API actions: the documentation pages, and the web desk's
-# pages (HTML for people, from the modules of hub.desk; the desk itself acts through /v1).
+# Served by the hub, but not API actions: the documentation pages, the web desk's pages
+# (HTML for people, from the modules of hub.desk; the desk itself acts through /v1), and
+# the A2A agent card and the MCP endpoint (for A2A clients and assistants; /a2a is a mount).
 NOT_ACTIONS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-NOT_ACTION_MODULES = ("hub.desk",)
+NOT_ACTION_MODULES = ("hub.desk", "hub.a2a", "hub.mcp")

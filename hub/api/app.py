@@ -17,6 +17,7 @@ from hub.api import errors
 from hub.api.deps import require_api_key
 from hub.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from hub.api.routes import (
+    agent_cards,
     agents,
     broadcasts,
     cuelists,
@@ -81,6 +82,9 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         task = asyncio.create_task(supervise(hub, stopping), name="hub") if run_hub else None
+        extras = contextlib.AsyncExitStack()  # what mounted servers run (the MCP server)
+        for running in app.state.lifespans:
+            await extras.enter_async_context(running())
         try:
             yield {
                 "hub": hub,
@@ -93,6 +97,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
             }
         finally:
             stopping.set()
+            await extras.aclose()
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(task, STOP_TIMEOUT_S)
@@ -109,12 +114,21 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
         redoc_url=None,  # ReDoc draws its logo from its own CDN: /docs is the offline one
     )
     app.state.stopping = stopping
+    app.state.lifespans = []  # context managers the lifespan enters (mounted servers)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     errors.install(app)
     app.include_router(health.router)
     secured = [Depends(require_api_key)]
-    for module in (cuelists, runs, agents, escalations, broadcasts, wiring, deadletters):
+    modules = (cuelists, runs, agents, agent_cards, escalations, broadcasts, wiring, deadletters)
+    for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
     app.include_router(metrics.router, dependencies=secured, responses=ERRORS)
+    # callboard as an A2A agent (the card, /a2a): imported here, as it calls the routes above
+    from hub.a2a.mount import install as install_a2a
+
+    install_a2a(app, hub, stopping)
+    from hub.mcp.mount import install as install_mcp  # the MCP server at /mcp, same key
+
+    install_mcp(app, hub)
     install_desk(app)  # the calling desk at `/`, after the API so /v1 routes match first
     return app

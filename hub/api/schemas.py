@@ -294,6 +294,10 @@ class EscalationsPublic(BaseModel):
 class EscalationResolve(In):
     winner: str | None = Field(None, max_length=400, description="`run/cue` or a cue id")
     note: str | None = Field(None, max_length=4000)
+    answer: str | None = Field(
+        None, max_length=4000,
+        description="the answer to an agent's question (cause input_required): sent to it",
+    )  # fmt: skip
 
 
 _BROADCASTS: list[Any] = [m.value for m in MessageType if m.channel is Channel.BROADCAST]

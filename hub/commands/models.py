@@ -125,6 +125,7 @@ class Resolve(Command[ResolveReply]):
     id: str
     winner: str | None = None
     note: str = ""
+    answer: str = ""  # to the agent that asked (an input_required escalation)
 
 
 class BroadcastReply(Reply):

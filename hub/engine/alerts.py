@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hub.engine import answers
 from hub.engine.base import MOVING, EngineBase, _all
 from hub.engine.escalations import Escalation
 from hub.engine.state import CueRun, RunState
@@ -28,8 +29,11 @@ from protocols.states import (
 class AlertsMixin(EngineBase):
     """The engine's part that escalates (deduplicated), pauses, resumes and resolves."""
 
-    def resolve(self, esc_id: str, winner: str | None, note: str = "") -> Escalation:
-        """A binding operator decision; for a conflict `winner` is `run/cue` or a cue id."""
+    def resolve(
+        self, esc_id: str, winner: str | None, note: str = "", answer: str = ""
+    ) -> Escalation:
+        """A binding operator decision; for a conflict `winner` is `run/cue` or a cue id;
+        for a specialist's question, `answer` goes back to it."""
         esc = self.escalations.get(esc_id)
         if esc is None:
             raise NotFound(f"no open escalation {esc_id}")
@@ -37,10 +41,13 @@ class AlertsMixin(EngineBase):
             raise Conflict(f"escalation {esc_id} is already resolved")
         esc.status = "resolved"
         esc.resolution = {"winner": winner, "note": note, "at": self.clock()}
+        if answer:
+            esc.resolution["answer"] = answer
         esc.updated_at = self.clock()
         self.out.escalations[esc.id] = esc
         if esc.type is T.ESCALATION_CONFLICT and winner:
             self.arbitrate(esc, winner)
+        answers.forward(self, esc, answer)  # a specialist's question: the answer goes back
         if self.paused and esc.severity is Severity.CRITICAL:
             self.resume(f"escalation {esc_id} resolved")
         return esc

@@ -323,13 +323,15 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self.record_event(run, "go", cue=cue_id, attempt=cr.attempt, fired_by=by.value)
         if assign:
             payload: p.Payload = p.TaskAssign(
-                cue_id=cue_id, attempt=cr.attempt, action=dict(cue.action), context=context
-            )
+                cue_id=cue_id, attempt=cr.attempt, action=dict(cue.action), context=context,
+                description=cue.description,
+            )  # fmt: skip
             self._send_all(run, cue_id, T.TASK_ASSIGN, payload)
         else:
             payload = p.CoordGo(
                 cue_id=cue_id, target_agents=list(cue.target_agents), attempt=cr.attempt,
                 action=dict(cue.action), context=context, fired_by=by,
+                description=cue.description,
             )  # fmt: skip
             self._send_all(run, cue_id, T.COORD_GO, payload)
         self._warn_successors_early(run, cue_id)

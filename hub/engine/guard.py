@@ -139,7 +139,9 @@ def context(engine: Engine, run: RunState, msg: Envelope) -> None:
 
 def specialist_escalation(engine: Engine, msg: Envelope, max_severity: Severity) -> None:
     """An escalation a specialist raised about its own run (and cue): recorded as raised by
-    it, its severity capped, deduplicated per (run, cue, type, sender)."""
+    it, its severity capped, deduplicated per (run, cue, type, sender); a question (cause
+    `input_required...`) has a slot of its own there, freed when it is answered (answers.py),
+    so a later question is asked anew and an error never swallows a question."""
     if msg.run_id is None:
         _violation(engine, msg, ESCALATION_WITHOUT_RUN,
                    f"{msg.message_type.value} from {msg.from_agent} names no run")  # fmt: skip
@@ -150,10 +152,12 @@ def specialist_escalation(engine: Engine, msg: Envelope, max_severity: Severity)
     body = msg.body(p.Escalation)
     capped = cap(body.severity, max_severity)
     payload = body.model_copy(update={"severity": capped}) if capped != body.severity else body
+    slot = f"{msg.message_type.value}:{msg.from_agent}"
+    if body.cause.startswith(p.ASKS_INPUT):
+        slot = f"{slot}:{p.ASKS_INPUT}"
     engine.escalate(
-        run, msg.cue_id, msg.message_type, payload,
-        raised_by=msg.from_agent, cause=f"{msg.message_type.value}:{msg.from_agent}",
-    )  # fmt: skip
+        run, msg.cue_id, msg.message_type, payload, raised_by=msg.from_agent, cause=slot
+    )
 
 
 def cap(severity: Severity, most: Severity) -> Severity:

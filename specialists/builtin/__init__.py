@@ -1,4 +1,5 @@
-"""The built-in specialists (`shell`, `http`, `echo`) and how a KIND name becomes a class."""
+"""The built-in specialists (`shell`, `http`, `echo`, `a2a`, `mcp`) and how a KIND name
+becomes a class."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ BUILTINS = {
     "shell": "specialists.builtin.shell:Shell",
     "http": "specialists.builtin.http:Http",
     "echo": "specialists.builtin.echo:Echo",
+    "a2a": "specialists.builtin.a2a:A2A",
+    "mcp": "specialists.builtin.mcp:Mcp",
 }
 
 

@@ -116,6 +116,11 @@ async def validate_cuelist(request: Request, strict: Strict = False) -> Validati
         return ValidationPublic.model_validate(
             {"valid": False, "errors": _issues(exc.issues), "warnings": []}
         )
+    return validation_public(report)
+
+
+def validation_public(report: Any) -> ValidationPublic:
+    """A validation report as the API shows it (also the MCP server's `validate_cuelist`)."""
     cuelist = report.cuelist if report.valid else None
     return ValidationPublic.model_validate(
         {

@@ -58,7 +58,7 @@ async def resolve_escalation(
     if await hub.store.escalation(esc_id) is None:
         raise NotFound(f"no escalation {esc_id}")
     body = body or EscalationResolve()
-    command = Resolve(id=esc_id, winner=body.winner, note=body.note or "")
+    command = Resolve(id=esc_id, winner=body.winner, note=body.note or "", answer=body.answer or "")
     await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
     esc = await hub.store.escalation(esc_id)
     if esc is None:

@@ -1,0 +1,67 @@
+"""Mounting callboard's A2A agent in the hub app: the card at `/.well-known/agent-card.json`,
+the HTTP+JSON binding under `/a2a` (`/a2a/message:send`, `/a2a/tasks/{id}:cancel`...) and
+JSON-RPC at `/a2a/jsonrpc`, all behind the REST API's key check."""
+
+from __future__ import annotations
+
+import asyncio
+
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hub.a2a.card import A2A_PATH, RPC_PATH, hub_card
+from hub.a2a.handler import RunTasks
+from hub.api.deps import require_api_key
+from hub.service import Hub
+
+
+class RequireKey:
+    """The REST API's key check (`require_api_key`) in front of a mounted ASGI app, with the
+    same JSON 401/403 answers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            creds = None
+            if scheme.lower() == "bearer" and token:
+                creds = HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
+            try:
+                await require_api_key(request, creds)
+            except HTTPException as exc:
+                answer = JSONResponse(
+                    {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+                )
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
+    """Add the card route and mount the A2A bindings on `app`."""
+
+    async def agent_card(request: Request) -> JSONResponse:
+        card = await hub_card(
+            hub.cuelists, str(request.base_url), secured=bool(hub.settings.api_key)
+        )
+        return JSONResponse(agent_card_to_dict(card))
+
+    app.add_api_route(
+        AGENT_CARD_WELL_KNOWN_PATH, agent_card, methods=["GET"], include_in_schema=False,
+        dependencies=[Depends(require_api_key)],
+    )  # fmt: skip
+    handler = RunTasks(hub, stopping)
+    # the tenant Mount create_rest_routes adds is left out: no tenants here
+    rest = [r for r in create_rest_routes(handler) if isinstance(r, Route)]
+    bindings = Starlette(routes=[*create_jsonrpc_routes(handler, RPC_PATH), *rest])
+    app.mount(A2A_PATH, RequireKey(bindings))

@@ -1,0 +1,2 @@
+"""The hub's MCP server at `/mcp` (streamable HTTP, the official `mcp` SDK): tools that let an
+assistant operate callboard (`tools`), mounted behind the REST API's key (`mount`)."""

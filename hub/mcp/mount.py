@@ -1,0 +1,59 @@
+"""Mounting the MCP server at `/mcp`: one MCPServer and session manager per run of the app's
+lifespan (a session manager runs once), stateless streamable HTTP (any hub answers any
+request, a restart loses no session), behind the REST API's key check."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from hub.a2a.mount import RequireKey
+from hub.mcp.tools import build
+from hub.service import Hub
+
+MCP_PATH = "/mcp"
+
+
+class McpEndpoint:
+    """The ASGI endpoint at /mcp: the running session manager's app, or 503 between runs."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.app: StreamableHTTPASGIApp | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        server = build(self.hub)
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
+            host=self.hub.settings.host,  # loopback: the SDK's DNS-rebinding check is on
+        )  # fmt: skip
+        manager = server.session_manager
+        async with manager.run():
+            self.app = StreamableHTTPASGIApp(manager)
+            try:
+                yield
+            finally:
+                self.app = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            answer = JSONResponse({"detail": "the MCP server is not running"}, status_code=503)
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def install(app: FastAPI, hub: Hub) -> None:
+    """Route /mcp to the MCP server; the app's lifespan runs it (`app.state.lifespans`)."""
+    endpoint = McpEndpoint(hub)
+    app.router.routes.append(
+        Route(MCP_PATH, RequireKey(endpoint), methods=["GET", "POST", "DELETE"])
+    )
+    app.state.lifespans.append(endpoint.running)

@@ -1,0 +1,198 @@
+"""The MCP tools an assistant operates callboard with: each one calls the REST route's own
+function (same checks, same answers, no second write path) and returns its schema.
+
+A refusal (no such run, a cue not armed, an invalid cuelist name...) is a tool error
+(`isError`) carrying the API's `detail`, so the assistant reads why."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from hub.api.deps import get_run as load_run
+from hub.api.routes import cuelists as cuelist_routes
+from hub.api.routes import escalations as escalation_routes
+from hub.api.routes import runs as run_routes
+from hub.api.schemas import (
+    CancelCreate,
+    CancelPublic,
+    ConditionPublic,
+    CuelistPublic,
+    CuelistsPublic,
+    EscalationPublic,
+    EscalationResolve,
+    EscalationsPublic,
+    GoPublic,
+    RunCreate,
+    RunCreated,
+    RunPublic,
+    RunsPublic,
+    ValidationPublic,
+)
+from hub.service import Hub
+from protocols import validation
+from protocols.errors import CallboardError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+RunId = Annotated[str, Field(description="a run id (POST /v1/runs answered it)", max_length=200)]
+READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+INSTRUCTIONS = (
+    "callboard runs cuelists: YAML lists of cues that specialist agents execute when the hub "
+    "calls WARNING, STANDBY and GO. Validate a cuelist before it is submitted; start a run "
+    "(or a dry run) of a stored cuelist; read the run: every cue's state and `reason` says "
+    "what it waits for. A cue waiting for a condition (e.g. approval_received) needs "
+    "raise_condition; an armed (manual) cue needs go. Open escalations are the operator's "
+    "queue; an agent's question (cause input_required...) is answered with resolve_escalation "
+    "and an answer."
+)
+
+
+def refusals(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """callboard's errors (NotFound, Conflict, a bad cuelist, no leader...) and refused
+    arguments as tool errors, with the reason."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except (CallboardError, ValueError) as exc:  # pydantic's ValidationError is one
+            raise ToolError(str(exc)) from None
+
+    return call
+
+
+def build(hub: Hub) -> MCPServer:
+    """An MCPServer whose tools act on `hub`."""
+    server: MCPServer = MCPServer(
+        "callboard", title="callboard", instructions=INSTRUCTIONS, version="1", log_level="WARNING"
+    )
+
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[P, Awaitable[R]]], Any]:
+        return server.tool(annotations=annotations)
+
+    @tool(READ)
+    @refusals
+    async def list_cuelists() -> CuelistsPublic:
+        """The stored cuelists: name, latest version, how many versions."""
+        return await cuelist_routes.list_cuelists(hub)
+
+    @tool(READ)
+    @refusals
+    async def get_cuelist(name: str) -> CuelistPublic:
+        """One stored cuelist, every version, with its source as submitted."""
+        return await cuelist_routes.get_cuelist(hub, name)
+
+    @tool(READ)
+    @refusals
+    async def validate_cuelist(
+        source: Annotated[str, Field(description="the cuelist as YAML (or JSON)")],
+        strict: Annotated[bool, Field(description="conflicts are errors")] = False,
+    ) -> ValidationPublic:
+        """Every check a submitted cuelist gets (schema, graph, contracts, conflicts); stores
+        nothing. Errors name the cue, the key and the line."""
+        return cuelist_routes.validation_public(validation.validate_text(source, strict=strict))
+
+    async def _start(
+        cuelist: str, version: str | None, params: dict[str, Any] | None, dry: bool,
+        idempotency_key: str | None,
+    ) -> RunCreated:  # fmt: skip
+        body = RunCreate(cuelist=cuelist, version=version, params=params or {}, dry=dry)
+        return await run_routes.create_run(body, hub, idempotency_key)
+
+    @tool(WRITE)
+    @refusals
+    async def start_run(
+        cuelist: str,
+        version: Annotated[str | None, Field(description="default: the latest")] = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: Annotated[
+            str | None, Field(description="the same key never starts a second run")
+        ] = None,
+    ) -> RunCreated:
+        """Start a run of a stored cuelist; answers its run id."""
+        return await _start(cuelist, version, params, False, idempotency_key)
+
+    @tool(WRITE)
+    @refusals
+    async def dry_run(cuelist: str, version: str | None = None) -> RunPublic:
+        """Walk the cuelist with stand-in agents (nothing is sent to real ones): the order
+        cues would fire in, the waits and conflicts met, as a run of status `dry`."""
+        created = await _start(cuelist, version, None, True, None)
+        return await run_routes.get_run(await load_run(hub, created.run_id))
+
+    @tool(READ)
+    @refusals
+    async def get_run(run_id: RunId) -> RunPublic:
+        """A run: its status, and every cue's state, `reason` (what it waits for), attempt,
+        targets, times and error; the run record."""
+        return await run_routes.get_run(await load_run(hub, run_id))
+
+    @tool(READ)
+    @refusals
+    async def list_runs(
+        limit: Annotated[int, Field(ge=1, le=1000)] = 20,
+        cuelist: str | None = None,
+        status: Annotated[str | None, Field(description="running, holding, success...")] = None,
+    ) -> RunsPublic:
+        """The newest runs, optionally of one cuelist or in one status."""
+        return await run_routes.list_runs(hub, limit, cuelist, status)
+
+    @tool(WRITE)
+    @refusals
+    async def go(run_id: RunId, cue_id: str) -> GoPublic:
+        """The operator's GO for an armed (manual) cue; refused, with the reason, otherwise."""
+        run = await load_run(hub, run_id)
+        return await run_routes.go(run, cue_id, hub)
+
+    @tool(WRITE)
+    @refusals
+    async def raise_condition(
+        run_id: RunId, name: Annotated[str, Field(description="e.g. approval_received")]
+    ) -> ConditionPublic:
+        """Raise a condition (a flag such as an approval) that cues of the run wait for."""
+        run = await load_run(hub, run_id)
+        return await run_routes.raise_condition(run, name, hub)
+
+    @tool(ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False))
+    @refusals
+    async def cancel_run(run_id: RunId, reason: str | None = None) -> CancelPublic:
+        """Cancel the run: every cue not yet done is stood down."""
+        run = await load_run(hub, run_id)
+        return await run_routes.cancel(run, hub, CancelCreate(reason=reason))
+
+    @tool(READ)
+    @refusals
+    async def list_escalations(
+        status: Annotated[str | None, Field(description="open, recorded or resolved")] = "open",
+        run_id: str | None = None,
+    ) -> EscalationsPublic:
+        """The operator queue: timeouts, conflicts, failures, agents' questions."""
+        return await escalation_routes.list_escalations(hub, status, run_id, 200)
+
+    @tool(WRITE)
+    @refusals
+    async def resolve_escalation(
+        escalation_id: str,
+        answer: Annotated[
+            str | None,
+            Field(description="the answer to an agent's question (cause input_required)"),
+        ] = None,
+        winner: Annotated[
+            str | None, Field(description="a conflict's winner: RUN/CUE or a cue id")
+        ] = None,
+        note: Annotated[str | None, Field(description="recorded with the resolution")] = None,
+    ) -> EscalationPublic:
+        """Resolve an escalation (binding): a conflict's winner, or the answer to an agent's
+        question (the answer is sent to the agent that asked)."""
+        body = EscalationResolve(winner=winner, note=note, answer=answer)
+        return await escalation_routes.resolve_escalation(hub, escalation_id, body)
+
+    return server

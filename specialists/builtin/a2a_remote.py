@@ -1,0 +1,275 @@
+"""One remote A2A agent as the `a2a` specialist sees it: its card, an official `a2a-sdk`
+client, and following a task (streaming when the card says so, else polling) as snapshots.
+
+The bearer token rides in the HTTP client's default headers (never in a URL, never logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import (
+    AgentCard,
+    Artifact,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.constants import TransportProtocol
+from a2a.utils.errors import A2AError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict
+
+TERMINAL = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+BINDINGS = [TransportProtocol.HTTP_JSON.value, TransportProtocol.JSONRPC.value]
+PROBE_TASK = "callboard-auth-probe"  # a task id no agent has: asked for to test the token
+
+
+def state_name(state: TaskState) -> str:
+    """`TASK_STATE_INPUT_REQUIRED` -> `input_required`."""
+    return TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+
+
+@dataclass
+class Remote:
+    """A remote agent at `url`: the card (cached `card_ttl_s`) and a client per streaming mode."""
+
+    url: str
+    token: str | None = None
+    timeout_s: float = 30.0
+    card_ttl_s: float = 60.0
+    http: httpx.AsyncClient = field(init=False)
+    _card: AgentCard | None = field(default=None, init=False)
+    _card_at: float = field(default=0.0, init=False)
+    _clients: dict[bool, Client] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.AsyncClient(timeout=self.timeout_s, headers=headers)
+
+    async def card(self, *, fresh: bool = False) -> AgentCard:
+        """The agent card at `{url}/.well-known/agent-card.json`."""
+        if fresh or self._card is None or time.monotonic() - self._card_at > self.card_ttl_s:
+            card = await A2ACardResolver(self.http, self.url).get_agent_card()
+            if self._card is None or card.SerializeToString() != self._card.SerializeToString():
+                self._clients.clear()  # the interfaces may have moved: new clients
+            self._card, self._card_at = card, time.monotonic()
+        return self._card
+
+    async def streams(self) -> bool:
+        return bool((await self.card()).capabilities.streaming)
+
+    async def client(self, *, streaming: bool | None = None) -> Client:
+        """An SDK client for the card's preferred interface; `streaming=False` sends without
+        waiting (return_immediately) and leaves the following to polling."""
+        card = await self.card()
+        mode = bool(card.capabilities.streaming) if streaming is None else streaming
+        client = self._clients.get(mode)
+        if client is None:
+            config = ClientConfig(
+                httpx_client=self.http, streaming=mode, polling=not mode,
+                supported_protocol_bindings=list(BINDINGS),
+            )  # fmt: skip
+            client = self._clients[mode] = ClientFactory(config).create(card)
+        return client
+
+    async def send(self, message: Message) -> AsyncIterator[Task]:
+        """Send `message` and yield what is known of its task after each event."""
+        streaming = await self.streams()
+        client = await self.client(streaming=streaming)
+        task: Task | None = None
+        async for event in client.send_message(SendMessageRequest(message=message)):
+            task = merge(task, event)
+            if task is not None:
+                yield task
+
+    async def subscribe(self, task_id: str, known: Task) -> AsyncIterator[Task]:
+        """Follow a task's stream from now on (the agent sends the task first)."""
+        client = await self.client(streaming=True)
+        task: Task | None = known
+        async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+            task = merge(task, event)
+            if task is not None:
+                yield task
+
+    async def get(self, task_id: str) -> Task:
+        return await (await self.client()).get_task(GetTaskRequest(id=task_id))
+
+    async def cancel(self, task_id: str) -> Task:
+        return await (await self.client()).cancel_task(CancelTaskRequest(id=task_id))
+
+    async def find(self, context_id: str, message_id: str) -> str | None:
+        """The task of `context_id` whose history holds our message `message_id`: how a
+        redelivered GO finds the task a crashed replica started, when no marker says."""
+        try:
+            page = await (await self.client()).list_tasks(
+                ListTasksRequest(context_id=context_id, history_length=100)
+            )
+        except A2AError:
+            return None  # the agent does not list tasks: nothing to find
+        for task in page.tasks:
+            if any(m.message_id == message_id for m in task.history):
+                return str(task.id)
+        return None
+
+    async def auth_works(self) -> tuple[bool, str]:
+        """Whether the agent accepts our credentials: ask for a task nobody has; 'not
+        found' means we were let in, 401/403 that we were not."""
+        card = await self.card(fresh=True)
+        if not card.security_requirements:
+            return True, ""
+        try:
+            await self.get(PROBE_TASK)
+        except TaskNotFoundError:
+            return True, ""
+        except A2AError as exc:
+            if _status_of(exc) in (401, 403):
+                return False, f"the agent at {self.url} refused our credentials ({exc})"[:500]
+            return True, ""  # another error: the call was let in
+        return True, ""
+
+    async def close(self) -> None:
+        for sdk in self._clients.values():  # the SDK clients share self.http
+            await sdk.close()
+        self._clients.clear()
+        await self.http.aclose()
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status behind an SDK error (it wraps httpx's), if there was one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, httpx.HTTPStatusError):
+            return seen.response.status_code
+        seen = seen.__cause__
+    return None
+
+
+def merge(task: Task | None, event: StreamResponse) -> Task | None:
+    """The task as known after one stream event (a task, a status or an artifact update)."""
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return event.task
+    if task is None:
+        return None  # updates before the task itself: wait for it
+    out = Task()
+    out.CopyFrom(task)
+    if kind == "status_update":
+        out.status.CopyFrom(event.status_update.status)
+    elif kind == "artifact_update":
+        update = event.artifact_update
+        for artifact in out.artifacts:
+            if artifact.artifact_id == update.artifact.artifact_id and update.append:
+                artifact.parts.extend(update.artifact.parts)
+                break
+        else:
+            out.artifacts.append(update.artifact)
+    return out
+
+
+async def follow(
+    remote: Remote,
+    first: AsyncIterator[Task] | None,
+    task_id: str | None,
+    poll_s: float,
+    wake: asyncio.Event,
+) -> AsyncIterator[Task]:
+    """Snapshots of one task until it ends: from `first` (the send's own stream), else from
+    the task `task_id` (a redelivered GO picks it up again); then by the agent's stream
+    while it works, and by `tasks/get` every `poll_s` (or on `wake`) while it waits for
+    input or the agent does not stream."""
+    last: Task | None = None
+    if first is not None:
+        try:
+            async for last in first:
+                yield last
+        except A2AError:
+            if last is None:
+                raise  # nothing was sent, or we cannot tell: the GO fails (and may retry)
+            # the stream broke after the task began: follow it by its id below
+    elif task_id is not None:
+        last = await remote.get(task_id)
+        yield last
+    if last is None:
+        raise RuntimeError(f"the agent at {remote.url} answered without a task")
+    while last.status.state not in TERMINAL:
+        if await remote.streams() and last.status.state not in INTERRUPTED:
+            try:
+                async for update in remote.subscribe(last.id, last):
+                    last = update
+                    yield last
+            except A2AError:
+                pass  # ended meanwhile, or no resubscribing here: tasks/get says which
+            if last.status.state in TERMINAL:
+                return
+        wake.clear()  # an answer sent from this replica wakes us at once
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), poll_s)
+        fresh = await remote.get(last.id)
+        if _changed(last, fresh):
+            yield fresh
+        last = fresh
+
+
+def _changed(before: Task, after: Task) -> bool:
+    return (
+        before.status.state != after.status.state
+        or before.status.message.message_id != after.status.message.message_id
+        or len(before.artifacts) != len(after.artifacts)
+    )
+
+
+def text_of(message: Message) -> str:
+    return "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+
+
+def part_value(part: Part) -> Any:
+    """A part as JSON: text as a string, data as itself, a file as a reference."""
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return part.text
+    if kind == "data":
+        return _ints(MessageToDict(part.data))
+    ref: dict[str, Any] = {"media_type": part.media_type, "filename": part.filename}
+    if kind == "url":
+        ref["url"] = part.url
+    elif kind == "raw":
+        ref["size"] = len(part.raw)  # the bytes stay with the agent's answer, not the context
+    return {k: v for k, v in ref.items() if v not in ("", None)}
+
+
+def artifact_value(artifact: Artifact) -> Any:
+    values = [part_value(p) for p in artifact.parts]
+    return values[0] if len(values) == 1 else values
+
+
+def _ints(value: Any) -> Any:
+    """protobuf's Value keeps every number as a double: whole ones become ints again."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value

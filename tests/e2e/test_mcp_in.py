@@ -1,0 +1,161 @@
+"""The official `mcp` SDK's client operates a real hub process through its MCP server at /mcp:
+lists the tools, validates a cuelist, dry-runs and starts it, reads the run's reasons, gives
+the approval and the manual GO it waits for, and sees it succeed; refusals are tool errors;
+the key is required."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from callboard.embedded import EmbeddedServer
+from tests.e2e.procs import child_env, processes, wait_online
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+KEY = "mcp-in-key-0123456789"
+RELEASE = """
+cuelist: mcp-release
+description: build, approve, release
+cues:
+  - id: BUILD
+    target_agents: [worker]
+    action: {context: {artifact: app.tar}}
+  - id: TEST
+    target_agents: [worker]
+    depends_on: [BUILD]
+    conditions: [approval_received]
+  - id: SHIP
+    target_agents: [worker]
+    depends_on: [TEST]
+    manual: true
+"""
+TOOLS = {
+    "list_cuelists", "get_cuelist", "validate_cuelist", "start_run", "dry_run", "get_run",
+    "list_runs", "go", "raise_condition", "cancel_run", "list_escalations", "resolve_escalation",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hub_url(
+    redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    env = child_env(redis_server, CALLBOARD_API_KEY=KEY)
+    with processes(env, tmp_path_factory.mktemp("mcp-in")) as procs:
+        url = procs.hub()
+        procs.echo("worker")
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as api:
+            wait_online(api, ["worker"])
+            r = api.post(
+                "/v1/cuelists", content=RELEASE, headers={"Content-Type": "application/yaml"}
+            )
+            assert r.status_code == 201, r.text
+        yield url
+
+
+@asynccontextmanager
+async def connected(hub_url: str) -> AsyncIterator[Client]:
+    """The SDK's client on the hub's /mcp with the key (entered and left in one task, as
+    anyio's cancel scopes want: not a fixture)."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {KEY}"})
+    async with http, Client(streamable_http_client(f"{hub_url}/mcp", http_client=http)) as client:
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_tools_run_a_cuelist_to_success(hub_url: str) -> None:
+    async with connected(hub_url) as mcp:
+        await _run_through(mcp)
+
+
+async def _run_through(mcp: Client) -> None:
+    listed = await mcp.list_tools()
+    assert {t.name for t in listed.tools} == TOOLS
+    by_name = {t.name: t for t in listed.tools}
+    assert "cue_id" in by_name["go"].input_schema["properties"]
+    assert by_name["get_run"].output_schema is not None  # the API's RunPublic
+
+    names = [c["name"] for c in (await call(mcp, "list_cuelists"))["data"]]
+    assert "mcp-release" in names
+    checked = await call(mcp, "validate_cuelist", source=RELEASE)
+    assert checked["valid"] is True and checked["name"] == "mcp-release"
+    broken = yaml.safe_load(RELEASE)
+    broken["cues"][0]["depends_on"] = ["SHIP"]
+    bad = await call(mcp, "validate_cuelist", source=yaml.safe_dump(broken))
+    assert bad["valid"] is False
+    assert any("cycle" in e["message"] for e in bad["errors"])
+
+    dry = await call(mcp, "dry_run", cuelist="mcp-release")
+    assert dry["status"] == "dry" and dry["record"]["fired"][:1] == ["BUILD"]
+
+    run_id = (await call(mcp, "start_run", cuelist="mcp-release", params={"by": "mcp"}))["run_id"]
+
+    async def waiting_for_approval() -> dict[str, Any] | None:
+        run = await call(mcp, "get_run", run_id=run_id)
+        test = run["cues"]["TEST"]
+        return (
+            run
+            if "approval_received" in (test["reason"] or "")
+            and run["cues"]["BUILD"]["state"] == "completed"
+            else None
+        )
+
+    run = await eventually(waiting_for_approval, 20, interval_s=0.1, message="TEST waits")
+    assert run["cues"]["SHIP"]["state"] in ("pending", "waiting")
+    raised = await call(mcp, "raise_condition", run_id=run_id, name="approval_received")
+    assert raised["conditions"] == ["approval_received"]
+
+    async def armed() -> bool:
+        return (await call(mcp, "get_run", run_id=run_id))["cues"]["SHIP"]["state"] == "armed"
+
+    await eventually(armed, 20, interval_s=0.1, message="SHIP armed")
+    fired = await call(mcp, "go", run_id=run_id, cue_id="SHIP")
+    assert fired["cue"] == "SHIP"
+
+    async def done() -> dict[str, Any] | None:
+        run = await call(mcp, "get_run", run_id=run_id)
+        return run if run["status"] != "running" else None
+
+    final = await eventually(done, 20, interval_s=0.1, message="run finished")
+    assert final["status"] == "success" and final["params"] == {"by": "mcp"}
+    runs = await call(mcp, "list_runs", cuelist="mcp-release", status="success")
+    assert run_id in [r["run_id"] for r in runs["data"]]
+    escalations = await call(mcp, "list_escalations", run_id=run_id)
+    assert escalations["count"] == 0
+
+
+async def test_refusals_are_tool_errors_with_the_reason(hub_url: str) -> None:
+    async with connected(hub_url) as mcp:
+        await _refusals(mcp)
+
+
+async def _refusals(mcp: Client) -> None:
+    result = await mcp.call_tool("get_run", {"run_id": "no-such-run"})
+    assert result.is_error and "no run no-such-run" in str(result.content)
+    result = await mcp.call_tool("start_run", {"cuelist": "nope"})
+    assert result.is_error and "no cuelist named nope" in str(result.content)
+    run_id = (await call(mcp, "start_run", cuelist="mcp-release"))["run_id"]
+    result = await mcp.call_tool("go", {"run_id": run_id, "cue_id": "SHIP"})
+    assert result.is_error and "SHIP" in str(result.content)  # not armed: 409's detail
+    cancelled = await call(mcp, "cancel_run", run_id=run_id, reason="changed my mind")
+    assert cancelled["status"] == "cancelled"
+
+
+async def test_the_mcp_endpoint_needs_the_key(hub_url: str) -> None:
+    async with httpx.AsyncClient() as anonymous:
+        r = await anonymous.post(f"{hub_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "x"})
+    assert r.status_code == 401 and r.json()["detail"].startswith("missing or wrong API key")

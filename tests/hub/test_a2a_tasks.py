@@ -1,0 +1,72 @@
+"""A run as an A2A task: when it needs an operator (INPUT_REQUIRED) and what a reply gives."""
+
+from __future__ import annotations
+
+import pytest
+from a2a.helpers import new_data_part, new_text_part
+from a2a.types import Message, Role, TaskState
+from a2a.utils.errors import InvalidParamsError
+
+from hub.a2a.replies import actions, start_of
+from hub.a2a.tasks import Need, needs, state_of, task_of
+from tests.hub.sim import Sim, plan_of
+
+GATED = """
+cuelist: gated
+cues:
+  - {id: BUILD, target_agents: [a], raises: [built]}
+  - {id: TEST, target_agents: [a], depends_on: [BUILD], conditions: [built, approval_received]}
+  - {id: SHIP, target_agents: [a], depends_on: [TEST], manual: true}
+"""
+
+
+def test_input_required_only_when_nothing_moves_and_an_operator_must_act() -> None:
+    plan = plan_of(GATED)
+    sim = Sim(plan)
+    sim.start()
+    run = sim.run()
+    # BUILD runs and will raise `built`: only the approval is the operator's
+    assert needs(run, plan.cuelist) == [Need("condition", "approval_received", "TEST")]
+    assert state_of(run, needs(run, plan.cuelist)) == TaskState.TASK_STATE_WORKING
+    sim.call_through("BUILD", ["a"])
+    wants = needs(run, plan.cuelist)
+    assert wants == [Need("condition", "approval_received", "TEST")]
+    task = task_of(run, plan.cuelist)
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert "waits for condition approval_received" in task.status.message.parts[0].text
+    assert task.id == run.run_id == task.context_id
+    sim.engine.raise_condition("r1", "approval_received")
+    sim._drain()
+    assert state_of(run, needs(run, plan.cuelist)) == TaskState.TASK_STATE_WORKING
+    sim.call_through("TEST", ["a"])
+    assert needs(run, plan.cuelist) == [Need("go", "SHIP", "SHIP")]
+    assert task_of(run, plan.cuelist).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+def _reply(*parts: object) -> Message:
+    return Message(role=Role.ROLE_USER, message_id="m", parts=list(parts))  # type: ignore[arg-type]
+
+
+def test_what_a_reply_gives() -> None:
+    one = [Need("condition", "approval_received", "TEST")]
+    two = [*one, Need("go", "SHIP", "SHIP")]
+    data = new_data_part({"condition": ["a", "b"], "go": "SHIP"})
+    assert actions(_reply(data), two) == [("condition", "a"), ("condition", "b"), ("go", "SHIP")]
+    assert actions(_reply(new_text_part("SHIP")), two) == [("go", "SHIP")]
+    assert actions(_reply(new_text_part("Approve.")), one) == [("condition", "approval_received")]
+    with pytest.raises(InvalidParamsError, match="approval_received"):
+        actions(_reply(new_text_part("approve")), two)  # two things wait: say which
+    with pytest.raises(InvalidParamsError):
+        actions(_reply(new_text_part("sure, why not")), one)
+
+
+def test_which_cuelist_a_message_starts() -> None:
+    by_skill = Message(message_id="m", parts=[new_text_part("x")], metadata={"skill": "gated"})
+    assert start_of(by_skill).cuelist == "gated"
+    spec = {"cuelist": "gated", "version": "v1", "params": {"n": 1}, "dry": True}
+    by_data = start_of(_reply(new_data_part(spec)))
+    assert (by_data.cuelist, by_data.version, by_data.params, by_data.dry) == (
+        "gated", "v1", {"n": 1}, True,
+    )  # fmt: skip
+    with pytest.raises(InvalidParamsError, match="name the cuelist"):
+        start_of(_reply(new_text_part("run something")))

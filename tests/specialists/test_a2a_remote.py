@@ -1,0 +1,52 @@
+"""The `a2a` specialist's view of a task: stream events merged into the task, parts as JSON."""
+
+from __future__ import annotations
+
+from a2a.helpers import new_data_part, new_text_part
+from a2a.types import (
+    Artifact,
+    Part,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+
+from specialists.builtin.a2a_remote import artifact_value, merge, part_value, state_name
+
+
+def test_events_before_the_task_wait_for_it_then_merge_in_order() -> None:
+    working = StreamResponse(
+        status_update=TaskStatusUpdateEvent(
+            task_id="t", status=TaskStatus(state=TaskState.TASK_STATE_WORKING)
+        )
+    )
+    assert merge(None, working) is None
+    task = merge(None, StreamResponse(task=Task(id="t", context_id="c")))
+    assert task is not None and task.id == "t"
+    task = merge(task, working)
+    assert task is not None and task.status.state == TaskState.TASK_STATE_WORKING
+    chunk = Artifact(artifact_id="a", name="log", parts=[new_text_part("one ")])
+    task = merge(task, StreamResponse(artifact_update=TaskArtifactUpdateEvent(artifact=chunk)))
+    more = Artifact(artifact_id="a", parts=[new_text_part("two")])
+    update = TaskArtifactUpdateEvent(artifact=more, append=True)
+    task = merge(task, StreamResponse(artifact_update=update))
+    assert task is not None and len(task.artifacts) == 1
+    assert artifact_value(task.artifacts[0]) == ["one ", "two"]
+
+
+def test_parts_as_json() -> None:
+    assert part_value(new_text_part("hi")) == "hi"
+    assert part_value(new_data_part({"n": 3, "x": 0.5, "l": [1, 2.0]})) == {
+        "n": 3,
+        "x": 0.5,
+        "l": [1, 2],
+    }  # protobuf keeps numbers as doubles: whole ones come back as ints
+    assert part_value(Part(url="https://x.test/a.png", media_type="image/png")) == {
+        "url": "https://x.test/a.png",
+        "media_type": "image/png",
+    }
+    assert part_value(Part(raw=b"12345", filename="a.bin")) == {"filename": "a.bin", "size": 5}
+    assert state_name(TaskState.TASK_STATE_INPUT_REQUIRED) == "input_required"

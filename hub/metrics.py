@@ -40,6 +40,11 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )  # fmt: skip
         self.runs = Counter("callboard_runs", "Runs finished", ["status"], registry=r)
+        self.late_replies = Counter(
+            "callboard_late_replies",
+            "Acks and status for an attempt or a run that had already ended (not escalated)",
+            registry=r,
+        )
         self.leader = Gauge("callboard_leader", "1 while this hub leads the engine", registry=r)
         self.active_runs = Gauge(
             "callboard_active_runs", "Runs in memory on the leader", registry=r

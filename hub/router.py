@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT})
 DISCOVER_EVERY_S = 1.0
 SEEN_CAPACITY = 200_000
+ABSENT_CAPACITY = 10_000
+RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S = 100, 10.0  # unknown run ids asked of Redis, per sender
 RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
 
 
@@ -73,6 +75,8 @@ class Router:
         self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
+        self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
         self._last_claim = 0.0
 
@@ -175,16 +179,39 @@ class Router:
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
             raw = [*_xadds(forwards), *ack_commands(batch, HUB_GROUP)]
-            step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw)
+            ended = await self._ended_runs(engine_msgs)
+            step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
             await self.transport.publish_many(forwards, ack=batch, group=HUB_GROUP)
 
+    async def _ended_runs(self, messages: list[Envelope]) -> list[str]:
+        """The runs these messages name that the engine is not running but Redis still
+        holds: they ended, so a reply to one is late, not a violation (one round trip for
+        the batch; a run id found absent is not asked about again, and each sender may
+        have only so many asked about: a flood of made-up ids costs no lookups)."""
+        engine = self.driver.engine
+        asked = sorted({
+            m.run_id for m in messages
+            if m.run_id and m.run_id not in engine.runs and m.run_id not in engine.ended
+            and m.run_id not in self._absent and self.run_lookups.take(m.from_agent)
+        })  # fmt: skip
+        if not asked:
+            return []
+        missing = set(await self.driver.store.missing_runs(asked))
+        for run_id in missing:
+            self._absent[run_id] = None
+            if len(self._absent) > ABSENT_CAPACITY:
+                self._absent.popitem(last=False)
+        return [r for r in asked if r not in missing]
+
     def _apply(
-        self, engine: Engine, messages: list[Envelope], bad: list[Bad], raw: list[list[Any]]
-    ) -> None:
+        self, engine: Engine, messages: list[Envelope], bad: list[Bad], raw: list[list[Any]],
+        ended: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         engine.write_with_step(raw)
+        engine.note_ended(ended)
         for msg in messages:
             if msg.message_type in inputs.ENGINE_TYPES:
                 inputs.handle(engine, msg)

@@ -3,6 +3,8 @@
 `overlap` decides what happens when the previous scheduled run is still going: `skip`
 (default) drops the tick, `buffer_one` keeps one tick to start when it ends, `allow`
 starts anyway. The last fire time is stored, so a new leader neither repeats nor loses one.
+A paused schedule's ticks pass without a run (none is made up on resume). The scheduler
+also sweeps deleted cuelist versions no active run uses any more (hub.store.cuelists).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 StartRun = Callable[[str, str, str], Awaitable[object]]  # (cuelist, version, run_id)
 TICK_S = 1.0
+SWEEP_EVERY_S = 30.0  # how often deleted cuelist versions are checked for runs using them
 
 
 class Scheduler:
@@ -42,8 +45,12 @@ class Scheduler:
         self.start = start
 
     async def run(self, stop: asyncio.Event) -> None:
+        swept = 0.0
         while not stop.is_set():
             await self.tick(time.time())
+            if time.monotonic() - swept > SWEEP_EVERY_S:
+                swept = time.monotonic()
+                await self.cuelists.sweep_deleted()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
 
@@ -69,6 +76,11 @@ class Scheduler:
             return None
         schedule = cuelist.schedule or ""
         due = croniter(schedule, state.last or now).get_next(float) <= now
+        if state.paused:
+            if due:  # the tick passes: resuming starts nothing for the time paused
+                state.last, state.buffered = now, False
+                await self.schedules.save(name, state)
+            return None
         if not due and not state.buffered:
             return None
         running = await self._running(state.run_id)

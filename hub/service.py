@@ -15,15 +15,17 @@ from pydantic_settings import SettingsConfigDict
 from hub import commands as c
 from hub.dead import Budgets, DeadLetters
 from hub.engine.core import Engine
-from hub.engine.driver import Driver
+from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.outbox import Outbox
+from hub.engine.plan import Plan
+from hub.engine.state import CueRun, RunState
 from hub.leader import Leadership
 from hub.metrics import Metrics
 from hub.registry import Registry
 from hub.router import Router
 from hub.scheduler import Scheduler
 from hub.store import Stores
-from protocols.errors import StaleLeader
+from protocols.errors import NotFound, StaleLeader
 from protocols.messages import MessageType
 from protocols.outage import is_unreachable, one_line
 from protocols.payloads import PAYLOAD_MODELS
@@ -185,6 +187,8 @@ class Hub:
         await self.transport.close()
 
     def _observe(self, out: Outbox) -> None:
+        if out.late:
+            self.metrics.late_replies.inc(out.late)
         for esc in out.escalations.values():
             if esc.count == 1:
                 self.metrics.escalations.labels(esc.type.value, esc.severity.value).inc()
@@ -214,6 +218,8 @@ class Hub:
             c.Handlers()
             .on(c.StartRun, self._start_run)
             .on(c.Go, self._go)
+            .on(c.Retry, self._retry)
+            .on(c.Rerun, self._rerun)
             .on(c.RaiseCondition, self._raise_condition)
             .on(c.Cancel, self._cancel)
             .on(c.Resolve, self._resolve)
@@ -227,6 +233,45 @@ class Hub:
     async def _go(self, cmd: c.Go) -> c.GoReply:
         cr = await self.driver.step(lambda e: e.operator_go(cmd.run_id, cmd.cue_id))
         return c.GoReply(state=cr.state.value, attempt=cr.attempt)
+
+    async def _retry(self, cmd: c.Retry) -> c.RetryReply:
+        async def once(loaded: tuple[RunState, Plan] | None) -> tuple[CueRun, str]:
+            return await self.driver.step(lambda e: e.retry_cue(cmd.run_id, cmd.cue_id, loaded))
+
+        loaded = await self._ended_run(cmd.run_id)
+        try:
+            cr, retried = await once(loaded)
+        except NotFound:  # it ended and was forgotten between the look and the step
+            again = None if loaded else await self._ended_run(cmd.run_id)
+            if again is None:
+                raise
+            cr, retried = await once(again)
+        return c.RetryReply(state=cr.state.value, attempt=cr.attempt, retried=retried)
+
+    async def _ended_run(self, run_id: str) -> tuple[RunState, Plan] | None:
+        """A run the engine no longer holds (it ended), loaded from Redis with its plan."""
+        if run_id in self.driver.engine.runs:
+            return None
+        run = await self.store.run(run_id)
+        return None if run is None else (run, await self.driver.plan(run.cuelist, run.version))
+
+    async def _rerun(self, cmd: c.Rerun) -> c.RerunReply:
+        ended = await self._ended_run(cmd.run_id)
+        source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
+        if source is None:
+            raise NotFound(f"no run {cmd.run_id}")
+        plan = ended[1] if ended else await self.driver.plan(source.cuelist, source.version)
+        context = {}
+        if cmd.from_failure:
+            stored = await self.store.context(cmd.run_id)
+            context = {key: entry.model_dump(mode="json") for key, entry in stored.items()}
+        run = await self.driver.step(
+            lambda e: e.rerun(
+                cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
+                loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
+            )
+        )  # fmt: skip
+        return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
 
     async def _raise_condition(self, cmd: c.RaiseCondition) -> c.RaiseConditionReply:
         run = await self.driver.step(lambda e: e.raise_condition(cmd.run_id, cmd.name))

@@ -85,8 +85,9 @@ def verify_handoff(
     sender_id: str, sender: Contract | None, receiver_id: str, receiver: Contract | None,
     declared_keys: Iterable[str],
 ) -> None:  # fmt: skip
-    """Raise HandoffRejected when the receiver is not in the sender's `handoff_to` or its
-    requirements are not covered; `missing` names the uncovered keys."""
+    """The load-time check (the promise): raise HandoffRejected when the receiver is not in
+    the sender's `handoff_to` or its requirements are not covered by the sender's
+    `provides` and the declared keys; `missing` names the uncovered keys."""
     if not handoff_allowed(sender, receiver_id):
         allowed = ", ".join(sender.handoff_to) if sender and sender.handoff_to else "nobody"
         raise HandoffRejected(
@@ -99,9 +100,41 @@ def verify_handoff(
         )
 
 
+def missing_in_handoff(receiver: Contract | None, context_keys: Iterable[str]) -> list[str]:
+    """The keys the receiver requires that the handoff's actual context lacks, in the
+    receiver's order (seed 002 `validate_handoff`). An unknown receiver requires nothing."""
+    if receiver is None:
+        return []
+    present = set(context_keys)
+    return [key for key in receiver.requires if key not in present]
+
+
+def validate_handoff(
+    sender_id: str, sender: Contract | None, receiver_id: str, receiver: Contract | None,
+    context_keys: Iterable[str],
+) -> None:  # fmt: skip
+    """The run-time check: was the promise kept? Raise HandoffRejected when the receiver is
+    not in the sender's `handoff_to`, or when the handoff's actual context lacks a key the
+    receiver requires. The sender's `provides` does not count here: it is what the
+    load-time check (verify_handoff) took on trust, and this is where it is verified."""
+    if not handoff_allowed(sender, receiver_id):
+        allowed = ", ".join(sender.handoff_to) if sender and sender.handoff_to else "nobody"
+        raise HandoffRejected(
+            f"{sender_id} may not hand off to {receiver_id} (its handoff_to: {allowed})"
+        )
+    missing = missing_in_handoff(receiver, context_keys)
+    if missing:
+        raise HandoffRejected(
+            f"handoff from {sender_id} to {receiver_id} lacks {', '.join(missing)} "
+            f"(required by {receiver_id})",
+            missing,
+        )
+
+
 def verify_task_handoff(payload: TaskHandoff, contracts: Mapping[str, Contract]) -> None:
-    """The run-time check of one TaskHandoff payload; raises HandoffRejected."""
-    verify_handoff(
+    """The run-time check of one TaskHandoff payload (its actual context against the
+    receiver's `requires`); raises HandoffRejected."""
+    validate_handoff(
         payload.from_agent, contracts.get(payload.from_agent),
         payload.to_agent, contracts.get(payload.to_agent),
         payload.handoff_context.provided_keys(),

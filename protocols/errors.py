@@ -16,6 +16,7 @@
     └── EngineError                an operator request the run engine refuses
         ├── NotFound               unknown run, cue, cuelist or escalation  (HTTP 404)
         ├── Conflict               request not allowed in the current state  (HTTP 409)
+        ├── Unprocessable          a request naming what its target has no use for (HTTP 422)
         └── StaleLeader            a state write under a fencing token that lost its lease
 
 Redis errors become this tree in one place, protocols/transport/_errors.py (by the error
@@ -105,6 +106,15 @@ class NotFound(EngineError):
 
 class Conflict(EngineError):
     """The request does not fit the current state (e.g. GO for a cue that is not armed)."""
+
+
+class Unprocessable(EngineError):
+    """A request that names something its target has no use for (a condition no cue of the
+    run waits for); `fields` go into the answer beside `detail` (what would be used)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class StaleLeader(EngineError):

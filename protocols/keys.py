@@ -169,6 +169,12 @@ class Keys:
         """A cuelist's versions scored by when they were stored (a sorted set)."""
         return f"{self.cuelist(name)}:versions"
 
+    @property
+    def deleted_versions(self) -> str:
+        """Deleted cuelist versions kept readable for the runs still pinned to them, as
+        `NAME VERSION` scored by when they were deleted (a sorted set)."""
+        return f"{self.prefix}cuelists:deleted"
+
     def idempotency(self, key: str) -> str:
         return f"{self.prefix}idem:{key}"
 

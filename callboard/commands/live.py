@@ -64,14 +64,14 @@ def run_table(run: dict[str, Any], now: float | None = None) -> Group:
 
 
 def results_of(cue: dict[str, Any]) -> str:
-    """What the cue's targets returned (`Result(result=...)`), compact: `agent: json`.
-    Shown when the hub reports results per target (`results`) or one (`result`)."""
-    results = cue.get("results")
-    if isinstance(results, dict) and results:
-        return " ".join(f"{a}: {json.dumps(r, default=str)}" for a, r in results.items())
-    if cue.get("result") is not None:
-        return json.dumps(cue["result"], default=str)
-    return ""
+    """What the cue's targets returned (`Result(result=...)`), compact: `agent: json`, from
+    the hub's `result` (by agent; older hubs: `results`)."""
+    results = cue.get("result", cue.get("results"))
+    if isinstance(results, dict):
+        return " ".join(
+            f"{a}: {json.dumps(r, default=str)}" for a, r in results.items() if r not in (None, {})
+        )
+    return "" if results is None else json.dumps(results, default=str)
 
 
 class RunView:

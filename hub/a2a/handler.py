@@ -66,7 +66,7 @@ from hub.engine.state import RunState
 from hub.service import Hub
 from hub.store.idempotency import IdempotencyHold
 from protocols.cuelist import Cuelist
-from protocols.errors import Conflict, NotFound
+from protocols.errors import Conflict, NotFound, Unprocessable
 
 BLOCK_MS = 1_000
 BATCH = 200
@@ -172,7 +172,7 @@ class RunTasks(RequestHandler):
                     await routes.go(run, name, self.hub)
                 else:
                     await routes.raise_condition(run, name, self.hub)
-        except (Conflict, NotFound) as exc:
+        except (Conflict, NotFound, Unprocessable) as exc:  # Unprocessable: no cue waits for it
             await store.release(key, run.run_id)
             raise InvalidParamsError(str(exc)) from None
         except BaseException:

@@ -1,8 +1,9 @@
 """The one place that maps protocols.errors (and bad requests) to JSON HTTP errors with `detail`.
 
-NotFound -> 404, Conflict -> 409, other EngineError -> 409, CuelistError -> 422 with
-`errors`, HandoffRejected / ProtocolError -> 422, TransportError (Redis, no leader) -> 503,
-request validation -> 422 with `errors`, anything unexpected -> 500 without a traceback.
+NotFound -> 404, Conflict -> 409, Unprocessable -> 422 (with its fields), other EngineError
+-> 409, CuelistError -> 422 with `errors`, HandoffRejected / ProtocolError -> 422,
+TransportError (Redis, no leader) -> 503, request validation -> 422 with `errors`, anything
+unexpected -> 500 without a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from protocols.errors import (
     NotFound,
     ProtocolError,
     TransportError,
+    Unprocessable,
 )
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 _STATUS: list[tuple[type[CallboardError], int]] = [
     (NotFound, 404),
     (Conflict, 409),
+    (Unprocessable, 422),
     (EngineError, 409),
     (CuelistError, 422),
     (HandoffRejected, 422),
@@ -77,6 +80,8 @@ async def _callboard(request: Request, exc: Exception) -> JSONResponse:
         return _json(422, str(exc), errors=[issue_dict(i) for i in exc.issues])
     if isinstance(exc, HandoffRejected):
         return _json(422, str(exc), missing=exc.missing)
+    if isinstance(exc, Unprocessable):
+        return _json(422, str(exc), **exc.fields)
     status = status_of(exc)
     headers = {"Retry-After": "1"} if status == 503 else None
     return _json(status, str(exc) or type(exc).__name__, headers)

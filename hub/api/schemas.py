@@ -77,6 +77,17 @@ class CuelistsPublic(BaseModel):
     count: int
 
 
+class CuelistDeleted(BaseModel):
+    name: str
+    deleted: list[str] = Field(description="the versions deleted")
+
+
+class SchedulePublic(BaseModel):
+    name: str
+    schedule: str | None = Field(description="the latest version's cron schedule, if any")
+    paused: bool
+
+
 # -- runs ------------------------------------------------------------------------------
 class RunCreate(In):
     cuelist: str = Field(min_length=1, max_length=200)
@@ -103,6 +114,11 @@ class CuePublic(BaseModel):
     targets: dict[str, str]
     not_ready: dict[str, str] = Field(default_factory=dict)
     error: str | None
+    result: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what each target returned (`Result(result=...)`), by agent; one over "
+        "4 KiB is kept as {truncated, bytes, head}",
+    )
 
 
 class RunRecordPublic(BaseModel):
@@ -119,6 +135,9 @@ class RunRecordPublic(BaseModel):
     messages_in: int
     messages_out: int
     protocol_violations: int
+    late_replies: int = Field(
+        0, description="acks and status that came after their attempt or run ended (counted)"
+    )
     totals: dict[str, int] = Field(
         default_factory=dict,
         description="how many waits, conflicts, escalations and errors there were in all: "
@@ -135,6 +154,8 @@ class RunPublic(BaseModel):
     params: dict[str, Any]
     conditions: list[str]
     hold_reason: str | None
+    rerun_of: str | None = Field(None, description="the run this one reruns")
+    reruns: list[str] = Field(default_factory=list, description="runs that rerun this one")
     created_at: str | None
     started_at: str | None
     completed_at: str | None
@@ -147,6 +168,8 @@ class RunSummary(BaseModel):
     cuelist: str
     version: str
     status: str
+    hold_reason: str | None = None
+    rerun_of: str | None = None
     dry: bool
     started_at: str | None
     completed_at: str | None
@@ -165,10 +188,39 @@ class GoPublic(BaseModel):
     attempt: int
 
 
+class RetryPublic(BaseModel):
+    run_id: str
+    cue: str
+    state: str = Field(description="the cue's state after the retry")
+    attempt: int
+    retried: str = Field(description="the cue tried again: this one, or the failure it waits on")
+
+
+class RerunCreate(In):
+    from_failure: bool = Field(
+        False, description="treat the cues that completed as completed (results, context)"
+    )
+
+
+class RerunCreated(BaseModel):
+    run_id: str
+    rerun_of: str
+
+
 class ConditionPublic(BaseModel):
     run_id: str
     condition: str
     conditions: list[str]
+
+
+class ConditionRefused(ErrorPublic):
+    """A condition no cue of the run waits for (or, as on every route, a bad request)."""
+
+    conditions: list[str] | None = Field(
+        None, description="the conditions cues of the run wait for"
+    )
+    did_you_mean: str | None = Field(None, description="the closest of them to the name sent")
+    errors: list[IssuePublic] | None = Field(None, description="a request that did not parse")
 
 
 class CancelCreate(In):

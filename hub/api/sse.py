@@ -35,15 +35,16 @@ async def follow(
     hub: Hub, run_id: str, after: str, stopping: asyncio.Event
 ) -> AsyncIterator[RunEvent]:
     """The run's events after entry `after`; ends after the run's final event, on shutdown,
-    or after `sse_max_s` (the client resumes from its Last-Event-ID)."""
+    or after `sse_max_s` (the client resumes from its Last-Event-ID). A final event that
+    later ones follow (a retry ran the run again) does not end it."""
     deadline = time.monotonic() + hub.settings.sse_max_s
     last = after
     while True:  # replay what is there
         batch = await hub.store.events(run_id, last, count=BATCH)
-        for event in batch:
+        for n, event in enumerate(batch, 1):
             last = event.id
             yield RunEvent(event.id, _public(event.data))
-            if finishes(event.data):
+            if finishes(event.data) and n == len(batch) and await _ended(hub, run_id):
                 return
         if len(batch) < BATCH:
             break
@@ -54,8 +55,14 @@ async def follow(
             if run is None or run.status.done:  # trimmed or gone: nothing more will come
                 return
             continue
-        for event in batch:
+        for n, event in enumerate(batch, 1):
             last = event.id
             yield RunEvent(event.id, _public(event.data))
-            if finishes(event.data):
+            if finishes(event.data) and n == len(batch) and await _ended(hub, run_id):
                 return
+
+
+async def _ended(hub: Hub, run_id: str) -> bool:
+    """The run is over (or gone): its final event is its last."""
+    run = await hub.store.run(run_id)
+    return run is None or run.status.done

@@ -16,7 +16,7 @@ def cue_public(cr: CueRun) -> CuePublic:
         warned_at=ts(cr.warned_at), standby_at=ts(cr.standby_at), go_at=ts(cr.go_at),
         completed_at=ts(cr.completed_at),
         targets={agent: state.value for agent, state in cr.targets.items()},
-        not_ready=dict(cr.not_ready), error=cr.error,
+        not_ready=dict(cr.not_ready), error=cr.error, result=dict(cr.result),
     )  # fmt: skip
 
 
@@ -33,7 +33,7 @@ def record_public(run: RunState) -> RunRecordPublic:
         duration_s=duration, counts=run.counts(), fired=run.fired(), waits=rec.waits,
         conflicts=rec.conflicts, escalations=rec.escalations, errors=rec.errors,
         messages_in=rec.messages_in, messages_out=rec.messages_out,
-        protocol_violations=rec.protocol_violations,
+        protocol_violations=rec.protocol_violations, late_replies=rec.late_replies,
         totals={name: rec.totals.get(name, len(getattr(rec, name))) for name in _LISTS},
     )  # fmt: skip
 
@@ -42,6 +42,7 @@ def run_public(run: RunState) -> RunPublic:
     return RunPublic(
         run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
         dry=run.dry, params=run.params, conditions=run.conditions, hold_reason=run.hold_reason,
+        rerun_of=run.rerun_of, reruns=run.reruns,
         created_at=ts(run.created_at), started_at=ts(run.started_at),
         completed_at=ts(run.completed_at), record=record_public(run),
         cues={cue_id: cue_public(cr) for cue_id, cr in run.cues.items()},
@@ -51,6 +52,7 @@ def run_public(run: RunState) -> RunPublic:
 def run_summary(run: RunState) -> RunSummary:
     return RunSummary(
         run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
+        hold_reason=run.hold_reason, rerun_of=run.rerun_of,
         dry=run.dry, started_at=ts(run.started_at), completed_at=ts(run.completed_at),
         counts=run.counts(),
     )  # fmt: skip

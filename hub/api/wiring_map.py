@@ -61,7 +61,7 @@ def build(registry: list[dict[str, Any]], cuelists: list[dict[str, Any]]) -> dic
         a = agent(entry["agent"])
         a.online, a.registered = bool(entry.get("online")), True
         _contract(a, entry.get("contract") or {})
-    handoffs: set[tuple[str, str, str]] = set()
+    handoffs: dict[tuple[str, str], set[str]] = {}  # (sender, receiver) -> where declared
     for doc in cuelists:
         name = doc.get("cuelist", "?")
         for agent_id, contract in (doc.get("specialists") or {}).items():
@@ -74,10 +74,10 @@ def build(registry: list[dict[str, Any]], cuelists: list[dict[str, Any]]) -> dic
             if to:
                 agent(to)
                 for t in targets:
-                    handoffs.add((t, to, f"{name}/{cue.get('id')}"))
+                    handoffs.setdefault((t, to), set()).add(f"{name}/{cue.get('id')}")
     for a in list(agents.values()):
         for to in a.handoff_to:
-            handoffs.add((a.agent, to, "contract"))
+            handoffs.setdefault((a.agent, to), set()).add("contract")
             agent(to)
     names = sorted(agents)
     targeted = sorted(a.agent for a in agents.values() if a.cues) or names
@@ -115,14 +115,15 @@ def build(registry: list[dict[str, Any]], cuelists: list[dict[str, Any]]) -> dic
         edges.append({"from": name, "to": HUB, "kind": "out", "types": _sends_of(SPECIALIST_SENDS)})
         if agents[name].cues:
             edges.append({"from": HUB, "to": name, "kind": "in", "types": _hub_to_agent()})
-    for sender, receiver, via in sorted(handoffs):
+    # one edge per pair of agents, however many cues and contracts declare it
+    for (sender, receiver), where in sorted(handoffs.items()):
         shared = sorted(agents[sender].provides & agents[receiver].requires)
         edges.append(
             {
                 "from": sender,
                 "to": receiver,
                 "kind": "handoff",
-                "via": via,
+                "via": ", ".join(sorted(where - {"contract"}) + sorted(where & {"contract"})),
                 "types": [MessageType.TASK_HANDOFF.value],
                 "context_keys": shared,
             }

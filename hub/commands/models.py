@@ -70,6 +70,31 @@ class Go(Command[GoReply]):
     cue_id: str
 
 
+class RetryReply(Reply):
+    state: str  # of the cue asked about
+    attempt: int
+    retried: str  # the cue tried again: that one, or the failed cue a blocked one waits on
+
+
+class Retry(Command[RetryReply]):
+    op: Literal["retry"] = "retry"
+    run_id: str
+    cue_id: str
+
+
+class RerunReply(Reply):
+    run_id: str
+    rerun_of: str
+    status: str
+
+
+class Rerun(Command[RerunReply]):
+    op: Literal["rerun"] = "rerun"
+    run_id: str  # the run to run again
+    new_run_id: str
+    from_failure: bool = False
+
+
 class RaiseConditionReply(Reply):
     conditions: list[str]
 
@@ -114,7 +139,8 @@ class Broadcast(Command[BroadcastReply]):
 
 
 AnyCommand = Annotated[
-    StartRun | Go | RaiseCondition | Cancel | Resolve | Broadcast, Field(discriminator="op")
+    StartRun | Go | Retry | Rerun | RaiseCondition | Cancel | Resolve | Broadcast,
+    Field(discriminator="op"),
 ]
 
 

@@ -1,11 +1,20 @@
-"""Escalations as the engine raises and resolves them, and pausing GOs."""
+"""Escalations as the engine raises and resolves them, pausing GOs, and holding runs.
+
+A run is `holding` when only an operator can move it: nothing of it is pending or in a
+call or waiting for a resource, and what is left is armed cues (a GO), cues waiting for
+conditions no unfinished cue of the run raises (an approval), or GOs paused by a critical
+escalation. `hold_reason` names each need. One function decides (`hold_cause`), once per
+step for every run the step touched (cheaply: only while no cue of the run moves).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hub.engine import answers
-from hub.engine.base import EngineBase, _all
+from hub.engine.base import MOVING, EngineBase, _all
 from hub.engine.escalations import Escalation
-from hub.engine.state import RunState
+from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.errors import Conflict, NotFound
 from protocols.messages import MessageType as T
@@ -91,16 +100,57 @@ class AlertsMixin(EngineBase):
         self.out.paused_changed = True
         self.broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
         for run in list(self.runs.values()):
-            if run.status is RunStatus.HOLDING:
-                run.status, run.hold_reason = RunStatus.RUNNING, None
-                self.record_event(run, "run", status=run.status.value)
+            self.mark_dirty(run)  # its hold is reviewed with this step
             for cue_id, cr in run.cues.items():
                 if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
                     self.go(run, cue_id)
+                elif _paused(cr) and cr.state in (CueState.PENDING, CueState.WAITING):
+                    self.evaluate(run, cue_id)  # a direct cue: fired again
 
     def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
-        run.cues[cue_id].reason = reason
-        if run.status is RunStatus.RUNNING:
-            run.status, run.hold_reason = RunStatus.HOLDING, reason
-            self.record_event(run, "run", status=run.status.value, reason=reason)
-        self.mark_dirty(run, cue_id)
+        """A GO that may not go now (paused): the cue says why; the run may be holding."""
+        self.set_reason(run, cue_id, f"{PAUSED}{reason}")
+
+    # -- holding ------------------------------------------------------------------------
+    def review_holds(self, run_ids: Iterable[str]) -> None:
+        """Holding or running, for each run a step touched (called as the step is taken)."""
+        for run_id in list(run_ids):
+            run = self.runs.get(run_id)
+            if run is None or run.dry or run.status.done:
+                continue
+            quiet = not self.moving.get(run_id) or self.paused is not None
+            cause = self.hold_cause(run) if quiet else None
+            if cause is not None and (run.status, run.hold_reason) != (RunStatus.HOLDING, cause):
+                run.status, run.hold_reason = RunStatus.HOLDING, cause
+                self.record_event(run, "run", status=run.status.value, reason=cause)
+                self.mark_dirty(run)
+            elif cause is None and run.status is RunStatus.HOLDING:
+                run.status, run.hold_reason = RunStatus.RUNNING, None
+                self.record_event(run, "run", status=run.status.value)
+                self.mark_dirty(run)
+
+    def hold_cause(self, run: RunState) -> str | None:
+        """What only an operator can give the run ("GO for DEPLOY; condition
+        approval_received"), or None while anything else can still move it."""
+        plan = self.plans[run.run_id]
+        unfinished = [(c, cr) for c, cr in run.cues.items() if not cr.state.done]
+        raisable = {flag for c, _ in unfinished for flag in plan.cues[c].raises}
+        needs: list[str] = []
+        for cue_id, cr in unfinished:
+            if _paused(cr):
+                needs.append(cr.reason or PAUSED)  # "GO paused: critical escalation ..."
+            elif cr.state in MOVING or (run.run_id, cue_id) in self.book.waiting:
+                return None  # in a call, about to be, or waiting for another's resource
+            elif cr.state is CueState.ARMED:
+                needs.append(f"GO for {cue_id}")
+            elif cr.state is CueState.WAITING:
+                needs += [f"condition {flag}" for flag in plan.cues[cue_id].conditions
+                          if flag not in run.conditions and flag not in raisable]  # fmt: skip
+        return "; ".join(dict.fromkeys(needs)) or None
+
+
+PAUSED = "GO paused: "  # how a cue whose GO a pause holds back says so
+
+
+def _paused(cr: CueRun) -> bool:
+    return (cr.reason or "").startswith(PAUSED)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hub.engine.escalations import Escalation, EscalationBook
@@ -26,7 +27,10 @@ from protocols.states import (
     TargetState,
 )
 
+log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
+ENDED_MAX = 10_000  # ended run ids remembered in memory (older ones: asked of Redis)
+MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an operator
 
 
 class EngineBase(ABC):
@@ -51,11 +55,35 @@ class EngineBase(ABC):
         self.paused: str | None = None  # reason GOs are paused (critical escalation)
         self.out = Outbox()
         self.open: dict[str, int] = {}  # run id -> cues not yet done, kept by `_set`
+        self.moving: dict[str, int] = {}  # run id -> cues pending or in the call (`_set`)
+        # runs that ended (forgotten, or found in Redis when a message named them): a
+        # message for one is late, not a violation; the most recent ENDED_MAX are kept
+        self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()
         # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
+    def note_ended(self, run_ids: Iterable[str]) -> None:
+        """Remember runs that ended: a late reply to one is counted, never escalated."""
+        for run_id in run_ids:
+            self.ended[run_id] = None
+            self.ended.move_to_end(run_id)
+        while len(self.ended) > ENDED_MAX:
+            self.ended.popitem(last=False)
+
+    def late_reply(self, run: RunState | None, what: str) -> None:
+        """A reply for an attempt, a cue or a run that already ended (an agent that timed
+        out and woke): counted (the metric; the run's record while the run is known) and
+        logged, never escalated: it is no one's fault and changes nothing."""
+        self.out.late += 1
+        if run is not None:
+            run.record.late_replies += 1
+            self.mark_dirty(run)
+        log.debug("late reply: %s", what)
+
     def take(self) -> Outbox:
-        """What the steps since the last `take` produced, for the driver to commit."""
+        """What the steps since the last `take` produced, for the driver to commit (the
+        runs they touched are holding or running as they now stand)."""
+        self.review_holds(self.out.dirty)
         out, self.out = self.out, Outbox()
         return out
 
@@ -97,24 +125,55 @@ class EngineBase(ABC):
         cr.deadline = cr.deadline_phase = None
 
     def _set(
-        self, run: RunState, cue_id: str, state: CueState, reason: str | None, **extra: Any
-    ) -> None:
+        self, run: RunState, cue_id: str, state: CueState, reason: str | None,
+        root: str | None = None, **event: Any,
+    ) -> None:  # fmt: skip
+        """The one place a cue's state and reason change. A new state is a `cue` event; a
+        new reason in the same state a `reason` event (so a watcher never shows a stale
+        one). `root` is the root-cause cue of a block; `event` adds to the event."""
         cr = run.cues[cue_id]
         changed = cr.state is not state
-        if cr.state.done is not state.done and run.run_id in self.open:
-            self.open[run.run_id] += 1 if cr.state.done else -1
-        cr.state, cr.reason = state, reason
-        if "root" in extra:
-            cr.error = extra["root"]
-        self.mark_dirty(run, cue_id)
         if changed:
-            self.record_event(
-                run, "cue", cue=cue_id, state=state, reason=reason, attempt=cr.attempt
-            )
+            self.open_moved(run, cr.state, state)
+        self.mark_dirty(run, cue_id)
+        if not changed and reason == cr.reason and root is None:
+            return
+        cr.state, cr.reason = state, reason
+        if root is not None:
+            cr.error = root
+        kind = "cue" if changed else "reason"
+        self.record_event(
+            run, kind, cue=cue_id, state=state, reason=reason, attempt=cr.attempt, **event
+        )
+
+    def set_reason(self, run: RunState, cue_id: str, reason: str | None) -> None:
+        """Say why the cue is where it is (an event when that changes)."""
+        self._set(run, cue_id, run.cues[cue_id].state, reason)
+
+    def open_moved(self, run: RunState, was: CueState, now: CueState) -> None:
+        """Keep the per-run counts of cues not done (`open`) and of cues that move on their
+        own (`moving`: pending, or in the call), as a cue goes from `was` to `now`."""
+        run_id = run.run_id
+        if was.done is not now.done and run_id in self.open:
+            self.open[run_id] += 1 if was.done else -1
+        if (was in MOVING) is not (now in MOVING) and run_id in self.moving:
+            self.moving[run_id] += -1 if was in MOVING else 1
 
     def record_event(self, run: RunState, kind: str, **data: Any) -> None:
-        """Append an event to the run's event stream (with this step's write)."""
-        self.out.events.append((run.run_id, {"type": kind, "at": self.clock(), **data}))
+        """Append an event to the run's event stream (with this step's write). A cue's new
+        reason right after its last one in the same write replaces it: they are written
+        together, so no reader could see the one in between (a phase's acks that share a
+        write cost one event, not one each)."""
+        event = {"type": kind, "at": self.clock(), **data}
+        cue = data.get("cue")
+        if cue is not None:
+            key = (run.run_id, cue)
+            last = self.out.last_cue_event.get(key)
+            if kind == "reason" and last is not None and self.out.events[last][1]["type"] == kind:
+                self.out.events[last] = (run.run_id, event)
+                return
+            self.out.last_cue_event[key] = len(self.out.events)
+        self.out.events.append((run.run_id, event))
 
     def mark_dirty(self, run: RunState, cue_id: str | None = None) -> None:
         """Mark what must be written: the run's header, and the cue when one is named.
@@ -139,6 +198,14 @@ class EngineBase(ABC):
     # Declared here so each part (core, contest, alerts) and the engine's callers (the
     # driver, the router, inputs) read and type-check against one public surface.
     @abstractmethod
+    def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
+        """Take charge of a run (new, or loaded from the store)."""
+
+    @abstractmethod
+    def work_backlog(self, limit: int | None = None) -> bool:
+        """Evaluate up to `limit` queued cues of starting runs; True while more are queued."""
+
+    @abstractmethod
     def evaluate(self, run: RunState, cue_id: str) -> None:
         """Move a cue not yet called as far as its predecessors and conditions allow."""
 
@@ -160,6 +227,10 @@ class EngineBase(ABC):
         *, raised_by: str = "hub", cause: str | None = None,
     ) -> Escalation:  # fmt: skip
         """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
+
+    @abstractmethod
+    def review_holds(self, run_ids: Iterable[str]) -> None:
+        """Set each run holding (with its hold_reason) or running, as it now stands."""
 
     @abstractmethod
     def arbitrate(self, esc: Escalation, winner: str) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import _missing, _waiting_reason
+from hub.engine.base import MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
 from hub.engine.outbox import Timer
 from hub.engine.plan import Plan
@@ -29,7 +30,7 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
@@ -73,6 +74,7 @@ class Engine(ContestMixin, AlertsMixin):
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
+        self.moving[run.run_id] = sum(cr.state in MOVING for cr in run.cues.values())
         self.out.fresh.add(run.run_id)
         self.mark_dirty(run)
         for cue_id, cr in run.cues.items():
@@ -128,14 +130,20 @@ class Engine(ContestMixin, AlertsMixin):
         self._finish(run, status)
 
     def forget(self, run_id: str) -> None:
-        """Drop a finished run once its end is committed."""
+        """Drop a finished run once its end is committed (not one an operator has reopened
+        since: see `retry_cue`)."""
+        run = self.runs.get(run_id)
+        if run is not None and not run.status.done:
+            return
+        self.note_ended([run_id])
         self.runs.pop(run_id, None)
         self.plans.pop(run_id, None)
         self.open.pop(run_id, None)
+        self.moving.pop(run_id, None)
         self.escalations.forget_run(run_id)
 
     def _finish(self, run: RunState, status: RunStatus) -> None:
-        run.status = status
+        run.status, run.hold_reason = status, None
         run.completed_at = self.clock()
         self.mark_dirty(run)
         self.out.finished.add(run.run_id)
@@ -261,6 +269,7 @@ class Engine(ContestMixin, AlertsMixin):
         cr.targets = {a: TargetState.WARNED for a in cue.target_agents}
         cr.not_ready = {}
         cr.dead_replies = {}
+        cr.result = {}
         cr.handoff_ok = False
         reason = "early warning: preparing while a predecessor runs" if early else None
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
@@ -291,11 +300,12 @@ class Engine(ContestMixin, AlertsMixin):
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
         if self.paused is not None:
-            self._hold(run, cue_id, f"GO paused: {self.paused}")
+            self._hold(run, cue_id, self.paused)
             return
         if assign:
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in cue.target_agents}
+            cr.result = {}
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
         now = self.clock()
@@ -357,7 +367,7 @@ class Engine(ContestMixin, AlertsMixin):
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         cr.completed_at = self.clock()
         self.clear_deadline(cr)
-        self._set(run, cue_id, CueState.COMPLETED, None)
+        self._set(run, cue_id, CueState.COMPLETED, None, result=cr.result)
         self._release(run, cue_id)
         self._raise_flags(run, list(cue.raises))
         self._after_done(run, cue_id)

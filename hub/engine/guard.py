@@ -26,7 +26,7 @@ HANDOFF_FLOOD = "handoff_over_budget"  # handoffs outside a run, past the sender
 REJECTED_BAD_ID = "rejected_bad_id"  # status.rejected naming no entry id
 REJECTED_UNKNOWN_ENTRY = "rejected_unknown_entry"  # ...naming no entry of its inbox
 # The engine's: a message reaching past what its sender takes part in.
-UNKNOWN_RUN = "unknown_run"  # no such run (made up, or finished)
+UNKNOWN_RUN = "unknown_run"  # no such run (made up, or expired): a run that ended is late
 NOT_IN_RUN = "not_in_run"  # a run none of whose cues targets the sender
 UNKNOWN_CUE = "unknown_cue"
 NOT_A_TARGET = "not_a_target"  # a cue of its run that does not target it
@@ -88,12 +88,18 @@ def scope(engine: Engine, msg: Envelope, cue_id: str | None, *, cue_required: bo
     escalating why not."""
     sender, mt = msg.from_agent, msg.message_type.value
     run = engine.runs.get(msg.run_id or "")
+    if run is None and msg.run_id in engine.ended:  # it ended: late, not made up
+        engine.late_reply(None, f"{mt} from {sender} for run {msg.run_id}, which ended")
+        return None
     if run is None:
         _violation(engine, msg, UNKNOWN_RUN, f"{mt} from {sender} for unknown run {msg.run_id}")
         return None
     if not takes_part(engine, run, sender):
         detail = f"{mt} from {sender} for run {run.run_id}, which does not target it"
         _violation(engine, msg, NOT_IN_RUN, detail)
+        return None
+    if run.status.done:
+        engine.late_reply(run, f"{mt} from {sender} for run {run.run_id}, which ended")
         return None
     if cue_id is None and not cue_required:
         return run
@@ -182,8 +188,7 @@ def refused_entry(
         note = f"{DEAD_REPLY} {sender} was dead-lettered ({where}): {detail[:200]}"
         cr.dead_replies[sender] = where
         base = (cr.reason or "").split(f"; {DEAD_REPLY} ", 1)[0]  # the latest note only
-        cr.reason = f"{base}; {note}" if base else note
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{base}; {note}" if base else note)
     engine.record_event(run, "dead_letter", cue=cue_id, agent=sender, dead_letter=letter_id,
                         reason=detail[:200])  # fmt: skip
     violation(engine, run, cue_id, kind, sender, detail, stream=stream, entry_id=entry_id)

@@ -3,6 +3,7 @@
 Every message is checked against the cue's state: an ack out of
 order, an ack or a completion from an agent that is not a target, or a message for an
 unknown run is counted and escalated once (hub.engine.guard); it never crashes the engine.
+A late reply (for an attempt, a cue or a run that already ended) is only counted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
-from protocols.contracts import Contract, verify_handoff
+from protocols.contracts import Contract, validate_handoff
 from protocols.errors import HandoffRejected
 from protocols.messages import MessageType as T
 from protocols.states import CueState, Phase, Severity, TargetState
@@ -63,6 +64,9 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     attempt = getattr(msg.payload, "attempt", cr.attempt)
     agent = msg.from_agent
     if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done:
+        mt = msg.message_type.value
+        engine.late_reply(run, f"{mt} from {agent} for {cue_id} attempt {attempt} "
+                          f"(now attempt {cr.attempt}, {cr.state.value})")  # fmt: skip
         return  # late or duplicate: it changes nothing (idempotent handling)
     if cr.state is not expected_cue:
         mt = msg.message_type.value
@@ -76,16 +80,14 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         engine.fail_attempt(run, cue_id, f"{agent}: {msg.body(p.StatusFailed).error}")
         return
     if mt is T.STATUS_BLOCKED:
-        cr.reason = f"{agent} blocked: {msg.body(p.StatusBlocked).reason}"
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{agent} blocked: {msg.body(p.StatusBlocked).reason}")
         return
     if mt is T.ACK_STANDBY and not (ack := msg.body(p.AckStandby)).ready:
         cr.not_ready[agent] = ack.reason or "not ready"
-        cr.reason = f"{agent} not ready: {cr.not_ready[agent]}"
-        engine.mark_dirty(run, cue_id)
+        engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
         return
     if mt is T.STATUS_COMPLETED:
-        cr.result[agent] = msg.body(p.StatusCompleted).result
+        cr.keep_result(agent, msg.body(p.StatusCompleted).result)
     elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)
@@ -98,25 +100,35 @@ def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
     waiting = sorted(a for a, s in cr.targets.items() if s is not _goal(cr.state))
     if cr.state is CueState.WARNING:
         if waiting:
-            cr.reason = f"waiting for ack.warning from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, f"waiting for ack.warning from {', '.join(waiting)}")
         elif cr.early:
             engine.clear_deadline(cr)
-            cr.reason = "prepared: waiting for its predecessor to complete"
+            engine.set_reason(run, cue_id, "prepared: waiting for its predecessor to complete")
         else:
             engine.to_standby(run, cue_id)
     elif cr.state is CueState.STANDBY:
         if waiting:
-            cr.reason = f"waiting for ack.standby from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, f"waiting for ack.standby from {', '.join(waiting)}")
         else:
             engine.go(run, cue_id)
     elif cr.state is CueState.GO:
+        cue = engine.plans[run.run_id].cues[cue_id]
         if waiting:
-            cr.reason = f"waiting for status.completed from {', '.join(waiting)}"
-        elif engine.plans[run.run_id].cues[cue_id].handoff and not cr.handoff_ok:
-            to = engine.plans[run.run_id].cues[cue_id].handoff.to
-            cr.reason = f"waiting for a valid handoff to {to}"
+            why = f"waiting for status.completed from {', '.join(waiting)}"
+            engine.set_reason(run, cue_id, why)
+        elif cue.handoff and not cr.handoff_ok:
+            _no_handoff(engine, run, cue_id, cue.handoff.to)
         else:
             engine.complete(run, cue_id)
+
+
+def _no_handoff(engine: Engine, run: RunState, cue_id: str, to: str) -> None:
+    """Every target completed, and the handoff the cue declares never came: its targets
+    have said all they will, so the cue fails now (not at its GO deadline), saying so."""
+    receiver = _contract(engine, engine.plans[run.run_id], to)
+    needs = f" (requires {', '.join(receiver.requires)})" if receiver and receiver.requires else ""
+    run.cues[cue_id].retries_used = engine.plans[run.run_id].cues[cue_id].retries  # no retry
+    engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}")
 
 
 def _goal(state: CueState) -> TargetState:
@@ -131,7 +143,10 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
     body = msg.body(p.TaskHandoff)
     plan = engine.plans[run.run_id]
     cue = plan.cues[cue_id]
-    if cr.state.done or cr.handoff_ok:
+    if cr.state.done:
+        engine.late_reply(run, f"task.handoff from {msg.from_agent} for {cue_id}, now done")
+        return
+    if cr.handoff_ok:
         return
     declared_to = cue.handoff.to if cue.handoff else None
     problem: str | None = None
@@ -169,11 +184,12 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
 
 def handoff_problem(
     sender: str, sender_c: Contract | None, receiver: str, receiver_c: Contract | None,
-    declared: set[str],
+    context_keys: set[str],
 ) -> tuple[str | None, list[str]]:  # fmt: skip
-    """Why the contracts refuse this handoff (and the receiver's uncovered keys), or None."""
+    """Why this handoff is refused (and the required keys its actual context lacks), or
+    None: the run-time check of seed 002's `validate_handoff`, never the sender's word."""
     try:
-        verify_handoff(sender, sender_c, receiver, receiver_c, declared)
+        validate_handoff(sender, sender_c, receiver, receiver_c, context_keys)
     except HandoffRejected as exc:
         return str(exc), exc.missing
     return None, []

@@ -77,9 +77,14 @@ class ResourceBook:
         return Outcome(granted=False, blocked_by=in_way)
 
     def _queued_ahead(self, claim: Claim) -> bool:
-        """Is an earlier (fcfs) or higher (priority) waiter after one of these resources?"""
+        """Is an earlier (fcfs) or higher (priority) waiter after one of these resources?
+        Not for a resource an operator's arbitration gave this claim: the binding decision
+        goes first (the holder it stood down is re-queued and must not block it back)."""
         for other in self.waiting.values():
-            if other.holder == claim.holder or not set(other.resources) & set(claim.resources):
+            shared = set(other.resources) & set(claim.resources)
+            if other.holder == claim.holder or not shared:
+                continue
+            if all(self.preferred.get(r) == claim.holder for r in shared):
                 continue
             if claim.strategy is ConflictStrategy.FCFS and other.seq < claim.seq:
                 return True

@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
 from protocols.states import CueState, FiredBy, Phase, RunStatus, TargetState
 
 QUEUED = "queued: the run is starting"  # shown as the reason of a cue not yet evaluated
+RESULT_BYTES = 4_096  # of one target's result kept on its cue (as JSON)
+RESULT_CUE_BYTES = 32_768  # of all the results kept on one cue
+RESULT_HEAD_BYTES = 512  # what is kept of a result over its bound
 
 
 class CueRun(BaseModel):
@@ -33,11 +37,22 @@ class CueRun(BaseModel):
     holds: list[str] = Field(default_factory=list)  # resources this cue holds
     handoff_ok: bool = False
     go_context: dict[str, Any] = Field(default_factory=dict)
-    result: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] = Field(default_factory=dict)  # target -> what it returned
     error: str | None = None
     gos: list[dict[str, Any]] = Field(default_factory=list)  # one recorded event per attempt
     # target -> the dead letter its refused reply became, this attempt (see guard)
     dead_replies: dict[str, str] = Field(default_factory=dict)
+
+    def keep_result(self, agent: str, value: Any) -> None:
+        """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in
+        the run's hash and its completion event. A result over RESULT_BYTES, or past
+        RESULT_CUE_BYTES for the whole cue, is kept as its size and its first bytes."""
+        raw = to_json(value, fallback=str)
+        others = sum(len(to_json(v, fallback=str)) for a, v in self.result.items() if a != agent)
+        if len(raw) > RESULT_BYTES or others + len(raw) > RESULT_CUE_BYTES:
+            head = raw[:RESULT_HEAD_BYTES].decode("utf-8", errors="replace")
+            value = {"truncated": True, "bytes": len(raw), "head": head}
+        self.result[agent] = value
 
 
 RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts...) and a count
@@ -53,6 +68,7 @@ class RunRecord(BaseModel):
     escalations: list[str] = Field(default_factory=list)  # escalation ids
     errors: list[str] = Field(default_factory=list)
     protocol_violations: int = 0
+    late_replies: int = 0  # acks and status for an attempt (or the run) already ended
     waits: list[str] = Field(default_factory=list)
     conflicts: list[str] = Field(default_factory=list)
     # how many of each there were in all (the lists stop at RECORD_LIST_MAX)
@@ -77,6 +93,8 @@ class RunState(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     hold_reason: str | None = None
+    rerun_of: str | None = None  # the run this one reruns
+    reruns: list[str] = Field(default_factory=list)  # runs that rerun this one, newest last
     conditions: list[str] = Field(default_factory=list)
     cues: dict[str, CueRun] = Field(default_factory=dict)  # stored one hash field per cue
     fired_count: int = 0

@@ -2,6 +2,11 @@
 
 A version is written once (HSETNX) with its canonical form and the source it was sent
 as; the validated model of a version is cached, as a version never changes.
+
+Deleting a version takes it out of every listing at once (GET answers 404, no new run
+may start it), but a version some active run is pinned to stays readable for that run
+(a new leader resumes it from the stored document) until no active run uses it: it is
+listed in the deleted set, and `sweep_deleted` (the leader's scheduler) removes it then.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from hub.store.layout import HEADER
 from protocols.cuelist import Cuelist
 from protocols.errors import NotFound
 from protocols.keys import Keys
@@ -55,7 +61,9 @@ class CuelistStore:
             pipe.zadd(self.keys.cuelist_versions(name), {version: now}, nx=True)
             pipe.zadd(self.keys.cuelists, {name: now})
 
-        created, _, _ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+            pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
+
+        created, _, _, _ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
         self._cache[(name, version)] = cuelist
         return bool(created)
 
@@ -92,3 +100,84 @@ class CuelistStore:
 
     async def names(self) -> list[str]:
         return [n.decode() for n in await self.db.zrange(self.keys.cuelists, 0, -1)]
+
+    async def listed(self, name: str, version: str) -> bool:
+        """Whether `version` of `name` is stored and not deleted (a new run may start it)."""
+        score = await self.db.command("ZSCORE", self.keys.cuelist_versions(name), version)
+        return score is not None
+
+    async def delete(self, name: str, version: str | None = None) -> list[str]:
+        """Delete every version of `name`, or one; returns the versions deleted. NotFound
+        when there is no such (listed) version. Runs already going keep theirs."""
+        listing = await self.db.zrange(self.keys.cuelist_versions(name), 0, -1)
+        versions = [v.decode() for v in listing]
+        if not versions:
+            raise NotFound(f"no cuelist named {name}")
+        if version is not None and version not in versions:
+            raise NotFound(f"no version {version} of cuelist {name}")
+        gone = versions if version is None else [version]
+        pinned = await self.pinned()
+        kept = [v for v in gone if (name, v) in pinned]
+        dropped = [v for v in gone if (name, v) not in pinned]
+        last = len(gone) == len(versions)
+        now = time.time()
+
+        def build(pipe: Pipeline) -> None:
+            pipe.zrem(self.keys.cuelist_versions(name), *gone)
+            if dropped:
+                pipe.hdel(self.keys.cuelist(name), *dropped)
+            if kept:
+                pipe.zadd(self.keys.deleted_versions, {_member(name, v): now for v in kept})
+            if last:
+                pipe.zrem(self.keys.cuelists, name)
+                pipe.delete(self.keys.schedule(name))
+
+        await self.db.pipeline("DELETE CUELIST", build, transaction=True)
+        for v in dropped:
+            self._cache.pop((name, v), None)
+        return gone
+
+    async def pinned(self) -> set[tuple[str, str]]:
+        """(cuelist, version) of every active run (their headers alone, one round trip)."""
+        ids = [i.decode() for i in await self.db.smembers(self.keys.active_runs())]
+        if not ids:
+            return set()
+
+        def build(pipe: Pipeline) -> None:
+            for run_id in ids:
+                pipe.hget(self.keys.run(run_id), HEADER)
+
+        out: set[tuple[str, str]] = set()
+        for raw in await self.db.pipeline("RUN HEADERS", build):
+            if raw:
+                header = json.loads(raw)
+                out.add((str(header.get("cuelist")), str(header.get("version"))))
+        return out
+
+    async def sweep_deleted(self) -> int:
+        """Remove the deleted versions no active run is pinned to any more (and not stored
+        again since); returns how many. Cheap while nothing waits to be swept."""
+        waiting = [m.decode() for m in await self.db.zrange(self.keys.deleted_versions, 0, -1)]
+        if not waiting:
+            return 0
+        pinned = await self.pinned()
+        free = [(n, v) for n, _, v in (m.partition(" ") for m in waiting) if (n, v) not in pinned]
+        if not free:
+            return 0
+        stored_again = [await self.listed(n, v) for n, v in free]
+
+        def build(pipe: Pipeline) -> None:
+            for (name, version), again in zip(free, stored_again, strict=True):
+                if not again:
+                    pipe.hdel(self.keys.cuelist(name), version)
+                pipe.zrem(self.keys.deleted_versions, _member(name, version))
+
+        await self.db.pipeline("SWEEP CUELISTS", build, transaction=True)
+        for key, again in zip(free, stored_again, strict=True):
+            if not again:
+                self._cache.pop(key, None)
+        return len(free)
+
+
+def _member(name: str, version: str) -> str:
+    return f"{name} {version}"  # a cuelist name has no space

@@ -16,6 +16,7 @@ class ScheduleState(BaseModel):
     run_id: str | None = None  # the last run it started
     buffered: bool = False  # overlap `buffer_one`: a tick waits for the run to end
     skipped: int = 0  # ticks dropped by overlap `skip`
+    paused: bool = False  # an operator paused the schedule: its ticks start nothing
 
 
 class ScheduleStore:
@@ -33,10 +34,16 @@ class ScheduleStore:
             run_id=raw.get("run_id") or None,
             buffered=raw.get("buffered") == "1",
             skipped=int(raw.get("skipped", 0)),
+            paused=raw.get("paused") == "1",
         )
 
+    async def set_paused(self, name: str, paused: bool) -> None:
+        """Pause or resume a schedule (its own field: the scheduler's saves leave it be)."""
+        await self.db.hset(self.keys.schedule(name), {"paused": int(paused)})
+
     async def save(self, name: str, state: ScheduleState) -> None:
-        """Write the fields `state` has (a hash: one field each, as before)."""
+        """Write the fields `state` has (a hash: one field each, as before), but `paused`,
+        which only an operator sets (set_paused)."""
         fields: dict[str, str | float | int] = {
             "buffered": int(state.buffered),
             "skipped": state.skipped,

@@ -219,3 +219,104 @@ def test_cancel_and_escalations_with_the_cli(
     assert resolved["resolution"]["note"] == "agent is gone"
     assert as_json(cli, "escalations", "--status", "resolved", "--run", ghost)["count"] == 1
     assert as_json(cli, "cancel", ghost[:-6])["status"] == "cancelled"
+
+
+WHOLE = """
+cuelist: cli-whole
+cues:
+  - id: BUILD
+    target_agents: [cli-agent]
+    action: {fail: once, context: {build_id: b-9}, result: {artifact: app.tar}}
+  - id: TEST
+    target_agents: [cli-agent]
+    depends_on: [BUILD]
+    conditions: [approval_received]
+  - id: DEPLOY
+    target_agents: [cli-agent]
+    depends_on: [TEST]
+    manual: true
+"""
+
+
+def test_submit_to_success_with_the_cli_alone_retry_approve_go_cancel_escalations(
+    cli: tuple[CliRunner, typer.Typer], tmp_path: Path
+) -> None:
+    """Issue 13's CLI test: a run from submit to success with the CLI alone (its first
+    build fails: retry; an approval; a GO), and beside it a run whose agent never answers
+    (its escalation resolved, the run cancelled). Every answer is `-o json`, parsed."""
+    (tmp_path / "whole.yaml").write_text(WHOLE)
+    (tmp_path / "ghost.yaml").write_text(GHOST)
+    assert as_json(cli, "submit", str(tmp_path / "whole.yaml"))["name"] == "cli-whole"
+    as_json(cli, "submit", str(tmp_path / "ghost.yaml"))
+    run_id = as_json(cli, "run", "cli-whole")["run_id"]
+    prefix = run_id[:-6]
+
+    def run() -> dict[str, Any]:
+        found: dict[str, Any] = as_json(cli, "status", prefix)
+        return found
+
+    failed = eventually_sync(lambda: run()["status"] == "failed" and run(), 20, interval_s=0.1)
+    assert failed["cues"]["BUILD"]["state"] == "failed"
+    assert failed["cues"]["TEST"]["state"] == "blocked"
+    runner, app = cli
+    # DEPLOY is blocked: retrying it retries the failure it waits on
+    retried = runner.invoke(app, ["retry", prefix, "DEPLOY", "-o", "json"])
+    assert retried.exit_code == 0, retried.output
+    assert json.loads(retried.stdout)["retried"] == "BUILD"
+    holding = eventually_sync(lambda: run()["status"] == "holding" and run(), 20, interval_s=0.1)
+    assert holding["hold_reason"] == "condition approval_received"
+    assert holding["cues"]["BUILD"]["result"] == {"cli-agent": {"artifact": "app.tar"}}
+    again = runner.invoke(app, ["retry", prefix, "BUILD"])  # completed now: refused, why
+    said = " ".join(again.output.split())  # the terminal wraps it
+    assert again.exit_code == 1 and "not failed or blocked: it is completed" in said
+    typo = runner.invoke(app, ["condition", prefix, "approval_recieved"])
+    assert typo.exit_code == 1 and "did you mean approval_received" in " ".join(typo.output.split())
+    as_json(cli, "condition", prefix, "approval_received")
+    armed = eventually_sync(lambda: run()["hold_reason"] == "GO for DEPLOY", 20, interval_s=0.1)
+    assert armed
+    assert as_json(cli, "go", prefix, "DEPLOY")["state"] == "warning"
+    followed = runner.invoke(app, ["events", prefix, "-o", "json"])  # until the run ends
+    events = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [e["data"]["status"] for e in events if e["event"] == "run"][-1] == "success"
+    table = runner.invoke(app, ["status", run_id])  # the result, as a person sees it
+    assert table.exit_code == 0 and 'cli-agent: {"artifact": "app.tar"}' in table.output
+
+    ghost = as_json(cli, "run", "cli-ghost")["run_id"]
+    [esc] = eventually_sync(
+        lambda: as_json(cli, "escalations", "--run", ghost[:-6])["data"], 20, interval_s=0.1
+    )
+    assert as_json(cli, "escalations", "resolve", esc["id"][:-6])["status"] == "resolved"
+    assert as_json(cli, "cancel", ghost[:-6])["status"] == "cancelled"
+
+
+def test_rerun_delete_and_schedules_with_the_cli(
+    cli: tuple[CliRunner, typer.Typer], tmp_path: Path
+) -> None:
+    (tmp_path / "failing.yaml").write_text(FAILING)
+    as_json(cli, "submit", str(tmp_path / "failing.yaml"))
+    first = as_json(cli, "run", "cli-failing", "--watch", code=1)  # it fails: exit 1
+    assert first["status"] == "failed"
+    runner, app = cli
+    rerun = as_json(cli, "rerun", first["run_id"][:-6], "--from-failure")
+    assert rerun["rerun_of"] == first["run_id"]
+    eventually_sync(lambda: as_json(cli, "status", rerun["run_id"])["status"] == "failed", 20)
+    assert as_json(cli, "status", first["run_id"])["reruns"] == [rerun["run_id"]]
+    watched = runner.invoke(app, ["rerun", rerun["run_id"], "--watch", "-o", "json"])
+    assert watched.exit_code == 1 and json.loads(watched.stdout)["rerun_of"] == rerun["run_id"]
+
+    scheduled = FAILING.replace("cli-failing", "cli-nightly").replace(
+        "cues:", 'schedule: "0 3 * * *"\ncues:'
+    )
+    (tmp_path / "nightly.yaml").write_text(scheduled)
+    version = as_json(cli, "submit", str(tmp_path / "nightly.yaml"))["version"]
+    paused = as_json(cli, "cuelists", "schedule", "pause", "cli-nightly")
+    assert paused == {"name": "cli-nightly", "schedule": "0 3 * * *", "paused": True}
+    assert not as_json(cli, "cuelists", "schedule", "resume", "cli-nightly")["paused"]
+    deleted = as_json(cli, "cuelists", "delete", "cli-nightly", "--version", version)
+    assert deleted == {"name": "cli-nightly", "deleted": [version]}
+    gone = runner.invoke(app, ["cuelists", "show", "cli-nightly"])
+    assert gone.exit_code == 1 and "404" in gone.output
+    refused = runner.invoke(app, ["run", "cli-nightly"])
+    assert refused.exit_code == 1 and "no cuelist named cli-nightly" in " ".join(
+        refused.output.split()
+    )

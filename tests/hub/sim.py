@@ -33,6 +33,8 @@ class Sim:
         self.sent: list[tuple[str, Envelope]] = []  # (agent or "*", message)
         self.outs: list[Outbox] = []
         self.persisted: dict[str, dict[bytes, bytes]] = {}  # what the store would hold
+        self.events: list[tuple[str, dict[str, Any]]] = []  # (run id, event), in order
+        self.said: dict[tuple[str, str], str | None] = {}  # (run, cue) -> reason events told
 
     def start(
         self, run_id: str = "r1", plan: Plan | None = None, chunk: int | None = None
@@ -64,6 +66,22 @@ class Sim:
             self.sent.append((agent, msg))
         self.timers.extend(out.timers)
         self._persist_and_compare(out)
+        self._reasons_told(out)
+
+    def _reasons_told(self, out: Outbox) -> None:
+        """Every change of a cue's reason is an event: what the events said last is what
+        each cue's reason is now (a reason set without one fails here)."""
+        self.events.extend(out.events)
+        for run_id, event in out.events:
+            if event["type"] in ("cue", "reason"):
+                self.said[(run_id, event["cue"])] = event["reason"]
+        for run_id, run in self.engine.runs.items():
+            for cue_id, cr in run.cues.items():
+                told = self.said.get((run_id, cue_id))
+                assert cr.reason == told, f"{cue_id}: reason {cr.reason!r}, events said {told!r}"
+
+    def events_of(self, kind: str, run_id: str = "r1") -> list[dict[str, Any]]:
+        return [e for r, e in self.events if r == run_id and e["type"] == kind]
 
     def _persist_and_compare(self, out: Outbox) -> None:
         """Apply the writes the store would make, then check every run reads back exactly as

@@ -176,3 +176,49 @@ def test_a_critical_escalation_of_the_hub_pauses_gos_until_resolved() -> None:
     sim._drain()
     assert sim.cue("A").state is CueState.GO
     assert sim.run().status is RunStatus.RUNNING
+
+
+DESK_ARBITRATION = """
+cuelist: desk-arbitration
+conflict_strategy: arbitration
+arbitration_timeout_s: 300
+cues:
+  - {id: START-100, target_agents: [code]}
+  - {id: HOTFIX-200, target_agents: [build], depends_on: [START-100], resources: [runner],
+     priority: 10}
+  - {id: NIGHTLY-210, target_agents: [test], depends_on: [START-100], resources: [runner],
+     priority: 1}
+"""
+
+
+@pytest.mark.parametrize("winner", ["NIGHTLY-210", "HOTFIX-200"])
+def test_an_operator_may_pick_the_waiting_cue_over_a_holder_in_standby(winner: str) -> None:
+    """The desk's browser test found it: HOTFIX (priority 10) holds the runner in STANDBY,
+    NIGHTLY (priority 1) waits; the operator picks NIGHTLY. HOTFIX is stood down and
+    re-queued; NIGHTLY must then take the runner (it waited behind the higher-priority
+    waiter, which waited for it: both stuck until the arbitration timeout). Picking the
+    holder keeps it going."""
+    sim = Sim(plan_of(DESK_ARBITRATION))
+    sim.start()
+    sim.call_through("START-100", ["code"])
+    sim.ack_warning("build", "HOTFIX-200")  # claims the runner first: STANDBY
+    sim.ack_warning("test", "NIGHTLY-210")  # prepared, but the runner is taken
+    assert sim.cue("HOTFIX-200").state is CueState.STANDBY
+    assert sim.cue("NIGHTLY-210").state is CueState.WARNING
+    (esc,) = [e for e in sim.engine.escalations.by_id.values() if e.type is T.ESCALATION_CONFLICT]
+    sim.engine.resolve(esc.id, f"r1/{winner}", "the operator's call")
+    sim._drain()
+    loser = "HOTFIX-200" if winner == "NIGHTLY-210" else "NIGHTLY-210"
+    agents = {"HOTFIX-200": "build", "NIGHTLY-210": "test"}
+    assert sim.cue(winner).state is CueState.STANDBY and sim.cue(winner).holds == ["runner"]
+    sim.ack_standby(agents[winner], winner)
+    sim.complete(agents[winner], winner)
+    attempt = sim.cue(loser).attempt  # the holder stood down is called again
+    if winner == "NIGHTLY-210":
+        assert attempt == 2
+        sim.ack_warning("build", loser, attempt)
+    assert sim.cue(loser).state is CueState.STANDBY
+    sim.ack_standby(agents[loser], loser, attempt)
+    sim.complete(agents[loser], loser, attempt)
+    assert sim.run().status is RunStatus.SUCCESS
+    assert sim.now == 1_000.0  # no timeout was needed

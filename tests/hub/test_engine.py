@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hub.api.views import cue_public
+from hub.engine import inputs
 from protocols import payloads as p
+from protocols.codec import make
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import CueState, FiredBy, RunStatus, TargetState
@@ -300,11 +302,10 @@ def test_valid_handoff_is_forwarded_and_its_context_reaches_the_next_cue() -> No
     sim.start()
     sim.ack_warning("coder", "CODE")
     sim.ack_standby("coder", "CODE")
-    sim.complete("coder", "CODE")
-    assert sim.cue("CODE").state is CueState.GO
-    assert "handoff" in (sim.cue("CODE").reason or "")  # completes only with its handoff
-    _handoff(sim, implemented_code="src/x.py", test_plan="unit")
+    _handoff(sim, implemented_code="src/x.py", test_plan="unit")  # sent before completing
     assert [a for a, _ in sim.take_sent(T.TASK_HANDOFF)] == ["tester"]
+    assert sim.cue("CODE").state is CueState.GO  # completes only once its target has
+    sim.complete("coder", "CODE")
     assert sim.cue("CODE").state is CueState.COMPLETED
     sim.ack_warning("tester", "TEST")
     sim.ack_standby("tester", "TEST")
@@ -317,13 +318,77 @@ def test_invalid_handoff_is_refused_naming_missing_keys_and_fails_the_cue() -> N
     sim.start()
     sim.ack_warning("coder", "CODE")
     sim.ack_standby("coder", "CODE")
-    _handoff(sim, work_completed=["x"])  # test_plan missing; implemented_code is provided
+    _handoff(sim, work_completed=["x"])  # neither key the tester requires
     assert not sim.take_sent(T.TASK_HANDOFF)
     (esc,) = sim.engine.escalations.by_id.values()
     assert esc.type is T.ESCALATION_HANDOFF_REJECTED
-    assert esc.payload["missing"] == ["test_plan"]
+    assert esc.payload["missing"] == ["implemented_code", "test_plan"]
     assert sim.cue("CODE").state is CueState.FAILED
     assert sim.cue("TEST").state is CueState.BLOCKED
+
+
+def test_a_handoff_lacking_a_key_its_senders_contract_provides_is_rejected() -> None:
+    """The coder's contract `provides: [implemented_code]` (the load-time promise, which
+    is why the cuelist validated); its handoff's actual context lacks it: the promise was
+    not kept, and the run-time check (seed 002 validate_handoff) catches it."""
+    sim = Sim(plan_of(HANDOFF.replace("  - {id: TEST,", "  - {id: TEST, retries: 2,")))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    _handoff(sim, test_plan="unit")
+    assert not sim.take_sent(T.TASK_HANDOFF)  # never forwarded to the tester
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.type is T.ESCALATION_HANDOFF_REJECTED
+    assert esc.payload["missing"] == ["implemented_code"]
+    assert "implemented_code" in esc.detail
+    code = sim.cue("CODE")
+    assert code.state is CueState.FAILED and code.attempt == 1  # failed, not retried
+    assert "implemented_code" in (code.reason or "")
+    assert sim.cue("TEST").state is CueState.BLOCKED
+    assert sim.run().status is RunStatus.FAILED
+
+
+def test_a_declared_handoff_that_never_comes_fails_the_cue_at_once() -> None:
+    retried = HANDOFF.replace("handoff: {to: tester", "retries: 3\n    handoff: {to: tester")
+    sim = Sim(plan_of(retried))
+    sim.start()
+    sim.ack_warning("coder", "CODE")
+    sim.ack_standby("coder", "CODE")
+    sim.complete("coder", "CODE")  # every target completed, and no handoff came
+    code = sim.cue("CODE")  # now, not at go_timeout_s: the clock has not moved
+    assert code.state is CueState.FAILED and code.attempt == 1
+    why = "completed without the handoff to tester (requires implemented_code, test_plan)"
+    assert code.error == why and code.reason == f"failed: {why}"
+    told = [e for e in sim.events_of("cue") if e["cue"] == "CODE"]
+    assert told[-1]["state"] == "failed" and told[-1]["reason"] == f"failed: {why}"
+    assert sim.cue("TEST").state is CueState.BLOCKED
+    assert sim.run().status is RunStatus.FAILED and sim.run().completed_at == sim.now
+
+
+TWO_TARGETS = """
+cuelist: two
+cues:
+  - {id: A, target_agents: [a, b]}
+"""
+
+
+def test_every_change_of_a_reason_is_an_event() -> None:
+    """Sim checks after every step that the events told each cue's current reason; here
+    the reasons of one call, as a watcher sees them."""
+    sim = Sim(plan_of(TWO_TARGETS))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.ack_warning("b", "A")
+    sim.ack_standby("b", "A", ready=False, reason="disk full")
+    sim.ack_standby("b", "A")
+    told = [(e["type"], e["reason"]) for _, e in sim.events if e["type"] in ("cue", "reason")]
+    assert told == [
+        ("cue", "waiting for ack.warning from a, b"),
+        ("reason", "waiting for ack.warning from b"),
+        ("cue", "waiting for ack.standby from a, b"),
+        ("reason", "b not ready: disk full"),
+        ("reason", "waiting for ack.standby from a"),
+    ]
 
 
 WIDE = """
@@ -380,3 +445,81 @@ def test_a_restarted_engine_evaluates_the_cues_a_start_left_queued() -> None:
     assert not sim.work_backlog()
     assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E4", "E5"]
     assert sim.cue("E1").attempt == 1 and len(sim.cue("E1").gos) == 1  # not fired again
+
+
+def test_a_late_reply_is_counted_never_escalated() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.advance(5.01)  # attempt 1 timed out (b slept); attempt 2 is called
+    (timeout,) = sim.engine.escalations.by_id.values()
+    sim.ack_warning("b", "A", attempt=1)  # b wakes: its ack is for an attempt that ended
+    assert sim.run().record.late_replies == 1 and sim.outs[-1].late == 1
+    assert list(sim.engine.escalations.by_id.values()) == [timeout]  # nothing new raised
+    assert sim.run().record.protocol_violations == 0
+    for agent in ("a", "b"):
+        sim.ack_warning(agent, "A", attempt=2)
+    for agent in ("a", "b"):
+        sim.ack_standby(agent, "A", attempt=2)
+    sim.complete("a", "A", attempt=2)
+    sim.complete("b", "A", attempt=2)
+    assert sim.run().status is RunStatus.SUCCESS
+    sim.complete("b", "A", attempt=1)  # the old attempt's completion, after the run ended
+    assert sim.run().record.late_replies == 2
+    assert list(sim.engine.escalations.by_id.values()) == [timeout]
+
+
+def test_a_reply_for_a_run_that_ended_and_was_forgotten_is_late_a_made_up_run_is_not() -> None:
+    sim = Sim(plan_of(RETRY))
+    sim.start()
+    sim.engine.cancel("r1")
+    sim._drain()
+    sim.engine.forget("r1")  # as the driver does once the end is written
+    sim.complete("a", "A")
+    assert sim.outs[-1].late == 1 and not sim.outs[-1].escalations
+    assert not sim.engine.escalations.by_id
+    sim.complete("a", "A", run_id="never-was")
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.cause == "unknown_run:a"
+    # ended long ago (not in memory) but still in Redis: the router tells the engine
+    sim.engine.note_ended(["ended-before-a-restart"])
+    sim.complete("a", "A", run_id="ended-before-a-restart")
+    assert sim.outs[-1].late == 1 and esc.count == 1
+
+
+def test_reasons_written_together_are_one_event_the_latest() -> None:
+    """Acks that share one write (the driver's linger) change the reason several times; as
+    they are stored at once, only the latest can ever be seen: one event, not one each."""
+    wide = "cuelist: wide\ncues:\n  - {id: A, target_agents: [a, b, c, d]}\n"
+    sim = Sim(plan_of(wide))
+    sim.start()
+    for agent in ("a", "b", "c"):  # no drain between: one outbox, as in one write
+        msg = make(T.ACK_WARNING, p.AckWarning(), from_agent=agent, run_id="r1", cue_id="A")
+        inputs.handle(sim.engine, msg)
+    sim._drain()
+    told = [e["reason"] for _, e in sim.outs[-1].events if e["type"] == "reason"]
+    assert told == ["waiting for ack.warning from d"]
+
+
+def test_results_are_kept_per_target_bounded_and_shown_with_the_completion() -> None:
+    sim = Sim(plan_of(TWO_TARGETS.replace("[a, b]}", "[a, b], retries: 1}")))
+    sim.start()
+    for attempt in (1, 2):
+        for agent in ("a", "b"):
+            sim.ack_warning(agent, "A", attempt)
+        for agent in ("a", "b"):
+            sim.ack_standby(agent, "A", attempt)
+        if attempt == 1:
+            sim.complete("a", "A", passed=1)
+            assert sim.cue("A").result == {"a": {"passed": 1}}
+            sim.fail("b", "A")  # retried at once
+            assert sim.cue("A").result == {}  # a new attempt's results only
+    sim.complete("a", "A", attempt=2, passed=42)
+    sim.complete("b", "A", attempt=2, log="x" * 10_000)
+    result = sim.cue("A").result
+    assert result["a"] == {"passed": 42}
+    assert result["b"]["truncated"] is True and result["b"]["bytes"] > 10_000
+    assert len(result["b"]["head"]) == 512
+    done = [e for e in sim.events_of("cue") if e["state"] == "completed"]
+    assert done[-1]["result"] == result  # in the cue's completion event
+    assert cue_public(sim.cue("A")).result == result  # and in GET /v1/runs/{id}

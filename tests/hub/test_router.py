@@ -251,3 +251,25 @@ async def test_handoffs_outside_a_run_are_held_to_a_budget_per_sender(hub: Hub) 
 async def _audited(hub: Hub, message_type: str) -> bool:
     rows = await hub.transport._client.xrange(hub.keys.audit)
     return any(m["type"] == message_type for _, f in rows for m in json.loads(f[b"m"]))
+
+
+async def test_a_reply_for_a_run_that_ended_before_this_term_is_late_not_a_violation(
+    hub: Hub,
+) -> None:
+    """The engine forgot the run (it ended before the hub restarted); Redis still has it:
+    the router asks, and the reply is counted as late, not escalated."""
+    from hub.engine.state import RunState
+    from protocols.states import RunStatus
+
+    ended = RunState(run_id="long-done", cuelist="c", version="v", status=RunStatus.SUCCESS,
+                     created_at=1.0, completed_at=2.0)  # fmt: skip
+    await hub.store.save_run(ended)
+    completed = p.StatusCompleted(attempt=1)
+    await _send(hub, "zoe", make(T.STATUS_COMPLETED, completed, from_agent="zoe",
+                                 run_id="long-done", cue_id="C"))  # fmt: skip
+    await _send(hub, "zoe", make(T.STATUS_COMPLETED, completed, from_agent="zoe",
+                                 run_id="never-was", cue_id="C"))  # fmt: skip
+    found = await eventually(lambda: _counted(_violations(hub), "unknown_run:zoe", 1), 10)
+    assert found[0].detail.endswith("unknown run never-was")  # the made-up one only
+    assert hub.metrics.late_replies._value.get() == 1
+    assert "long-done" in hub.driver.engine.ended

@@ -77,3 +77,19 @@ async def test_buffer_one_keeps_one_tick_for_when_the_run_ends(harness: Harness)
     assert len(await tick(T0 + 190)) == 1  # the buffered tick, at once
     await harness.finish_last()
     assert await tick(T0 + 200) == []  # nothing else was kept
+
+
+async def test_a_paused_schedule_starts_nothing_and_resumes_without_making_up(
+    harness: Harness, keys: Keys
+) -> None:
+    schedules = ScheduleStore(Storage(harness.client), keys)
+    await harness.submit("allow")
+    tick = harness.scheduler.tick
+    await tick(T0)
+    await schedules.set_paused("nightly", True)
+    assert await tick(T0 + 61) == [] and await tick(T0 + 125) == []  # paused: nothing
+    assert (await schedules.get("nightly")).paused
+    await schedules.set_paused("nightly", False)
+    assert await tick(T0 + 130) == []  # the ticks missed while paused are not made up
+    assert len(await tick(T0 + 185)) == 1  # the next one starts a run
+    assert not (await schedules.get("nightly")).paused  # the scheduler's saves kept it

@@ -9,7 +9,9 @@ from protocols.contracts import (
     check_handoff,
     handoff_allowed,
     load_contract,
+    missing_in_handoff,
     parse_contract,
+    validate_handoff,
     verify_handoff,
     verify_task_handoff,
 )
@@ -84,7 +86,21 @@ def test_a_task_handoff_payload_is_checked_with_its_declared_context() -> None:
             handoff_context=HandoffContext.model_validate(context),
         )  # fmt: skip
 
-    verify_task_handoff(payload(test_plan="plan.md"), contracts)
+    verify_task_handoff(payload(implemented_code="x.py", test_plan="plan.md"), contracts)
     with pytest.raises(HandoffRejected) as caught:
         verify_task_handoff(payload(next_steps=["run it"]), contracts)
-    assert caught.value.missing == ["test_plan"]
+    assert caught.value.missing == ["implemented_code", "test_plan"]
+
+
+def test_at_run_time_the_senders_provides_is_not_a_substitute_for_the_keys() -> None:
+    """The load-time check trusts CODE's `provides: [implemented_code]`; the handoff itself
+    must carry it (seed 002 validate_handoff)."""
+    verify_handoff("specialist-code", CODE, "specialist-test", TEST, {"test_plan"})  # promise
+    assert missing_in_handoff(TEST, {"test_plan"}) == ["implemented_code"]
+    assert missing_in_handoff(None, set()) == []
+    with pytest.raises(HandoffRejected) as caught:
+        validate_handoff("specialist-code", CODE, "specialist-test", TEST, {"test_plan"})
+    assert caught.value.missing == ["implemented_code"]
+    assert "lacks implemented_code" in str(caught.value)
+    with pytest.raises(HandoffRejected, match="may not hand off"):
+        validate_handoff("specialist-code", CODE, "specialist-deploy", None, set())

@@ -1,4 +1,5 @@
-"""Cuelists: submit (YAML or JSON, validated, stored by version), validate only, list, describe."""
+"""Cuelists: submit (YAML or JSON, validated, stored by version), validate only, list,
+describe, delete (a version or all), and pause or resume a schedule."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 from hub.api.deps import HubDep
 from hub.api.errors import issue_dict
 from hub.api.schemas import (
+    CuelistDeleted,
     CuelistErrorPublic,
     CuelistPublic,
     CuelistsPublic,
@@ -16,11 +18,13 @@ from hub.api.schemas import (
     CuelistSummary,
     CuelistVersionPublic,
     ErrorPublic,
+    SchedulePublic,
     ValidationPublic,
     ts,
 )
+from hub.service import Hub
 from protocols import canonical, validation
-from protocols.errors import CuelistError
+from protocols.errors import CuelistError, NotFound
 from protocols.loader import parse_json
 
 router = APIRouter(prefix="/cuelists", tags=["cuelists"])
@@ -150,3 +154,40 @@ async def get_cuelist(hub: HubDep, name: Annotated[str, Path(max_length=200)]) -
         for v in described.versions
     ]
     return CuelistPublic(name=name, latest=described.latest, versions=versions)
+
+
+NameArg = Annotated[str, Path(max_length=200)]
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
+
+
+@router.delete("/{name}", response_model=CuelistDeleted, responses=NOT_FOUND)
+async def delete_cuelist(
+    hub: HubDep,
+    name: NameArg,
+    version: Annotated[str | None, Query(max_length=200, description="only this version")] = None,
+) -> CuelistDeleted:
+    """Delete every version of a cuelist, or one: afterwards GET answers 404 and new runs of
+    it are refused; runs already going keep the version they are pinned to."""
+    deleted = await hub.cuelists.delete(name, version)
+    return CuelistDeleted(name=name, deleted=deleted)
+
+
+@router.post("/{name}/schedule/pause", response_model=SchedulePublic, responses=NOT_FOUND)
+async def pause_schedule(hub: HubDep, name: NameArg) -> SchedulePublic:
+    """Scheduled runs of the cuelist stop starting (runs going on are not touched)."""
+    return await _schedule(hub, name, paused=True)
+
+
+@router.post("/{name}/schedule/resume", response_model=SchedulePublic, responses=NOT_FOUND)
+async def resume_schedule(hub: HubDep, name: NameArg) -> SchedulePublic:
+    """Scheduled runs start again from the next tick (ticks missed are not made up)."""
+    return await _schedule(hub, name, paused=False)
+
+
+async def _schedule(hub: Hub, name: str, paused: bool) -> SchedulePublic:
+    latest = await hub.cuelists.latest(name)
+    if latest is None:
+        raise NotFound(f"no cuelist named {name}")
+    cuelist = await hub.cuelists.get(name, latest)
+    await hub.stores.schedules.set_paused(name, paused)
+    return SchedulePublic(name=name, schedule=cuelist.schedule, paused=paused)

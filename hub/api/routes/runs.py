@@ -1,7 +1,9 @@
-"""Runs: start (with Idempotency-Key), list, inspect, GO, conditions, cancel, events, context."""
+"""Runs: start (with Idempotency-Key), list, inspect, GO, retry, rerun, conditions, cancel,
+events, context."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -14,21 +16,25 @@ from hub.api.schemas import (
     CancelCreate,
     CancelPublic,
     ConditionPublic,
+    ConditionRefused,
     ContextEntryPublic,
     ContextPublic,
     ErrorPublic,
     GoPublic,
+    RerunCreate,
+    RerunCreated,
+    RetryPublic,
     RunCreate,
     RunCreated,
     RunPublic,
     RunsPublic,
 )
 from hub.api.views import run_public, run_summary
-from hub.commands import Cancel, Command, Go, RaiseCondition, StartRun
+from hub.commands import Cancel, Command, Go, RaiseCondition, Rerun, Retry, StartRun
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
-from protocols.errors import Conflict, NotFound
+from protocols.errors import Conflict, NotFound, Unprocessable
 from protocols.ids import new_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -48,6 +54,24 @@ async def _call(hub: Hub, command: Command[R]) -> R:
     return await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
 
 
+def waited_for(cuelist: Any) -> list[str]:
+    """The conditions some cue of the cuelist lists, in the order they first appear."""
+    return list(dict.fromkeys(c for cue in cuelist.cues for c in cue.conditions))
+
+
+def unwanted_condition(run_id: str, name: str, wanted: list[str]) -> Unprocessable:
+    """The 422 for a condition no cue of the run waits for: what it does wait for, and the
+    closest of those to what was sent (a typo is the likely cause)."""
+    close = difflib.get_close_matches(name, wanted, n=1, cutoff=0.6)
+    guess = close[0] if close else None
+    if wanted:
+        detail = f"no cue of run {run_id} waits for condition {name!r}; it waits for "
+        detail += ", ".join(wanted) + (f" (did you mean {guess}?)" if guess else "")
+    else:
+        detail = f"no cue of run {run_id} waits for condition {name!r}: it waits for none"
+    return Unprocessable(detail, conditions=wanted, did_you_mean=guess)
+
+
 def _must_be_live(run: RunState) -> None:
     if run.status.done:
         raise Conflict(f"run {run.run_id} is already {run.status.value}")
@@ -62,7 +86,8 @@ async def create_run(
     version = body.version or await hub.cuelists.latest(body.cuelist)
     if version is None:
         raise NotFound(f"no cuelist named {body.cuelist}")
-    await hub.cuelists.get(body.cuelist, version)  # NotFound for an unknown version
+    if not await hub.cuelists.listed(body.cuelist, version):  # unknown, or deleted
+        raise NotFound(f"no version {version} of cuelist {body.cuelist}")
     run_id = new_id()
     if idempotency_key:
         request = body.model_dump_json()
@@ -113,9 +138,47 @@ async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
     return GoPublic(run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt)
 
 
-@router.post("/{run_id}/conditions/{name}", response_model=ConditionPublic, responses=REFUSED)
+@router.post("/{run_id}/cues/{cue_id}/retry", response_model=RetryPublic, responses=REFUSED)
+async def retry(run: RunDep, cue_id: Name, hub: HubDep) -> RetryPublic:
+    """Try a failed cue again (a new attempt; the cues it blocked wait again), or the failed
+    cue a blocked one waits on; a run that ended failed or partial runs again. 409 with the
+    reason for any other cue."""
+    if cue_id not in run.cues:
+        raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+    reply = await _call(hub, Retry(run_id=run.run_id, cue_id=cue_id))
+    return RetryPublic(
+        run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt,
+        retried=reply.retried,
+    )  # fmt: skip
+
+
+@router.post(
+    "/{run_id}/rerun", response_model=RerunCreated, status_code=status.HTTP_201_CREATED,
+    responses=REFUSED,
+)  # fmt: skip
+async def rerun(run: RunDep, hub: HubDep, body: RerunCreate | None = None) -> RerunCreated:
+    """A new run of the same cuelist version, linked both ways (`rerun_of`, `reruns`);
+    `from_failure` skips the cues that completed, carrying their results and context."""
+    if run.dry:
+        raise Conflict(f"run {run.run_id} is a dry run: start a new one")
+    if not await hub.cuelists.listed(run.cuelist, run.version):
+        raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
+    from_failure = bool(body and body.from_failure)
+    command = Rerun(run_id=run.run_id, new_run_id=new_id(), from_failure=from_failure)
+    reply = await _call(hub, command)
+    return RerunCreated(run_id=reply.run_id, rerun_of=run.run_id)
+
+
+@router.post(
+    "/{run_id}/conditions/{name}", response_model=ConditionPublic,
+    responses={**REFUSED, 422: {"model": ConditionRefused}},
+)  # fmt: skip
 async def raise_condition(run: RunDep, name: Name, hub: HubDep) -> ConditionPublic:
+    """Raise a flag a cue of the run waits for (422, naming those, for any other)."""
     _must_be_live(run)
+    wanted = waited_for(await hub.cuelists.get(run.cuelist, run.version))
+    if name not in wanted:
+        raise unwanted_condition(run.run_id, name, wanted)
     reply = await _call(hub, RaiseCondition(run_id=run.run_id, name=name))
     return ConditionPublic(run_id=run.run_id, condition=name, conditions=reply.conditions)
 

@@ -71,6 +71,7 @@ document.addEventListener("click", async (event) => {
   if (data && button.dataset.goTo === "run" && data.run_id) {
     window.location.assign(`/runs/${encodeURIComponent(data.run_id)}`);
   } else if (data) {
+    if (runId && !source) everything = true; // an ended run acted on (a retry): redraw all
     refreshSoon(0);
   }
 });
@@ -118,6 +119,7 @@ function applyParts(parts) {
 // -- a run: its events move the picture at once; the rows follow from the server ----------
 const runId = main.dataset.run;
 const changed = new Set();
+let everything = false; // the next refresh redraws every row and node
 let timer = null;
 let source = null;
 
@@ -145,7 +147,9 @@ function setRowState(cue, state) {
 async function refreshRun() {
   const names = [...changed];
   changed.clear();
-  const query = names.length > 150 ? "*" : names.map(encodeURIComponent).join(",");
+  const all = everything || names.length > 150;
+  everything = false;
+  const query = all ? "*" : names.map(encodeURIComponent).join(",");
   const response = await fetch(`/runs/${encodeURIComponent(runId)}/parts?cues=${query}`,
     { credentials: "same-origin" });
   if (response.status === 401) {
@@ -164,6 +168,8 @@ async function refreshRun() {
   if (!data.live && source) {
     source.close();
     source = null;
+  } else if (data.live && !source) {
+    follow(); // an ended run running again (a retry): follow it live from now on
   }
 }
 
@@ -195,11 +201,14 @@ function follow() {
     changed.add(e.cue);
     refreshSoon(250);
   });
-  for (const kind of ["go", "condition", "escalation", "context", "handoff", "attempt_failed"]) {
+  for (const kind of ["go", "reason", "condition", "escalation", "context", "handoff", "attempt_failed"]) {
     source.addEventListener(kind, () => refreshSoon(250));
   }
   source.addEventListener("run", (event) => {
     const e = JSON.parse(event.data);
+    // a page that showed the run ended follows it again after a retry: its old ending
+    // (replayed from the stream's start) is not news
+    if (main.dataset.live !== "1" && Date.parse(e.at) < rendered) return;
     refreshSoon(FINAL.has(e.status) ? 0 : 250);
     if (FINAL.has(e.status)) {
       source.close();

@@ -66,6 +66,12 @@ cuelist: desk-manual
 cues:
   - {id: GATE-100, target_agents: [specialist-build], manual: true, action: {execute_ms: 20}}
 """
+FLAKY = """
+cuelist: desk-flaky
+cues:
+  - {id: BUILD-100, target_agents: [specialist-build], action: {fail: once}}
+  - {id: SHIP-200, target_agents: [specialist-deploy], depends_on: [BUILD-100]}
+"""
 
 
 class Stage:
@@ -101,7 +107,7 @@ def stage(
         with httpx.Client(base_url=url, timeout=30) as api:
             wait_online(api, AGENTS)
             sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
-            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL]:
+            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY]:
                 r = api.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
@@ -179,7 +185,8 @@ def test_approve_a_condition_from_the_board(stage: Stage, page: Page) -> None:
     assert run["status"] == "success"
 
 
-def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
+@pytest.mark.parametrize("pick", ["holder", "waiter"])
+def test_resolve_an_arbitration(stage: Stage, page: Page, pick: str) -> None:
     run_id = stage.start("desk-arbitration")
 
     def conflict() -> dict[str, Any] | None:
@@ -187,10 +194,12 @@ def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
         return next((e for e in escs if e["type"] == "escalation.conflict"), None)
 
     esc = eventually_sync(conflict, 20, message="the conflict escalation")
-    # the holder, still in STANDBY, keeps the runner. (Picking the waiting cue instead
-    # stands the holder down and then leaves both cues waiting: an engine issue reported
-    # separately, not the desk's.)
-    winner = esc["payload"]["suggested_winner_cue"]
+    # the holder is still in STANDBY (4 s to get ready): picking it keeps it going; picking
+    # the waiting cue stands the holder down and re-queues it behind the winner
+    cues = stage.run(run_id)["cues"]
+    wanted = "standby" if pick == "holder" else "warning"
+    rivals = esc["payload"]["cues_involved"]
+    (winner,) = [c for c in rivals if cues[c.split("/")[1]]["state"] == wanted]
     page.goto(f"{stage.url}/runs/{run_id}")
     needs = page.locator("[data-part=needs]")
     expect(needs.get_by_role("button", name="Pick ")).to_have_count(2)  # one per rival
@@ -203,6 +212,26 @@ def test_resolve_an_arbitration(stage: Stage, page: Page) -> None:
     assert mine["resolution"]["winner"] == winner
     assert wait_done(stage.api, run_id, 60)["status"] == "success"
     expect(page.locator("#run-status")).to_have_text("success")
+
+
+def test_retry_a_failed_cue_of_a_failed_run(stage: Stage, watched: Watched) -> None:
+    """The run failed (BUILD-100 fails its first attempt); Retry on its row runs it again,
+    and the page follows the run live again to its success."""
+    page = watched.page
+    run_id = stage.start("desk-flaky")
+    assert wait_done(stage.api, run_id)["status"] == "failed"
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    row = page.locator('tr[data-cue="BUILD-100"]')
+    row.get_by_role("button", name="Retry").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    expect(page.locator("#run-status")).to_have_text("success")
+    expect(node_label(page, "SHIP-200")).to_have_text("completed")  # followed live again
+    assert watched.errors == []
+    run = stage.run(run_id)
+    assert run["status"] == "success"
+    assert run["cues"]["BUILD-100"]["attempt"] == 2
+    assert run["cues"]["BUILD-100"]["fired_by"] == "operator"
 
 
 def test_cancel_a_run(stage: Stage, page: Page) -> None:

@@ -1,0 +1,77 @@
+"""Deleting cuelist versions: gone from every listing at once, kept readable for the runs
+pinned to them until none is active, then swept (on a real server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hub.engine.state import RunState
+from hub.store import CuelistStore, StateStore
+from protocols.canonical import canonical_json
+from protocols.errors import NotFound
+from protocols.keys import Keys
+from protocols.states import RunStatus
+from protocols.transport import Storage
+from protocols.validation import load_cuelist
+
+pytestmark = pytest.mark.redis
+
+
+async def _put(store: CuelistStore, note: str) -> str:
+    text = f"cuelist: doomed\ndescription: {note}\ncues:\n  - {{id: A, target_agents: [a]}}\n"
+    cuelist, version = load_cuelist(text)
+    await store.put(cuelist, version, canonical_json(cuelist), text)
+    return version
+
+
+async def test_a_deleted_version_stays_readable_for_its_active_run_then_is_swept(
+    real_redis: Any, keys: Keys
+) -> None:
+    db = Storage(real_redis)
+    store, fresh, state = CuelistStore(db, keys), CuelistStore(db, keys), StateStore(db, keys)
+    old, new = await _put(store, "one"), await _put(store, "two")
+    pinned = RunState(run_id="r-old", cuelist="doomed", version=old, created_at=1.0)
+    await state.save_run(pinned)
+    await real_redis.sadd(keys.active_runs(), "r-old")  # as the engine's commit does
+
+    assert await store.delete("doomed", old) == [old]
+    assert [v.version for v in (await store.describe("doomed")).versions] == [new]
+    assert not await store.listed("doomed", old) and await store.listed("doomed", new)
+    assert (await fresh.get("doomed", old)).description == "one"  # a new leader reads it
+    with pytest.raises(NotFound):
+        await store.delete("doomed", old)  # deleted already: not listed
+
+    assert await store.delete("doomed") == [new]  # the rest: the cuelist is gone
+    with pytest.raises(NotFound):
+        await store.describe("doomed")
+    assert await store.names() == [] and await store.latest("doomed") is None
+    with pytest.raises(NotFound):
+        await CuelistStore(db, keys).get("doomed", new)  # no run used it: gone at once
+
+    assert await store.sweep_deleted() == 0  # r-old still runs on `old`
+    assert (await CuelistStore(db, keys).get("doomed", old)).description == "one"
+    pinned.status = RunStatus.SUCCESS
+    await state.save_run(pinned)
+    await real_redis.srem(keys.active_runs(), "r-old")
+    assert await store.sweep_deleted() == 1
+    with pytest.raises(NotFound):
+        await CuelistStore(db, keys).get("doomed", old)
+    assert await real_redis.exists(keys.cuelist("doomed"), keys.deleted_versions) == 0
+
+
+async def test_storing_a_deleted_version_again_lists_it_and_the_sweep_keeps_it(
+    real_redis: Any, keys: Keys
+) -> None:
+    db = Storage(real_redis)
+    store, state = CuelistStore(db, keys), StateStore(db, keys)
+    version = await _put(store, "one")
+    await state.save_run(RunState(run_id="r1", cuelist="doomed", version=version, created_at=1))
+    await real_redis.sadd(keys.active_runs(), "r1")
+    await store.delete("doomed")
+    assert await _put(store, "one") == version
+    await real_redis.srem(keys.active_runs(), "r1")
+    assert await store.sweep_deleted() == 0  # nothing waits: storing it again took it back
+    assert (await CuelistStore(db, keys).get("doomed", version)).description == "one"
+    assert [v.version for v in (await store.describe("doomed")).versions] == [version]

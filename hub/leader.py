@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from hub.store.lease import LeaseStore
-from protocols.errors import TransportError
+from protocols.errors import OutOfMemory, ReadOnly, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -21,15 +22,26 @@ class Leadership:
         self.lease_ms = lease_ms
         self.value: str | None = None  # "hub_id:token" while leading
         self.lost = asyncio.Event()
+        # when some hub was last known to hold the lease (monotonic): /healthz tells how
+        # long none has
+        self.seen_leader_at = time.monotonic()
 
     @property
     def token(self) -> int | None:
         return int(self.value.rsplit(":", 1)[1]) if self.value else None
 
     async def try_acquire(self) -> bool:
-        token = await self.lease.next_token()
-        value = f"{self.hub_id}:{token}"
-        if await self.lease.acquire(value, self.lease_ms):
+        """Take the lease if nobody holds it. Redis refusing writes (out of memory, a
+        replica) is not a crash: this hub keeps trying, as it does while another leads."""
+        try:
+            token = await self.lease.next_token()
+            value = f"{self.hub_id}:{token}"
+            acquired = await self.lease.acquire(value, self.lease_ms)
+        except (OutOfMemory, ReadOnly) as exc:
+            log.warning("hub %s cannot take the lease: %s", self.hub_id, exc)
+            return False
+        self.seen_leader_at = time.monotonic()  # this hub leads, or another one does
+        if acquired:
             self.value = value
             self.lost.clear()
             log.info("hub %s leads with fencing token %s", self.hub_id, token)
@@ -50,6 +62,8 @@ class Leadership:
         while not stop.is_set() and self.value is not None:
             try:
                 ok = await self.lease.renew(self.value, self.lease_ms)
+                if ok:
+                    self.seen_leader_at = time.monotonic()
             except TransportError as exc:  # Redis unreachable: the lease may lapse meanwhile
                 log.warning("lease renewal failed: %s", exc)
                 ok = True

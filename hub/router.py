@@ -79,6 +79,16 @@ class Router:
         self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
         self._last_claim = 0.0
+        self._claim_all = True  # the term's first reclaim takes every pending entry
+
+    def reset(self) -> None:
+        """A new leadership term: nothing seen, and every entry pending in the hub group
+        (on any hub's consumer: only the leader reads it) is claimed at once, not after
+        the idle limit, and handled again (its effects were not durable)."""
+        self._seen.clear()
+        self._absent.clear()
+        self._last_discover = self._last_claim = 0.0
+        self._claim_all = True
 
     async def discover(self) -> None:
         """Find every agent's out stream (new agents appear at any time)."""
@@ -109,14 +119,21 @@ class Router:
                 await self.process(batch)
 
     async def _reclaim(self) -> None:
-        """Entries a dead hub read but never acknowledged move to this one."""
+        """Entries a dead hub read but never acknowledged move to this one (at the start
+        of a term every pending entry: whoever read it no longer leads)."""
         self._last_claim = time.monotonic()
+        # Only the leader reads the hub group: an entry another hub holds was read by one
+        # that no longer leads (woken from a freeze, say), and is claimed now as well.
+        elsewhere = await self.transport.held_elsewhere(self.streams, HUB_GROUP, self.consumer)
         for stream in self.streams:
+            now = self._claim_all or stream in elsewhere
+            idle_ms = 0 if now else self.settings.min_idle_ms
             claimed = await self.transport.reclaim(
-                stream, HUB_GROUP, self.consumer, min_idle_ms=self.settings.min_idle_ms
+                stream, HUB_GROUP, self.consumer, min_idle_ms=idle_ms
             )
             if claimed:
                 await self.process(claimed)
+        self._claim_all = False
 
     async def process(self, batch: Sequence[Delivery]) -> None:
         engine_msgs: list[Envelope] = []
@@ -125,6 +142,7 @@ class Router:
         forwards: list[tuple[str, Envelope | bytes]] = []
         routed: list[Envelope] = []
         registry_changed: set[str] = set()
+        seen: set[str] = set()  # remembered once what they caused is written
         for d in batch:
             agent = self.keys.agent_of_out(d.stream) or "?"
             msg = d.message
@@ -140,9 +158,9 @@ class Router:
                 detail = f"{agent} may not send {msg.message_type.value}"
                 bad.append(Bad(d, guard.NOT_ALLOWED, detail, agent))
                 continue
-            if msg.message_id in self._seen:
+            if msg.message_id in self._seen or msg.message_id in seen:
                 continue  # a message seen twice is handled once
-            self._remember(msg.message_id)
+            seen.add(msg.message_id)
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
                 if not self.runless_handoffs.take(agent):
                     detail = f"{agent}: handoffs outside a run past its budget"
@@ -185,6 +203,12 @@ class Router:
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
             await self.transport.publish_many(forwards, ack=batch, group=HUB_GROUP)
+        # Seen only now: a batch whose write failed is read again (the failure ends the
+        # term, and the next one reclaims it) and handled, not skipped as a duplicate. A
+        # quiet step (its write lingers a moment) counts as written: its write failing
+        # ends the term too, and this set with it.
+        for message_id in seen:
+            self._remember(message_id)
 
     async def _ended_runs(self, messages: list[Envelope]) -> list[str]:
         """The runs these messages name that the engine is not running but Redis still

@@ -19,13 +19,17 @@ from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.outbox import Outbox
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
+from hub.fanout import EventFanout
+from hub.health import LoopLag
 from hub.leader import Leadership
 from hub.metrics import Metrics
 from hub.registry import Registry
 from hub.router import Router
 from hub.scheduler import Scheduler
 from hub.store import Stores
-from protocols.errors import NotFound, StaleLeader
+from hub.store.idempotency import IdempotencyHold
+from hub.upkeep import Upkeep
+from protocols.errors import Conflict, NotFound, StaleLeader, TransportError
 from protocols.messages import MessageType
 from protocols.outage import is_unreachable, one_line
 from protocols.payloads import PAYLOAD_MODELS
@@ -56,14 +60,29 @@ class HubSettings(Settings):
     # One event stream lasts at most this long; clients resume with Last-Event-ID (the
     # SSE way), so no connection is held forever by a run that never ends.
     sse_max_s: float = 300.0
+    # Open event streams this hub serves at most, and one client (address) at most; past
+    # either a new one is answered 503 with Retry-After (they share a few connections of
+    # their own, never the engine's: hub.fanout).
+    sse_max_streams: int = Field(default=2_000, ge=1)
+    sse_per_client: int = Field(default=200, ge=1)
     early_warning: bool = True  # off only to measure what early warning saves (bench/cues.py)
     # The highest severity a specialist's escalation is recorded with (never critical: only
     # the hub or an operator may pause every run).
     specialist_max_severity: Severity = Severity.HIGH
+    # /healthz is degraded while the event loop's worst lag of the last 5 s is above this
+    health_max_lag_ms: float = Field(default=1000.0, gt=0)
     # Dead letters one sender may cause: a burst, refilled at a rate (the dead-letter stream
     # is capped; one sender's flood must not push everyone else's letters out of it).
     deadletter_sender_burst: int = Field(default=200, ge=1)
     deadletter_sender_per_s: float = Field(default=5.0, gt=0)
+    # A finished run, its events and its context expire this long after it ends (0: kept
+    # for ever); the leader sweeps streams to `stream_maxlen` and the runs index this often.
+    run_retention_s: float = Field(default=7 * 24 * 3600, ge=0)
+    upkeep_interval_s: float = Field(default=10.0, gt=0)
+
+    @property
+    def retention(self) -> float | None:
+        return self.run_retention_s or None
 
     @field_validator("specialist_max_severity")
     @classmethod
@@ -84,7 +103,7 @@ class Hub:
             on_state_lost=self._state_lost, deadletter_raw_bytes=settings.deadletter_raw_bytes,
             deadletter_maxlen=settings.deadletter_maxlen,
         )  # fmt: skip
-        self.stores = Stores.open(self.transport, self.keys)
+        self.stores = Stores.open(self.transport, self.keys, settings.retention)
         self.store = self.stores.state
         self.cuelists = self.stores.cuelists
         self.registry = Registry(self.transport, self.stores.agents, self.keys)
@@ -101,32 +120,57 @@ class Hub:
             dead=DeadLetters(self.transport, self.keys, self.metrics, budgets),
             max_severity=settings.specialist_max_severity,
         )  # fmt: skip
+        self.upkeep = Upkeep(
+            self.transport, self.store, self.keys, lambda: self.router.streams,
+            stream_maxlen=settings.stream_maxlen, retention_s=settings.retention,
+            every_s=settings.upkeep_interval_s,
+        )  # fmt: skip
+        self.fanout = EventFanout(
+            settings.redis_url, self.keys,
+            max_streams=settings.sse_max_streams, per_client=settings.sse_per_client,
+        )  # fmt: skip
         self.commands = c.CommandClient(self.stores.commands)
         self.scheduler = Scheduler(
             self.cuelists, self.store, self.stores.schedules,
             lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
         )  # fmt: skip
         self.leading = asyncio.Event()
+        self.loop_lag = LoopLag()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        await self.registry.load()
+        ticker = asyncio.create_task(self.loop_lag.run(stop), name="loop-lag")
         try:
+            await self.registry.load()
             while not stop.is_set():
                 if not await self.leadership.wait_to_lead(stop):
                     break
-                await self._lead(stop)
+                if not await self._lead(stop):  # it failed: give another hub the chance
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.settings.lease_ms / 3000)
         finally:
+            ticker.cancel()
             await self.leadership.release()
             self.leading.clear()
             self.metrics.leader.set(0)
 
-    async def _lead(self, stop: asyncio.Event) -> None:
-        resumed = await self.driver.load()
+    async def _lead(self, stop: asyncio.Event) -> bool:
+        """One term: lead until the lease is lost, `stop`, or a task fails. Whatever ends
+        it, the lease is released and the next term (here or on another hub) starts from
+        what Redis holds; after a failure (False) this hub's in-memory state is dropped."""
+        self.router.reset()  # what it saw was only as durable as the last term's engine
+        try:
+            resumed = await self.driver.load()
+        except Exception as error:
+            log.warning("hub %s could not load the engine: %s", self.hub_id, one_line(error))
+            await self.leadership.release()
+            return False
         log.info("hub %s leads; resumed %d runs", self.hub_id, resumed)
         self.leading.set()
         self.metrics.leader.set(1)
-        server = c.CommandServer(self.stores.commands, self.hub_id, self._handlers())
+        server = c.CommandServer(
+            self.stores.commands, self.hub_id, self._handlers(), self.settings.command_max_tries
+        )
         # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
         # been seen to swallow CancelledError, and a stale leader must not keep routing.
         leading_ends = asyncio.Event()
@@ -137,7 +181,10 @@ class Hub:
             asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),
             asyncio.create_task(server.run(leading_ends), name="commands"),
             asyncio.create_task(self.scheduler.run(leading_ends), name="schedules"),
+            asyncio.create_task(self.upkeep.run(leading_ends), name="upkeep"),
+            asyncio.create_task(self.driver.broken.wait(), name="commit"),
         ]
+        failed = False
         lost = asyncio.create_task(self.leadership.lost.wait(), name="lost")
         stopping = asyncio.create_task(stop.wait(), name="stop")
         try:
@@ -145,6 +192,12 @@ class Hub:
                 [*tasks, lost, stopping], return_when=asyncio.FIRST_COMPLETED
             )
             for task in done:
+                if task.get_name() == "commit":
+                    failed = True
+                    log.error(
+                        "hub %s: a state write failed (%s); the term ends, state reloads",
+                        self.hub_id, one_line(self.driver.failed or Exception("?")),
+                    )  # fmt: skip
                 if task not in (lost, stopping) and not task.cancelled() and task.exception():
                     exc = task.exception()
                     if isinstance(exc, StaleLeader):
@@ -154,8 +207,15 @@ class Hub:
                             "hub %s: task %s lost Redis (%s); following again",
                             self.hub_id, task.get_name(), one_line(exc),
                         )  # fmt: skip
+                    elif isinstance(exc, TransportError):  # Redis refused: OOM, READONLY
+                        log.warning(
+                            "hub %s: task %s: %s; the term ends",
+                            self.hub_id, task.get_name(), one_line(exc),
+                        )  # fmt: skip
+                        failed = True
                     else:
                         log.error("hub task %s crashed", task.get_name(), exc_info=exc)
+                        failed = True
         finally:
             leading_ends.set()
             for task in [*tasks, lost, stopping]:
@@ -165,7 +225,10 @@ class Hub:
                     await task
             self.leading.clear()
             self.metrics.leader.set(0)
-            self.leadership.value = None
+            await self.leadership.release()  # a successor need not wait for it to expire
+            if failed or self.driver.failed is not None:
+                self.driver.discard()
+        return not failed
 
     async def _state_lost(self, stream: str, group: str) -> None:
         """Redis came back empty: the runs it held are gone; fail them now, never hang."""
@@ -184,6 +247,7 @@ class Hub:
         await self.driver.step(abort_all)
 
     async def close(self) -> None:
+        await self.fanout.close()
         await self.transport.close()
 
     def _observe(self, out: Outbox) -> None:
@@ -227,7 +291,21 @@ class Hub:
         )
 
     async def _start_run(self, cmd: c.StartRun) -> c.StartRunReply:
-        run = await self.driver.start_run(cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry)
+        # Served again (its first server died after writing the run, before answering):
+        # the run is not started twice.
+        run = self.driver.engine.runs.get(cmd.run_id) or await self.store.run(cmd.run_id)
+        if run is not None:
+            return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
+        write = []
+        if cmd.idempotency_key is not None:
+            hold = IdempotencyHold(run_id=cmd.run_id, request=cmd.request)
+            held = await self.stores.idempotency.holder(cmd.idempotency_key, hold)
+            if held.run_id != cmd.run_id:  # the key expired and a retry took it since
+                raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
+            write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
+        run = await self.driver.start_run(
+            cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write
+        )
         return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
 
     async def _go(self, cmd: c.Go) -> c.GoReply:

@@ -1,8 +1,12 @@
 """`Idempotency-Key` for POST /v1/runs: SET NX claims the key; every later request gets its run.
 
-The first request stores `{run_id, request fingerprint}` under the key (with a TTL) before it
-starts the run; a concurrent or later request with the same key and body waits until that
-run exists and answers with its id; the same key with another body is a 409.
+The first request stores `{run_id, request fingerprint}` under the key (for PENDING_TTL_S)
+before it asks for the run; the leader makes the key name the run for a day in the run's
+own write. A concurrent or later request with the same key and body waits until that run
+exists and answers with its id; the same key with another body is a 409. The key is let go
+only when the engine refused the start (the run certainly does not exist); after a 503
+(no leader, Redis refusing writes) it stays, so a retry gets the same run once the queued
+command lands, and a command that was lost frees the key when PENDING_TTL_S runs out.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from hub.service import Hub
 from hub.store.idempotency import IdempotencyHold
 from protocols.errors import Conflict, TransportError
 
-TTL_S = 24 * 3600
 POLL_S = 0.02
 
 
@@ -27,7 +30,7 @@ async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
     """Claim `key` for `run_id`; None when claimed, else the run id that holds it."""
     store = hub.stores.idempotency
     hold = IdempotencyHold(run_id=run_id, request=fingerprint(request))
-    if await store.claim(key, hold, TTL_S):
+    if await store.claim(key, hold):
         return None
     held = await store.get(key)
     if held is None:  # the holder failed and let go just now: try again
@@ -38,7 +41,7 @@ async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
 
 
 async def release(hub: Hub, key: str, run_id: str) -> None:
-    """Let go of a key whose run could not start (only if it still names that run)."""
+    """Let go of a key whose run the engine refused (only if it still names that run)."""
     await hub.stores.idempotency.release(key, run_id)
 
 

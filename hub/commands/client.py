@@ -30,7 +30,11 @@ class CommandClient:
         raw = await self.store.wait_answer(command_id, timeout_s)
         if raw is None:
             op = type(command).__name__
-            raise LeaderUnavailable(f"no leading hub answered {op} within {timeout_s:g}s")
+            said = f"no leading hub answered {op} within {timeout_s:g}s"
+            refusal = await self.store.writes_refused()  # the likely why, told as its class
+            if refusal is not None:
+                raise type(refusal)(f"{said}: {refusal}")
+            raise LeaderUnavailable(said)
         answer = Answer.model_validate_json(raw)
         if answer.ok:
             return command.read_reply(answer.result)

@@ -13,7 +13,14 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from protocols.errors import Conflict, EngineError, NotFound
+from protocols.errors import (
+    CallboardError,
+    Conflict,
+    EngineError,
+    NotFound,
+    OutOfMemory,
+    TransportError,
+)
 from protocols.ids import new_id
 
 
@@ -57,6 +64,10 @@ class StartRun(Command[StartRunReply]):
     run_id: str
     params: dict[str, Any] = Field(default_factory=dict)
     dry: bool = False
+    # the request's Idempotency-Key and the fingerprint of its body: the leader starts the
+    # run only while the key names it, and makes the key name it for a day in the same write
+    idempotency_key: str | None = None
+    request: str = ""
 
 
 class GoReply(Reply):
@@ -159,10 +170,18 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"  # NotFound: unknown run, cue, escalation (or command)
     CONFLICT = "conflict"  # Conflict: not allowed in the current state
     ENGINE = "engine"  # any other EngineError
+    # Redis refused or failed the command's write (out of memory, read-only, unreachable):
+    # the asker answers 503, and the command may be tried again
+    UNAVAILABLE = "unavailable"
+    OUT_OF_MEMORY = "out_of_memory"  # the same, Redis being out of memory (OOM)
+    FAILING = "failing"  # it failed on every try (a leader died serving it each time)
 
-    def error(self, detail: str) -> EngineError:
-        cls = {ErrorCode.NOT_FOUND: NotFound, ErrorCode.CONFLICT: Conflict}.get(self, EngineError)
-        return cls(detail)
+    def error(self, detail: str) -> CallboardError:
+        classes: dict[ErrorCode, type[CallboardError]] = {
+            ErrorCode.NOT_FOUND: NotFound, ErrorCode.CONFLICT: Conflict,
+            ErrorCode.UNAVAILABLE: TransportError, ErrorCode.OUT_OF_MEMORY: OutOfMemory,
+        }  # fmt: skip
+        return classes.get(self, EngineError)(detail)
 
 
 class Answer(BaseModel):

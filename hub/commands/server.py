@@ -19,7 +19,9 @@ from protocols.errors import (
     Conflict,
     GroupMissing,
     NotFound,
+    OutOfMemory,
     StaleLeader,
+    TransportError,
     Unreachable,
 )
 
@@ -44,10 +46,13 @@ class Handlers:
 
 
 class CommandServer:
-    def __init__(self, store: CommandStore, consumer: str, handlers: Handlers) -> None:
+    def __init__(
+        self, store: CommandStore, consumer: str, handlers: Handlers, max_tries: int = 3
+    ) -> None:
         self.store = store
         self.consumer = consumer
         self.handlers = handlers
+        self.max_tries = max_tries  # reads of one command before it is answered "failing"
 
     async def run(self, stop: asyncio.Event) -> None:
         ready = False
@@ -55,6 +60,9 @@ class CommandServer:
             try:
                 if not ready:
                     await self.store.ensure_group()
+                    # what the hubs that led before read and never answered is served
+                    # now, not after an idle limit
+                    await self.store.claim_all(self.consumer)
                     ready = True
                 await self._read(stop)
             except (Unreachable, GroupMissing) as exc:
@@ -68,14 +76,36 @@ class CommandServer:
     async def _read(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             # own pending first (a restarted leader finishes what it had read), then new ones
+            # what a hub that no longer leads read after its term ended (woken from a
+            # freeze, say) is served here at once, not left to wait for its next term
+            await self.store.claim_all(self.consumer)
             for start in ("0", ">"):
                 block_ms = None if start == "0" else 500
                 queued = await self.store.read(self.consumer, start, 100, block_ms)
+                if queued and start == "0":
+                    queued = await self._drop_failing(queued)
                 # a batch is served concurrently: its engine steps share fenced writes, and
                 # its answers go back in one round trip
                 if queued:
                     answers = await asyncio.gather(*(self._serve(q) for q in queued))
                     await self.store.answer([q.entry_id for q in queued], answers)
+
+    async def _drop_failing(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
+        """Commands read again after their server died (or its term ended) serving them:
+        past `max_tries` reads one is answered "failing" instead of served once more, so a
+        command that ends every term it is served in cannot stop every leader in turn."""
+        tries = await self.store.tries(self.consumer)
+        failing = [q for q in queued if tries.get(q.entry_id, 0) > self.max_tries]
+        if not failing:
+            return queued
+        answers = []
+        for q in failing:
+            n = tries[q.entry_id] - 1
+            log.error("command %s failed on %d tries: answered as failing", q.entry_id, n)
+            detail = f"the command failed on {n} tries (the hub serving it stopped each time)"
+            answers.append((_request_id(q.body), _refused(ErrorCode.FAILING, detail)))
+        await self.store.answer([q.entry_id for q in failing], answers)
+        return [q for q in queued if q not in failing]
 
     async def _serve(self, queued: QueuedCommand) -> tuple[str, bytes]:
         """(command id, answer) for one command."""
@@ -96,7 +126,11 @@ class CommandServer:
             answer = Answer(ok=False, error=ErrorCode.NOT_FOUND, detail=str(exc))
         except Conflict as exc:
             answer = Answer(ok=False, error=ErrorCode.CONFLICT, detail=str(exc))
-        except CallboardError as exc:  # any other refusal (Redis errors included)
+        except OutOfMemory as exc:
+            answer = Answer(ok=False, error=ErrorCode.OUT_OF_MEMORY, detail=str(exc))
+        except TransportError as exc:  # Redis failed the write: the asker may try again
+            answer = Answer(ok=False, error=ErrorCode.UNAVAILABLE, detail=str(exc))
+        except CallboardError as exc:  # any other refusal
             answer = Answer(ok=False, error=ErrorCode.ENGINE, detail=str(exc))
         return request.id, answer.model_dump_json().encode()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocols.errors import TransportError
 from protocols.keys import Keys
 from protocols.transport import Pipeline, Storage
 
@@ -34,6 +35,13 @@ class CommandStore:
         """The answer to `command_id`, waiting up to `timeout_s`; None when none came."""
         return await self.db.blpop(self.keys.reply(command_id), timeout_s)
 
+    async def writes_refused(self) -> TransportError | None:
+        """Why Redis would refuse the leader's writes now (out of memory, read-only)."""
+        try:
+            return await self.db.write_refusal()
+        except TransportError:
+            return None
+
     async def ensure_group(self) -> None:
         """The leader's consumer group (new commands only); an existing one is kept."""
         await self.db.create_group(self.stream, GROUP, "$")
@@ -46,6 +54,15 @@ class CommandStore:
         return [
             QueuedCommand(entry_id, fields.get(FIELD.encode(), b"")) for entry_id, fields in rows
         ]
+
+    async def claim_all(self, consumer: str) -> int:
+        """Every command pending on any consumer (a hub that no longer leads) moves to
+        `consumer` at once; their delivery counts are kept (each read counts one try)."""
+        return await self.db.claim_others(self.stream, GROUP, consumer)
+
+    async def tries(self, consumer: str) -> dict[str, int]:
+        """How many times each command pending on `consumer` was read (served)."""
+        return await self.db.xpending_counts(self.stream, GROUP, consumer)
 
     async def answer(self, entry_ids: list[str], answers: list[tuple[str, bytes]]) -> None:
         """Each (command id, answer) onto its reply list, and the entries done, in one trip."""

@@ -6,6 +6,7 @@ a lease another hub has taken since.
 
 from __future__ import annotations
 
+from protocols.errors import TransportError
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -46,6 +47,10 @@ class LeaseStore:
     async def release(self, value: str) -> None:
         """Drop the lease if `value` still holds it."""
         await self._release([self.leader_key], [value])
+
+    async def writes_refused(self) -> TransportError | None:
+        """The error Redis would answer a write with now (OutOfMemory, ReadOnly), or None."""
+        return await self.db.write_refusal()
 
     async def holder(self) -> str | None:
         raw = await self.db.get(self.leader_key)

@@ -28,6 +28,10 @@ _BY_CODE: dict[str, type[CallboardError]] = {
     "READONLY": ReadOnly,
     "STALE": StaleLeader,  # the hub's commit script: the fencing token lost the lease
 }
+_BY_CLASS: dict[type[BaseException], type[CallboardError]] = {
+    rx.OutOfMemoryError: OutOfMemory,
+    rx.ReadOnlyError: ReadOnly,
+}
 _NOT_RETRIED = (rx.AuthenticationError, rx.AuthorizationError, rx.ExternalAuthProviderError)
 
 
@@ -64,7 +68,13 @@ def translate(exc: BaseException, op: str) -> CallboardError | None:
     if isinstance(exc, rx.ResponseError):
         if is_group_missing(exc):
             return GroupMissing(f"{op}: {exc}")
-        return _BY_CODE.get(_code(exc), TransportError)(f"{op}: {exc}")
+        # redis-py strips the OOM and READONLY codes into classes of its own
+        cls = _BY_CLASS.get(type(exc)) or _BY_CODE.get(_code(exc), TransportError)
+        if _code(exc) == "UNBLOCKED" and "replica" in str(exc):  # a blocked read cut short
+            cls = ReadOnly  # as the server turned into a replica
+        if cls is OutOfMemory:  # said in words a client of the API understands
+            return OutOfMemory(f"{op}: Redis is out of memory (maxmemory reached): {exc}")
+        return cls(f"{op}: {exc}")
     if is_transient(exc) or isinstance(exc, OSError):
         return Unreachable(f"{op}: Redis unreachable: {exc}")
     if isinstance(exc, rx.RedisError):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 
-from protocols.transport._client import DEFAULT_RETRY_S, Redis, T, retry_transient
+from protocols.errors import OutOfMemory, ReadOnly
+from protocols.transport._client import DEFAULT_RETRY_S, Redis, T, connect, retry_transient
 from protocols.transport._errors import translated
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
@@ -25,6 +26,13 @@ class Gateway:
         self._client = client
         self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
         self._owns_client = False
+
+    @classmethod
+    def dedicated(cls, url: str, *, max_connections: int) -> Self:
+        """A gateway with a client (and a pool of at most `max_connections`) of its own."""
+        gateway = cls(connect(url, max_connections=max_connections))
+        gateway._owns_client = True
+        return gateway
 
     @classmethod
     def sharing(cls, other: Gateway, **options: Any) -> Self:
@@ -54,6 +62,24 @@ class Gateway:
     async def ping(self) -> bool:
         """True when the server answers (no retry: a health check wants the truth now)."""
         return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
+
+    async def write_refusal(self) -> OutOfMemory | ReadOnly | None:
+        """The error a write would get now (full with `noeviction`: OutOfMemory; a
+        replica: ReadOnly), None when it takes writes. One INFO call, no retry, no write."""
+        info = await self._call(
+            "INFO", lambda: self._client.info("memory", "replication"), retry_s=0
+        )
+        if str(info.get("role", "master")) != "master":
+            return ReadOnly("Redis refuses writes: it is a read-only replica (READONLY)")
+        limit, used = int(info.get("maxmemory", 0) or 0), int(info.get("used_memory", 0) or 0)
+        policy = str(info.get("maxmemory_policy", ""))
+        if limit and used >= limit and policy == "noeviction":
+            mib = 1024 * 1024
+            return OutOfMemory(
+                f"Redis is out of memory (OOM): {used / mib:.1f} of {limit / mib:.1f} MiB "
+                "used, and it evicts nothing"
+            )
+        return None
 
     def script(self, source: str) -> Script:
         """A Lua script, run by EVALSHA (loaded again when the server lost it)."""

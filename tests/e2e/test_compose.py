@@ -65,7 +65,9 @@ def compose() -> dict[str, Any]:
 
 def test_redis_service_is_durable_and_locked_down(compose: dict[str, Any]) -> None:
     command = " ".join(map(str, compose["services"]["redis"]["command"]))
-    for flag in ("--appendonly yes", "--appendfsync everysec", "--maxmemory-policy noeviction",
+    assert "--appendfsync ${REDIS_APPENDFSYNC:-everysec}" in command  # always, on request
+    command = interpolate(command)
+    for flag in ("--appendonly yes", "--maxmemory-policy noeviction",
                  "--aclfile"):  # fmt: skip
         assert flag in command
     for name, service in compose["services"].items():

@@ -39,6 +39,7 @@ def test_healthz_needs_no_key(hub_url: str) -> None:
     r = httpx.get(f"{hub_url}/healthz")
     assert r.status_code == 200
     assert r.json()["redis"] is True and r.json()["leader"] is True
+    assert r.json()["leader_id"] == r.json()["hub_id"] and r.json()["reasons"] == []
 
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/agents", "/metrics", "/v1/wiring"])

@@ -21,7 +21,7 @@ from hub.commands import (
     StartRunReply,
 )
 from hub.store import CommandStore
-from protocols.errors import Conflict, NotFound
+from protocols.errors import Conflict, EngineError, NotFound
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -75,3 +75,35 @@ async def test_no_leader_answers_in_time(real_redis: Any, keys: Keys) -> None:
     client = CommandClient(CommandStore(Storage(real_redis), keys))
     with pytest.raises(LeaderUnavailable, match="Go"):
         await client.call(Go(run_id="r1", cue_id="C"), 0.2)
+
+
+async def test_a_command_that_ends_every_term_is_answered_failing_after_its_tries(
+    real_redis: Any, keys: Keys
+) -> None:
+    """Each term's server dies serving it (a handler that crashes the term); the next term
+    (another hub) claims it at once, and past max_tries it is answered, not served."""
+    store = CommandStore(Storage(real_redis), keys)
+    served: list[str] = []
+
+    async def crash(cmd: Go) -> GoReply:
+        served.append(cmd.run_id)
+        raise RuntimeError("a bug that ends the term")
+
+    await store.ensure_group()
+    client = CommandClient(store)
+    command_id = await client.send(Go(run_id="r1", cue_id="C"))
+    for term in range(2):
+        server = CommandServer(store, f"hub-{term}", Handlers().on(Go, crash), max_tries=2)
+        with pytest.raises(RuntimeError, match="ends the term"):
+            await server.run(asyncio.Event())
+    assert len(served) == 2
+    stop = asyncio.Event()
+    third = CommandServer(store, "hub-2", Handlers().on(Go, crash), max_tries=2)
+    task = asyncio.create_task(third.run(stop))
+    try:
+        with pytest.raises(EngineError, match="failed on 2 tries"):
+            await client.answer(Go(run_id="r1", cue_id="C"), command_id, 5)
+    finally:
+        stop.set()
+        await task
+    assert len(served) == 2

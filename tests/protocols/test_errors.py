@@ -43,3 +43,22 @@ def test_other_errors_pass_through_untouched() -> None:
     with pytest.raises(KeyError), translated("OP"):
         raise KeyError("not a Redis error")
     assert translate(ValueError("x"), "OP") is None
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        # redis-py strips these codes into classes of its own
+        (rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), e.OutOfMemory),
+        (rx.ReadOnlyError("You can't write against a read only replica."), e.ReadOnly),
+        (rx.ResponseError("UNBLOCKED force unblock ... (master -> replica?)"), e.ReadOnly),
+        (rx.ResponseError("UNBLOCKED client unblocked via CLIENT UNBLOCK"), e.TransportError),
+    ],
+)
+def test_refused_writes_get_their_class(
+    raised: Exception, expected: type[e.CallboardError]
+) -> None:
+    mapped = translate(raised, "OP")
+    assert type(mapped) is expected
+    if expected is e.OutOfMemory:
+        assert "Redis is out of memory" in str(mapped)

@@ -1,0 +1,112 @@
+"""A leader's term on a real server: an exception in a leader task ends it cleanly (lease
+released, state dropped), the next term handles again what was read and not acknowledged,
+and an input that crashes every term is dead-lettered after max_deliveries, no crash-loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hub.engine import guard
+from hub.service import Hub, HubSettings
+from protocols import payloads as p
+from protocols.codec import Envelope, encode, make
+from protocols.keys import HUB_GROUP, STREAM_FIELD, Keys
+from protocols.messages import MessageType as T
+from protocols.settings import Settings
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+
+
+def _escalation(agent: str, cause: str) -> Envelope:
+    return make(T.ESCALATION_ERROR, p.EscalationError(cause=cause), from_agent=agent)
+
+
+async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goes_on(
+    settings: Settings, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crashes: list[str] = []
+    handled: list[str] = []
+    real = guard.specialist_escalation
+
+    def buggy(engine: Any, msg: Envelope, max_severity: Any) -> None:
+        cause = msg.body(p.EscalationError).cause
+        if cause == "boom":
+            crashes.append(cause)
+            raise RuntimeError("a bug this input hits every time")
+        handled.append(cause)
+        real(engine, msg, max_severity)
+
+    monkeypatch.setattr(guard, "specialist_escalation", buggy)
+    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
+    hub = Hub(HubSettings(**base, lease_ms=600))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    client = hub.transport._client
+    try:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        first_token = hub.leadership.token
+        await client.xadd(keys.out("buggy"), {STREAM_FIELD: encode(_escalation("buggy", "boom"))})
+        # read once, then claimed at once by each next term (not after the 30 s idle
+        # limit): past max_deliveries it is a dead letter, and nothing is pending
+        letters = await eventually(lambda: client.xrange(keys.dead), 15, message="dead letter")
+        assert b"poison" in letters[0][1][b"reason"]
+        assert len(crashes) == 2
+        await client.xadd(keys.out("buggy"), {STREAM_FIELD: encode(_escalation("buggy", "fine"))})
+        await eventually(lambda: "fine" in handled, 10, message="the hub goes on")
+
+        async def nothing_pending() -> bool:
+            return (await client.xpending(keys.out("buggy"), HUB_GROUP))["pending"] == 0
+
+        await eventually(nothing_pending, 10)
+        # each crash ended a term that released its lease: new terms, new fencing tokens
+        assert hub.leadership.token is not None and first_token is not None
+        assert hub.leadership.token >= first_token + 2
+        assert hub.leading.is_set()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await hub.close()
+
+
+async def test_what_another_hub_reads_during_this_term_is_claimed_at_once(
+    settings: Settings, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub that no longer leads (woken from a freeze) reads an entry before it notices:
+    the leader takes it at its next claim, not after the idle limit (30 s here)."""
+    handled: list[str] = []
+    real = guard.specialist_escalation
+
+    def seen(engine: Any, msg: Envelope, max_severity: Any) -> None:
+        handled.append(msg.body(p.EscalationError).cause)
+        real(engine, msg, max_severity)
+
+    monkeypatch.setattr(guard, "specialist_escalation", seen)
+    hub = Hub(HubSettings(**{**settings.model_dump(), "min_idle_ms": 30_000}, lease_ms=2000))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    client = hub.transport._client
+    stream = keys.out("agent")
+    try:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        await client.xadd(stream, {STREAM_FIELD: encode(_escalation("agent", "first"))})
+        await eventually(lambda: "first" in handled, 10)
+        async with client.pipeline(transaction=True) as pipe:  # one MULTI: the other hub
+            # reads the entry before the leader's blocked read can be served it
+            pipe.xadd(stream, {STREAM_FIELD: encode(_escalation("agent", "stolen"))})
+            pipe.xreadgroup(HUB_GROUP, "hub-that-froze", {stream: ">"})
+            _, read = await pipe.execute()
+        assert read and read[0][1], "the other hub holds the entry"
+        await eventually(lambda: "stolen" in handled, 5, message="claimed from the other hub")
+
+        async def nothing_pending() -> bool:
+            return (await client.xpending(stream, HUB_GROUP))["pending"] == 0
+
+        await eventually(nothing_pending, 5)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await hub.close()

@@ -32,10 +32,16 @@ class Settings(BaseSettings):
     min_idle_ms: int = 30_000  # an entry idle this long in a dead replica is reclaimed
     claim_interval_ms: int = 1_000
     max_deliveries: int = 5  # then the entry is dead-lettered as poison
+    # an operator command whose serving ended the leader's term this many times is then
+    # answered with an error, not served again by every next leader
+    command_max_tries: int = Field(default=3, ge=1)
     stream_maxlen: int = 100_000  # trimming target; never below the oldest pending entry
     audit_maxlen: int = 10_000
     deadletter_raw_bytes: int = Field(default=DEADLETTER_RAW_BYTES, ge=0)
     deadletter_maxlen: int = Field(default=DEADLETTER_MAXLEN, ge=1)
+    # how long a specialist's done-markers live (None: its class's `done_ttl_s`, 7 days);
+    # keep it at least the hub's run retention, or a late redelivery could run twice
+    done_ttl_s: int | None = Field(default=None, ge=1)
 
     @property
     def keys(self) -> Keys:

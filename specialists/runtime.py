@@ -65,7 +65,8 @@ class Runtime:
         self.broadcast = keys.broadcast
         self.group = spec.agent_id
         self.consumer = spec.replica
-        self.markers = DoneMarkers(transport, keys, spec.agent_id, spec.done_ttl_s)
+        done_ttl_s = spec.settings.done_ttl_s or spec.done_ttl_s
+        self.markers = DoneMarkers(transport, keys, spec.agent_id, done_ttl_s)
         self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
         self.prefetch = max(spec.settings.prefetch or 4 * spec.concurrency, spec.concurrency)
         self.writes: Coalescer[Write, None] = Coalescer(self._write, "out")

@@ -43,10 +43,11 @@ class Stores:
     schedules: ScheduleStore
 
     @classmethod
-    def open(cls, gateway: Gateway, keys: Keys) -> Stores:
+    def open(cls, gateway: Gateway, keys: Keys, retention_s: float | None = None) -> Stores:
+        """`retention_s`: how long a finished run's state is kept (None: for ever)."""
         db = Storage.sharing(gateway)
         return cls(
-            state=StateStore(db, keys),
+            state=StateStore(db, keys, retention_s),
             cuelists=CuelistStore(db, keys),
             agents=AgentStore(db, keys),
             commands=CommandStore(db, keys),

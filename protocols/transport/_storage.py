@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from redis.asyncio.client import Pipeline
@@ -115,6 +116,19 @@ class Storage(Gateway):
         )
         return [(_bytes(row[0]), float(row[1])) for row in rows]
 
+    async def zrange_below(self, key: str, score: float, count: int) -> list[bytes]:
+        """The first `count` members scored at most `score`, lowest first."""
+        rows = await self._call(
+            "ZRANGE",
+            lambda: self._client.zrangebyscore(key, "-inf", score, start=0, num=count),
+        )
+        return [_bytes(m) for m in rows]
+
+    async def zrem(self, key: str, members: Sequence[str]) -> int:
+        if not members:
+            return 0
+        return int(await self._call("ZREM", lambda: self._client.zrem(key, *members)))
+
     # -- lists ----------------------------------------------------------------------------
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         """The head of list `key`, waiting up to `timeout_s`; None when nothing came."""
@@ -138,6 +152,17 @@ class Storage(Gateway):
             "XREAD", lambda: self._client.xread({stream: after}, count=count, block=block_ms)
         )
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
+
+    async def xread_many(
+        self, after: Mapping[str, str], count: int, block_ms: int
+    ) -> list[tuple[str, list[Entry]]]:
+        """XREAD BLOCK over several streams at once: (stream, entries) for those with new
+        entries after their id in `after`."""
+        streams: dict[Any, Any] = dict(after)
+        reply = await self._call(
+            "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+        )
+        return [(stream, _entries(rows)) for stream, rows in _stream_replies(reply)]
 
     async def create_group(self, stream: str, group: str, start_id: str = "$") -> bool:
         """XGROUP CREATE ... MKSTREAM; False (not an error) when the group exists."""
@@ -165,6 +190,29 @@ class Storage(Gateway):
             ),
         )
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
+
+    async def claim_others(self, stream: str, group: str, consumer: str, count: int = 1000) -> int:
+        """Move the (first `count`) entries pending on other consumers to `consumer`
+        (XCLAIM JUSTID: their delivery counts stay as they were); how many moved."""
+        rows = await self._call(
+            "XPENDING", lambda: self._client.xpending_range(stream, group, "-", "+", count)
+        )
+        others: list[Any] = [r["message_id"] for r in rows if _text(r["consumer"]) != consumer]
+        if not others:
+            return 0
+        claim = partial(self._client.xclaim, stream, group, consumer, 0, others, justid=True)
+        return len(await self._call("XCLAIM", claim))
+
+    async def xpending_counts(
+        self, stream: str, group: str, consumer: str, count: int = 100
+    ) -> dict[str, int]:
+        """How many times each of the (first `count`) entries pending on `consumer` was
+        delivered."""
+        rows = await self._call(
+            "XPENDING",
+            lambda: self._client.xpending_range(stream, group, "-", "+", count, consumer),
+        )
+        return {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
 
     # -- batches --------------------------------------------------------------------------
     async def pipeline(

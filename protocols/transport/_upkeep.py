@@ -47,6 +47,27 @@ class _Upkeep(_TransportBase):
             letters.append(letter)
         return letters
 
+    async def held_elsewhere(self, streams: Sequence[str], group: str, consumer: str) -> set[str]:
+        """The streams where some consumer other than `consumer` holds pending entries of
+        `group` (one pipelined XPENDING summary; a stream or group that is gone holds none)."""
+        if not streams:
+            return set()
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream in streams:
+                    pipe.xpending(stream, group)
+                return await pipe.execute(raise_on_error=False)
+
+        held = set()
+        for stream, summary in zip(streams, await self._call("XPENDING", send), strict=True):
+            if isinstance(summary, Exception) or not summary:
+                continue
+            names = {_text(c["name"]) for c in summary.get("consumers") or ()}
+            if names - {consumer}:
+                held.add(stream)
+        return held
+
     async def scan_keys(self, match: str) -> list[str]:
         """Every key matching the glob `match` (SCAN, a thousand at a time)."""
 
@@ -123,14 +144,17 @@ class _Upkeep(_TransportBase):
             "groups": int(info["groups"]),
         }
 
-    async def trim(self, stream: str, *, maxlen: int) -> int:
+    async def trim(self, stream: str, *, maxlen: int, grouped_only: bool = False) -> int:
         """Trim to about `maxlen` entries, never past the oldest entry any group still has
-        pending or has not yet been delivered. Returns the number of entries removed."""
+        pending or has not yet been delivered (`grouped_only`: leave a stream no group
+        reads yet alone: its reader has not come). Returns the number of entries removed."""
         length = await self._call("XLEN", lambda: self._client.xlen(stream))
         excess = int(length) - maxlen
         if excess <= 0:
             return 0
         cutoff = await self._floor(stream)
+        if cutoff is None and grouped_only:
+            return 0
         if cutoff is not None and cutoff <= (0, 0):
             return 0
         # The id of the oldest entry to keep, fetched from whichever end is nearer.

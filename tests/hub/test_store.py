@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from hub.store.commit import COMMIT_ID_TTL_MS, FencedCommit, flat
-from protocols.errors import StaleLeader
+from protocols.errors import OutOfMemory, StaleLeader
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -32,3 +32,42 @@ async def test_commit_is_fenced_and_applied_once(real_redis: Any, keys: Keys) ->
     with pytest.raises(StaleLeader, match="STALE"):
         await _script(commit, keys.commit("c2"), "hub-a:6", go)  # old token
     assert await real_redis.xlen(stream) == 1
+
+
+async def test_commit_skips_a_stream_whose_ids_are_exhausted(real_redis: Any, keys: Keys) -> None:
+    """An XADD of the maximum id leaves `*` no room: that one operation is skipped, checked
+    before anything is written, and the rest of the step still lands whole."""
+    commit = FencedCommit(Storage(real_redis), keys)
+    await real_redis.set(keys.leader(), "hub-a:7")
+    blocked, fine, run = keys.inbox("hostile"), keys.inbox("other"), keys.run("r1")
+    await real_redis.xadd(blocked, {"m": "x"}, id="18446744073709551615-18446744073709551615")
+    await real_redis.set(keys.inbox("wrongtype"), "not a stream")
+    ops = [
+        ["HSET", run, "status", "running"],
+        ["XADD", blocked, "*", "m", "{}"],
+        ["XADD", keys.inbox("wrongtype"), "*", "m", "{}"],
+        ["XADD", fine, "*", "m", "{}"],
+    ]
+    reply = await _script(commit, keys.commit("c1"), "hub-a:7", ops)
+    assert reply[0] == 2 and {k.decode() for k in reply[1:]} == {blocked, keys.inbox("wrongtype")}
+    assert await real_redis.hget(run, "status") == b"running"
+    assert await real_redis.xlen(fine) == 1 and await real_redis.xlen(blocked) == 1
+
+
+async def test_commit_under_oom_writes_nothing(
+    real_redis: Any, keys: Keys, redis_server: Any
+) -> None:
+    """Out of memory, the declared write script is refused before it runs (OutOfMemory)."""
+    commit = FencedCommit(Storage(real_redis), keys)
+    await real_redis.set(keys.leader(), "hub-a:7")
+    used = (await real_redis.info("memory"))["used_memory"]
+    policy = (await real_redis.config_get("maxmemory-policy"))["maxmemory-policy"]
+    await real_redis.config_set("maxmemory-policy", "noeviction")
+    await real_redis.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+    try:
+        with pytest.raises(OutOfMemory, match="out of memory"):
+            await _script(commit, keys.commit("c1"), "hub-a:7", [["SET", keys.paused, "x"]])
+    finally:
+        await real_redis.config_set("maxmemory", "0")
+        await real_redis.config_set("maxmemory-policy", policy)
+    assert not await real_redis.exists(keys.paused, keys.commit("c1"))

@@ -1,0 +1,132 @@
+"""Retention and trimming on a real server: a finished run's keys expire and leave the
+index; a reopened run is kept; streams are cut to their cap, never past a pending entry."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hub import commands as c
+from hub.service import Hub, HubSettings
+from protocols.canonical import canonical_json
+from protocols.keys import STREAM_FIELD
+from protocols.settings import Settings
+from protocols.validation import load_cuelist
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+ONE_CUE = "cuelist: kept\ncues:\n  - {id: ONLY, target_agents: [nobody], ack_timeout_s: 60}\n"
+
+
+async def _hub(settings: Settings, **extra: Any) -> tuple[Hub, asyncio.Event, asyncio.Task[None]]:
+    hub = Hub(HubSettings(**{**settings.model_dump(), "lease_ms": 2000, **extra}))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    await asyncio.wait_for(hub.leading.wait(), 10)
+    return hub, stop, task
+
+
+@pytest.fixture
+async def hub(settings: Settings) -> AsyncIterator[Hub]:
+    hub, stop, task = await _hub(
+        settings, run_retention_s=1.0, upkeep_interval_s=0.2, stream_maxlen=10
+    )
+    yield hub
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    await hub.close()
+
+
+async def _start(hub: Hub, run_id: str) -> str:
+    parsed, version = load_cuelist(ONE_CUE)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), ONE_CUE)
+    run = await hub.driver.start_run("kept", version, run_id, {}, False)
+    return run.run_id
+
+
+async def _ttls(hub: Hub, run_id: str) -> list[int]:
+    client = hub.transport._client
+    keys = [hub.keys.run(run_id), hub.keys.run_events(run_id)]
+    return [int(await client.pttl(k)) for k in keys]
+
+
+async def test_a_finished_run_expires_and_leaves_the_index(hub: Hub) -> None:
+    run_id = await _start(hub, "run-expiring")
+    assert await _ttls(hub, run_id) == [-1, -1]  # running: kept
+    await hub.driver.step(lambda e: e.cancel(run_id))
+    ttls = await _ttls(hub, run_id)
+    assert all(0 < t <= 1000 for t in ttls), ttls
+    assert run_id in await hub.store.recent_run_ids()
+
+    async def forgotten() -> bool:
+        return run_id not in await hub.store.recent_run_ids()
+
+    await eventually(forgotten, 10)
+    assert await hub.store.run(run_id) is None
+    assert await hub.store.events(run_id) == []
+
+
+async def test_a_running_run_is_never_forgotten(hub: Hub) -> None:
+    run_id = await _start(hub, "run-long")
+    # older than the retention, still running: the sweep sees its state and keeps it
+    await hub.transport._client.zadd(hub.keys.all_runs, {run_id: 1.0})
+    assert await hub.upkeep.sweep() is not None
+    assert run_id in await hub.store.recent_run_ids()
+    assert await hub.store.run(run_id) is not None
+    await hub.driver.step(lambda e: e.cancel(run_id))
+
+
+async def test_streams_are_trimmed_to_the_cap_but_never_past_a_pending_entry(hub: Hub) -> None:
+    client = hub.transport._client
+    out, inbox = hub.keys.out("trimmed"), hub.keys.inbox("trimmed")
+    await client.xgroup_create(inbox, "trimmed", id="0", mkstream=True)
+    for n in range(30):
+        await client.xadd(inbox, {STREAM_FIELD: f"{n}"})
+    # the specialist has read 5 and acknowledged none: nothing from the 1st on may go
+    await client.xreadgroup("trimmed", "r1", {inbox: ">"}, count=5)
+    orphan = hub.keys.inbox("never-started")  # no group: its reader has not come yet
+    for n in range(30):
+        await client.xadd(orphan, {STREAM_FIELD: f"{n}"})
+    hub.router.streams.append(out)
+    hub.router.streams.append(hub.keys.out("never-started"))
+    await hub.upkeep.sweep()
+    assert await client.xlen(inbox) == 30  # the pending head holds it
+    rows = await client.xreadgroup("trimmed", "r1", {inbox: "0"}, count=10)
+    ids = [entry_id for entry_id, _ in rows[0][1]]
+    await client.xack(inbox, "trimmed", *ids[:5])
+    await client.xreadgroup("trimmed", "r1", {inbox: ">"}, count=20)  # 20 delivered, pending
+    await hub.upkeep.sweep()
+    assert await client.xlen(inbox) == 25  # only the acknowledged 5: the rest is pending
+    await client.xreadgroup("trimmed", "r1", {inbox: ">"})
+    rows = await client.xpending_range(inbox, "trimmed", "-", "+", 100)
+    await client.xack(inbox, "trimmed", *[r["message_id"] for r in rows])
+    await hub.upkeep.sweep()
+    assert await client.xlen(inbox) == 10  # all acknowledged: down to the cap
+    assert await client.xlen(orphan) == 30  # no reader yet: nothing is dropped
+
+
+async def test_a_retried_run_is_kept_again(settings: Settings) -> None:
+    hub, stop, task = await _hub(settings, run_retention_s=600.0, upkeep_interval_s=60.0)
+    try:
+        text = (
+            "cuelist: brief\ncues:\n  - {id: ONLY, target_agents: [nobody], ack_timeout_s: 0.2}\n"
+        )
+        parsed, version = load_cuelist(text)
+        await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+        run_id = (await hub.driver.start_run("brief", version, "run-retried", {}, False)).run_id
+
+        async def ended() -> bool:
+            run = await hub.store.run(run_id)
+            return run is not None and run.status.done
+
+        await eventually(ended, 10)
+        assert all(0 < t <= 600_000 for t in await _ttls(hub, run_id))
+        await hub.commands.call(c.Retry(run_id=run_id, cue_id="ONLY"))
+        assert await _ttls(hub, run_id) == [-1, -1]  # running again: kept for ever again
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await hub.close()

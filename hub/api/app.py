@@ -97,6 +97,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
             }
         finally:
             stopping.set()
+            hub.fanout.end_all()
             await extras.aclose()
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):

@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hub.desk import session
 from hub.engine.state import RunState
+from hub.fanout import TooManyStreams
 from hub.registry import Registry
 from hub.service import Hub
 from protocols.errors import NotFound
@@ -77,3 +78,19 @@ async def get_run(hub: HubDep, run_id: RunId) -> RunState:
 
 
 RunDep = Annotated[RunState, Depends(get_run)]
+
+
+def event_slot(request: Request, hub: HubDep) -> str:
+    """Who opens an event stream (the client's address), refused with 503 and Retry-After
+    when the hub or this client already has the most streams open it may."""
+    client = request.client.host if request.client else "unknown"
+    try:
+        hub.fanout.admit(client)
+    except TooManyStreams as exc:
+        raise HTTPException(
+            status_code=503, detail=exc.detail, headers={"Retry-After": str(exc.retry_after_s)}
+        ) from None
+    return client
+
+
+EventSlotDep = Annotated[str, Depends(event_slot)]

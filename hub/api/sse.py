@@ -1,4 +1,5 @@
-"""Follow a run's event stream: replay it (XRANGE), then tail it (XREAD BLOCK) until it ends."""
+"""Follow a run's event stream: replay it (XRANGE), then take its new events from the shared
+reader (hub.fanout) until it ends. Every read uses the fanout's own connections."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from hub.api.schemas import ts
-from hub.service import Hub
-from hub.store.state import RunEvent
+from hub.fanout import EventFanout
+from hub.store.state import RunEvent, StateStore
 from protocols.states import RunStatus
 
-BLOCK_MS = 1_000
 BATCH = 500
 
 
@@ -31,38 +31,52 @@ def _public(event: dict[str, Any]) -> dict[str, Any]:
     return {**event, "at": ts(at)} if isinstance(at, int | float) else event
 
 
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 async def follow(
-    hub: Hub, run_id: str, after: str, stopping: asyncio.Event
-) -> AsyncIterator[RunEvent]:
+    fanout: EventFanout, run_id: str, after: str, stopping: asyncio.Event, client: str,
+    max_s: float,
+) -> AsyncIterator[RunEvent]:  # fmt: skip
     """The run's events after entry `after`; ends after the run's final event, on shutdown,
-    or after `sse_max_s` (the client resumes from its Last-Event-ID). A final event that
-    later ones follow (a retry ran the run again) does not end it."""
-    deadline = time.monotonic() + hub.settings.sse_max_s
-    last = after
-    while True:  # replay what is there
-        batch = await hub.store.events(run_id, last, count=BATCH)
-        for n, event in enumerate(batch, 1):
-            last = event.id
-            yield RunEvent(event.id, _public(event.data))
-            if finishes(event.data) and n == len(batch) and await _ended(hub, run_id):
-                return
-        if len(batch) < BATCH:
-            break
-    while not stopping.is_set() and time.monotonic() < deadline:
-        batch = await hub.store.tail_events(run_id, last, BATCH, BLOCK_MS)
-        if not batch:
-            run = await hub.store.run(run_id)
-            if run is None or run.status.done:  # trimmed or gone: nothing more will come
-                return
-            continue
-        for n, event in enumerate(batch, 1):
-            last = event.id
-            yield RunEvent(event.id, _public(event.data))
-            if finishes(event.data) and n == len(batch) and await _ended(hub, run_id):
+    when the client falls too far behind, or after `max_s` (the client resumes from its
+    Last-Event-ID). A final event that later ones follow (a retry ran the run again) does
+    not end it."""
+    deadline = time.monotonic() + max_s
+    store = fanout.store
+    async with fanout.follow(run_id, client, after) as sub:
+        last = after
+        while True:  # replay what is there (the live queue fills meanwhile)
+            batch = await store.events(run_id, last, count=BATCH)
+            for n, event in enumerate(batch, 1):
+                last = event.id
+                yield RunEvent(event.id, _public(event.data))
+                if finishes(event.data) and n == len(batch) and await _ended(store, run_id):
+                    return
+            if len(batch) < BATCH:
+                break
+        while not stopping.is_set():  # live: woken by new events, an end, or the deadline
+            try:
+                new = await asyncio.wait_for(_next(sub.queue), deadline - time.monotonic())
+            except TimeoutError:
+                return  # at the limit: the client resumes from its Last-Event-ID
+            if new is None:
+                return  # ended: the hub is stopping, the run is gone, or the client is behind
+            if last != "0-0" and _order(new.id) <= _order(last):
+                continue  # already sent by the replay
+            last = new.id
+            yield RunEvent(new.id, _public(new.data))
+            if finishes(new.data) and sub.queue.empty() and await _ended(store, run_id):
                 return
 
 
-async def _ended(hub: Hub, run_id: str) -> bool:
+async def _next(queue: asyncio.Queue[RunEvent | None]) -> RunEvent | None:
+    return await queue.get()
+
+
+async def _ended(store: StateStore, run_id: str) -> bool:
     """The run is over (or gone): its final event is its last."""
-    run = await hub.store.run(run_id)
+    run = await store.run(run_id)
     return run is None or run.status.done

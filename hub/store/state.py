@@ -4,6 +4,7 @@ escalations, the resource book and the pause flag (for the driver and the API)."
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,20 @@ class ContextEntry(BaseModel):
 class StateStore:
     """The fenced commit of engine steps, and every read of engine state."""
 
-    def __init__(self, db: Storage, keys: Keys) -> None:
+    def __init__(self, db: Storage, keys: Keys, retention_s: float | None = None) -> None:
         self.db = db
         self.keys = keys
-        self._commit = FencedCommit(db, keys)
+        self._commit = FencedCommit(db, keys, retention_s)
+
+    @classmethod
+    def own_connections(cls, url: str, keys: Keys, *, max_connections: int) -> StateStore:
+        """A store on a client and pool of its own, for readers that must never take a
+        connection the engine needs (closing it closes them)."""
+        return cls(Storage.dedicated(url, max_connections=max_connections), keys)
+
+    async def close(self) -> None:
+        """Close the client when it is this store's own (see `own_connections`)."""
+        await self.db.close()
 
     async def commit(self, out: Outbox, engine: EngineState, lease_value: str) -> None:
         """One engine step, atomically under the fencing token (see hub.store.commit)."""
@@ -77,6 +88,19 @@ class StateStore:
         ids = await self.db.zrange(self.keys.all_runs, 0, limit - 1, desc=True)
         return [i.decode() for i in ids]
 
+    async def expired_run_ids(self, created_before: float, count: int = 1_000) -> list[str]:
+        """Runs in the index created before `created_before` whose state Redis no longer
+        holds (retention expired it): what `forget_runs` may drop from the index."""
+        old = [
+            i.decode()
+            for i in await self.db.zrange_below(self.keys.all_runs, created_before, count)
+        ]
+        return await self.missing_runs(old)
+
+    async def forget_runs(self, run_ids: list[str]) -> int:
+        """Drop runs from the index (their state has expired)."""
+        return await self.db.zrem(self.keys.all_runs, run_ids)
+
     async def save_run(self, run: RunState) -> None:
         """Write a whole run outside the engine (tools and tests; the engine commits)."""
         for op in run_fields(self.keys.run(run.run_id), run, list(run.cues), fresh=True):
@@ -87,14 +111,29 @@ class StateStore:
         """The run's events after entry `after` ("0-0": from the first), oldest first."""
         start = "-" if after == "0-0" else after
         rows = await self.db.xrange(self.keys.run_events(run_id), start, count)
-        return [_event(entry_id, fields) for entry_id, fields in rows]
+        return [run_event(entry_id, fields) for entry_id, fields in rows]
 
     async def tail_events(
         self, run_id: str, after: str, count: int, block_ms: int
     ) -> list[RunEvent]:
         """Events after `after`, waiting up to `block_ms` for the next ones."""
         rows = await self.db.xread(self.keys.run_events(run_id), after, count, block_ms)
-        return [_event(entry_id, fields) for entry_id, fields in rows]
+        return [run_event(entry_id, fields) for entry_id, fields in rows]
+
+    async def tail_runs(
+        self, after: Mapping[str, str], count: int, block_ms: int
+    ) -> dict[str, list[RunEvent]]:
+        """New events of several runs in one blocking XREAD: run id -> its events after
+        the entry id `after` names for it (runs with none new are left out)."""
+        runs = {self.keys.run_events(run_id): run_id for run_id in after}
+        found = await self.db.xread_many(
+            {stream: after[run_id] for stream, run_id in runs.items()}, count, block_ms
+        )
+        return {
+            runs[stream]: [run_event(entry_id, fields) for entry_id, fields in entries]
+            for stream, entries in found
+            if stream in runs and entries
+        }
 
     async def context(self, run_id: str) -> dict[str, ContextEntry]:
         raw = await self.db.hgetall(self.keys.run_context(run_id))
@@ -120,6 +159,6 @@ class StateStore:
         return raw.decode() if raw else None
 
 
-def _event(entry_id: str, fields: dict[bytes, bytes]) -> RunEvent:
+def run_event(entry_id: str, fields: dict[bytes, bytes]) -> RunEvent:
     data: dict[str, Any] = json.loads(fields[EVENT_FIELD])
     return RunEvent(entry_id, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from callboard.embedded import EmbeddedServer
+from hub.store.idempotency import PENDING_TTL_S
 from protocols.keys import Keys
 from tests.e2e.procs import child_env, processes, sse_events, wait_done, wait_online
 from tests.helpers import eventually_sync
@@ -307,6 +309,21 @@ def test_one_idempotency_key_from_20_concurrent_clients_makes_one_run(
         r = c.post("/v1/runs", json={"cuelist": "api-simple"}, headers={"Idempotency-Key": "k-20"})
         assert r.status_code == 409  # one key, another request
         c.post(f"/v1/runs/{ids[0]}/cancel")
+
+
+def test_an_idempotency_key_names_its_started_run_for_a_day(stack: dict[str, Any]) -> None:
+    """The key holds the run id for PENDING_TTL_S until the run is written; the leader's
+    write of the run makes it name the started run for DONE_TTL_S."""
+    keys = Keys(stack["env"]["CALLBOARD_PREFIX"])
+    with httpx.Client(base_url=stack["url"], timeout=30) as c:
+        r = c.post("/v1/runs", json={"cuelist": "api-simple"}, headers={"Idempotency-Key": "k-day"})
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run_id"]
+    with redis.Redis.from_url(stack["env"]["REDIS_URL"]) as client:
+        held = json.loads(client.get(keys.idempotency("k-day")))
+        ttl_s = client.ttl(keys.idempotency("k-day"))
+    assert held["run_id"] == run_id and held["started"] is True
+    assert ttl_s > PENDING_TTL_S
 
 
 def test_dead_letters_and_agents(api: httpx.Client, stack: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Path, Query, status
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from hub.api import idempotency, sse
-from hub.api.deps import HubDep, RunDep, StoppingDep
+from hub.api.deps import EventSlotDep, HubDep, RunDep, StoppingDep
 from hub.api.schemas import (
     CancelCreate,
     CancelPublic,
@@ -34,7 +34,7 @@ from hub.commands import Cancel, Command, Go, RaiseCondition, Rerun, Retry, Star
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
-from protocols.errors import Conflict, NotFound, Unprocessable
+from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
 from protocols.ids import new_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -95,15 +95,21 @@ async def create_run(
             timeout_s = hub.settings.command_timeout_s + 5
             if await idempotency.wait_for_run(hub, idempotency_key, held, timeout_s):
                 return RunCreated(run_id=held)
+    command = StartRun(
+        cuelist=body.cuelist, version=version, run_id=run_id, params=body.params, dry=body.dry,
+        idempotency_key=idempotency_key,
+        request=idempotency.fingerprint(body.model_dump_json()) if idempotency_key else "",
+    )  # fmt: skip
     try:
-        command = StartRun(
-            cuelist=body.cuelist, version=version, run_id=run_id, params=body.params, dry=body.dry
-        )
         await _call(hub, command)
-    except BaseException:
+    except EngineError:  # refused by the engine: no run, the key is free for another try
+        if await hub.store.run(run_id) is not None:  # "failing" after the try that wrote it
+            return RunCreated(run_id=run_id)
         if idempotency_key:
             await idempotency.release(hub, idempotency_key, run_id)
         raise
+    # Anything else (503: no leader in time, Redis refusing writes) keeps the key: the
+    # command may be queued still, and a retry must get its run, not a second one.
     return RunCreated(run_id=run_id)
 
 
@@ -191,15 +197,22 @@ async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> 
     return CancelPublic(run_id=run.run_id, status=reply.status)
 
 
-@router.get("/{run_id}/events", response_class=EventSourceResponse, responses=JSON_ERRORS)
+@router.get(
+    "/{run_id}/events", response_class=EventSourceResponse,
+    responses={**JSON_ERRORS, 503: {"model": ErrorPublic}},
+)  # fmt: skip
 async def events(
     run: RunDep,
     hub: HubDep,
     stopping: StoppingDep,
+    client: EventSlotDep,
     last_event_id: Annotated[str | None, Header(max_length=64, pattern=r"^\d+-\d+$")] = None,
 ) -> AsyncIterator[ServerSentEvent]:
-    """The run's events from the start (or after `Last-Event-ID`), live until it finishes."""
-    async for event in sse.follow(hub, run.run_id, last_event_id or "0-0", stopping):
+    """The run's events from the start (or after `Last-Event-ID`), live until it finishes.
+    503 with Retry-After when the hub, or this client, has the most streams open it may."""
+    after = last_event_id or "0-0"
+    max_s = hub.settings.sse_max_s
+    async for event in sse.follow(hub.fanout, run.run_id, after, stopping, client, max_s):
         kind = str(event.data.get("type", "event"))
         yield ServerSentEvent(id=event.id, event=kind, data=event.data)
 

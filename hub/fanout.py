@@ -1,0 +1,178 @@
+"""Run event streams for every SSE client on a few connections of their own: one shared
+reader (XREAD BLOCK over every followed run) fans new events out to subscribers' queues,
+and global and per-client caps refuse more followers with 503 and Retry-After.
+
+No client can take a connection the engine or the lease needs: followers share this
+module's own small pool (replays and the one blocking read), never the hub's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from hub.store.state import RunEvent, StateStore
+from protocols.errors import TransportError
+from protocols.keys import Keys
+
+log = logging.getLogger(__name__)
+READ_BLOCK_MS = 250  # how long the shared read blocks before it looks for new followers
+READ_COUNT = 500
+LIVE_CHECK_S = 10.0  # this often, followers of runs gone or over are ended
+QUEUE_MAX = 1_000  # events a slow follower may fall behind before it is cut off (it resumes)
+POOL = 4  # connections: the shared read, and replays
+
+
+class TooManyStreams(Exception):
+    """A cap on open event streams is reached: try again after `retry_after_s`."""
+
+    def __init__(self, detail: str, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False)
+class Follower:
+    """One SSE client's subscription: new events on `queue`; None ends it (cut off)."""
+
+    run_id: str
+    client: str
+    queue: asyncio.Queue[RunEvent | None] = field(default_factory=asyncio.Queue)
+    cut_off: bool = False
+
+    def end(self) -> None:
+        if not self.cut_off:
+            self.cut_off = True
+            self.queue.put_nowait(None)
+
+    def offer(self, events: list[RunEvent]) -> None:
+        """Queue the events; a follower QUEUE_MAX behind is cut off (it resumes by its id)."""
+        if self.cut_off:
+            return
+        if self.queue.qsize() + len(events) > QUEUE_MAX:
+            self.end()
+            return
+        for event in events:
+            self.queue.put_nowait(event)
+
+
+class EventFanout:
+    def __init__(
+        self, url: str, keys: Keys, *, max_streams: int, per_client: int, retry_after_s: int = 5
+    ) -> None:
+        self.keys = keys
+        # Reads only (the shared tail, replays, run lookups), on connections of its own.
+        self.store = StateStore.own_connections(url, keys, max_connections=POOL)
+        self.max_streams = max_streams
+        self.per_client = per_client
+        self.retry_after_s = retry_after_s
+        self._followers: dict[str, set[Follower]] = {}  # run id -> its followers
+        self._cursor: dict[str, str] = {}  # run id -> the last entry id read for it
+        self._per_client: dict[str, int] = {}
+        self._count = 0
+        self._reader: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def open_streams(self) -> int:
+        return self._count
+
+    def admit(self, client: str) -> None:
+        """Raise TooManyStreams when a cap is reached (checked before the stream opens)."""
+        if self._count >= self.max_streams:
+            raise TooManyStreams(
+                f"{self._count} event streams are open, the most this hub serves "
+                f"(CALLBOARD_SSE_MAX_STREAMS): try again later",
+                self.retry_after_s,
+            )
+        if self._per_client.get(client, 0) >= self.per_client:
+            raise TooManyStreams(
+                f"this client has {self.per_client} event streams open, the most one "
+                f"client may (CALLBOARD_SSE_PER_CLIENT): close one or try again later",
+                self.retry_after_s,
+            )
+
+    @contextlib.asynccontextmanager
+    async def follow(self, run_id: str, client: str, after: str) -> AsyncIterator[Follower]:
+        """Subscribe to the run's new events after the shared cursor; the caller replays
+        from `after` itself and skips what it already sent."""
+        self.admit(client)
+        follower = Follower(run_id, client)
+        self._followers.setdefault(run_id, set()).add(follower)
+        self._cursor.setdefault(run_id, after)
+        self._per_client[client] = self._per_client.get(client, 0) + 1
+        self._count += 1
+        self._ensure_reader()
+        self._changed.set()
+        try:
+            yield follower
+        finally:
+            self._count -= 1
+            left = self._per_client[client] - 1
+            if left:
+                self._per_client[client] = left
+            else:
+                del self._per_client[client]
+            followers = self._followers.get(run_id)
+            if followers is not None:
+                followers.discard(follower)
+                if not followers:
+                    del self._followers[run_id]
+                    self._cursor.pop(run_id, None)
+
+    def end_all(self) -> None:
+        """End every open stream (the hub is stopping): each client resumes elsewhere."""
+        for followers in self._followers.values():
+            for follower in followers:
+                follower.end()
+
+    def _ensure_reader(self) -> None:
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read(), name="event-fanout")
+
+    async def _read(self) -> None:
+        checked = time.monotonic()
+        while self._followers:
+            self._changed.clear()
+            if time.monotonic() - checked >= LIVE_CHECK_S:
+                checked = time.monotonic()
+                await self._end_gone_runs()
+            after = {run_id: self._cursor[run_id] for run_id in self._followers}
+            try:
+                found = await self.store.tail_runs(after, READ_COUNT, READ_BLOCK_MS)
+            except TransportError as exc:
+                log.warning("event streams: %s; reading again", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 1.0)
+                continue
+            for run_id, events in found.items():
+                if run_id in self._cursor:
+                    self._cursor[run_id] = events[-1].id
+                for follower in list(self._followers.get(run_id, ())):
+                    follower.offer(events)
+
+    async def _end_gone_runs(self) -> None:
+        """Followers of a run that expired, or ended with no final event coming, are ended
+        (one lookup per run, however many follow it)."""
+        run_ids = list(self._followers)
+        try:
+            runs = {r.run_id: r for r in await self.store.runs(run_ids)}
+        except TransportError:
+            return
+        for run_id in run_ids:
+            run = runs.get(run_id)
+            if run is None or run.status.done:
+                for follower in self._followers.get(run_id, ()):
+                    follower.end()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        await self.store.close()

@@ -12,7 +12,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from hub.engine.state import RunState
 from hub.store.cuelists import CuelistStore
 from hub.store.state import StateStore
 from protocols.contracts import Contract
-from protocols.errors import NotFound, StaleLeader
+from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,10 @@ class Driver:
         self._quiet_since: float | None = None  # the oldest quiet step no write has taken
         self._linger_failed: BaseException | None = None
         self._plans: dict[tuple[str, str], Plan] = {}
+        # A write that failed leaves the engine ahead of Redis: no later step may build on
+        # it. `broken` ends the leader's term; the next term reloads from Redis.
+        self.failed: BaseException | None = None
+        self.broken = asyncio.Event()
 
     # -- state ----------------------------------------------------------------------------
     async def load(self) -> int:
@@ -74,6 +78,8 @@ class Driver:
             if self._linger is not None:  # what it would have written is read back instead
                 self._linger.cancel()
             self._linger_failed, self._quiet_since = None, None
+            self.failed = None
+            self.broken.clear()
             previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
@@ -118,11 +124,19 @@ class Driver:
             else:
                 self.engine.abort(run_id, LOST_REASON)
 
+    def discard(self) -> None:
+        """Forget the engine's state (a write failed, so it is not what Redis holds): the
+        next load reads everything back, and fails no run for being missing from Redis."""
+        self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
+        self.engine.early_warning = self.early_warning
+        self._timers.clear()
+
     async def plan(self, name: str, version: str) -> Plan:
         key = (name, version)
         if key not in self._plans:
             cuelist = await self.cuelists.get(name, version)
-            self._plans[key] = Plan.build(cuelist, version)
+            # pure, and long for a big cuelist: off the event loop
+            self._plans[key] = await asyncio.to_thread(Plan.build, cuelist, version)
         return self._plans[key]
 
     async def step(self, fn: Callable[[Engine], R], quiet_may_wait: bool = False) -> R:
@@ -140,12 +154,21 @@ class Driver:
         if self._linger_failed is not None:  # a quiet step's write failed: say so now
             lingered, self._linger_failed = self._linger_failed, None
             raise lingered
+        if self.failed is not None:
+            raise StaleLeader(f"a state write failed ({self.failed}): this term is over")
         failure: BaseException | None = None
         async with self._lock:
             try:
                 result = fn(self.engine)
-            except BaseException as exc:  # its partial effects are still committed
+            except CallboardError as exc:  # a refusal: its partial effects are committed
                 failure = exc
+            except Exception as exc:
+                # A bug mid-step: what it changed (the XACKs of a batch it did not finish
+                # among them) is not to be trusted. Nothing more is written; the term ends
+                # and the next one reloads and handles the input again.
+                self.failed = exc
+                self.broken.set()
+                raise
             self._applied += 1
             mine = self._applied
             wait = quiet_may_wait and failure is None and self.engine.out.quiet()
@@ -181,6 +204,8 @@ class Driver:
                 if upto == self._applied:  # every step is written: no quiet one waits
                     self._quiet_since = None
                 return  # a write that started after this step already carried it
+            if self.failed is not None:
+                raise StaleLeader(f"a state write failed ({self.failed}): this term is over")
             covered = self._applied
             self._quiet_since = None  # every quiet step so far is in this write
             await self._commit(self.engine.take())  # serialised before its first await
@@ -190,7 +215,14 @@ class Driver:
         lease = self.lease_value()
         if lease is None:
             raise StaleLeader("not the leader")
-        await self.store.commit(out, self.engine, lease)
+        try:
+            await self.store.commit(out, self.engine, lease)
+        except StaleLeader:
+            raise
+        except Exception as exc:
+            self.failed = exc
+            self.broken.set()
+            raise
         for timer in out.timers:
             heapq.heappush(self._timers, timer)
         if out.timers:
@@ -204,21 +236,34 @@ class Driver:
 
     # -- inputs ---------------------------------------------------------------------------
     async def start_run(
-        self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool
-    ) -> RunState:
+        self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool,
+        write: Sequence[list[Any]] = (),
+    ) -> RunState:  # fmt: skip
+        """Start a run; `write` (raw one-key commands) lands in the same fenced write."""
         version = version or await self.cuelists.latest(name)
         if version is None:
             raise NotFound(f"no cuelist named {name}")
         plan = await self.plan(name, version)
         if dry:
-            run, out = dry_run(plan, run_id, params, self.keys)
+            # The walk is pure (an engine of its own on an immutable plan): a thread keeps a
+            # 10,000-cue walk from holding the event loop, and so the lease, for its length.
+            run, out = await asyncio.to_thread(dry_run, plan, run_id, params, self.keys)
+            out.raw.extend(write)
             async with self._commit_lock, self._lock:
-                self.engine.runs[run_id] = run
-                await self._commit(out)
+                # the commit reads the run from the engine: there with its plan, then gone
+                self.engine.runs[run_id], self.engine.plans[run_id] = run, plan
+                try:
+                    await self._commit(out)
+                finally:
+                    self.engine.runs.pop(run_id, None)
+                    self.engine.plans.pop(run_id, None)
             return run
-        return await self.step(
-            lambda e: e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK)
-        )
+
+        def start(e: Engine) -> RunState:
+            e.write_with_step(list(write))
+            return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK)
+
+        return await self.step(start)
 
     async def run_backlog(self, stop: asyncio.Event) -> None:
         """Evaluate the cues of starting runs, a chunk per step, between other steps."""

@@ -85,6 +85,47 @@ smaller size than the issue names; the promise checked is the same.
   is stated beyond the attacker's own out stream (what it XADDs is its own to hold, and
   trimming that stream is `CALLBOARD_STREAM_MAXLEN`'s work); most of the rest is the audit
   stream, capped at `CALLBOARD_AUDIT_MAXLEN` batches.
+- Rows 15-17: each runs on a Redis of its own (AOF on), with one hub and two echo agents
+  running 4-cue sequential runs (150 ms of work a cue); "lost" counts the completions the
+  agents' out streams hold (Redis acknowledged them) that the run does not record. Row
+  15's first fault refuses only the commit script (the server's ACL takes EVALSHA from
+  the user for 3 s), so reads, the lease and the agents go on while every commit fails;
+  its second makes the server a read-only replica of nobody for 3 s. Row 16 keeps Redis
+  down 12 s, past the 10 s commit retry window. Row 17 sets `maxmemory` 64 KiB above what
+  Redis holds (noeviction), so it fills at once, for 3 s, while a client keeps asking
+  for runs (~100 a second).
+- Row 18: `CALLBOARD_COMMAND_TIMEOUT_S=1` and a 3 s lease, so a start asked at the freeze
+  is a 503 before the other hub takes over;
+  the clients retry every 0.2 s on the follower's API. The issue's figure, 20 clients.
+- Row 19: the frozen leader's consumer is made to hold its agents' completions by the
+  test (an XREADGROUP as that consumer right after the freeze): what the leader does
+  when it reads a batch just before it stops. Idle limit 30 s (the default), lease 3 s.
+- Row 20: the issue's figures (1,000 streams, 50 pollers); the pollers read the run every
+  0.5 s (the CLI's polling interval), each from its own offset, as pollers started by
+  different people are not in step. The 1,000 streams and the pollers run on one event
+  loop in a thread of the test; /healthz is timed by a client in a process of its own
+  (timed from the test's process, the crowd's GIL waits showed up as 100 ms). The cap is
+  set to 1,000 (`CALLBOARD_SSE_MAX_STREAMS`), so the 1,001st stream must get its 503.
+- Row 21: the issue's size (10,000 cues) and the default 5 s lease. Loop lag is what the
+  hub's own ticker reports in /healthz (`loop_lag_ms`, the worst of the last 5 s), polled
+  every 0.2 s. With the dry walk on the event loop (before the fix) the worst lag was
+  ~900 ms; the bound is a tenth of the lease.
+- Row 22: 1,000 runs instead of the issue's 10,000 (the promise does not depend on the
+  count: each run's keys expire the same way; 1,000 runs pass a 200-entry cap five times
+  over), one echo agent with `CALLBOARD_CONCURRENCY=50`, retention 2 s, done-markers 2 s,
+  upkeep every 0.5 s. The start is measured after 400 warm-up runs have filled the capped
+  streams (agent in/out, audit) and expired, so it is the steady state a long-lived hub
+  sits at; the end once every run, commit id (kept 30 s) and done-marker has expired.
+
+## Durability on a power cut
+
+Redis runs with AOF and `appendfsync everysec` (docker-compose.yml, and every server in
+these rows): a write is acknowledged once it is in the AOF's buffer, which is fsynced once
+a second. A Redis restart or crash of the process loses nothing (row 7: the kernel still
+writes the file out), but a power cut or kernel crash can lose up to about the last
+second of acknowledged writes: runs started, messages sent, state committed in that
+second. `REDIS_APPENDFSYNC=always` (compose) fsyncs every write before it is acknowledged
+and loses none; README's "Durability" gives its measured cost (`python bench/durability.py`).
 
 ## What the rows found (fixed in the code, not in the rows)
 
@@ -97,6 +138,17 @@ smaller size than the issue names; the promise checked is the same.
   it was running whose state Redis no longer has, with that reason.
 - Row 12: deeply nested JSON sent to `POST /v1/cuelists` (and `/validate`) was a 500; it
   is a 422 `too_large` now.
+- Rows 15-17 (issue 12): a commit that failed left the router's "seen" mark on messages
+  whose effects were never written, and the router outlived the leadership term: the
+  entry, read again, was skipped as a duplicate and acknowledged, and its cue hung. A
+  failed write now ends the term (lease released, engine state dropped, router reset), and
+  the next term claims every pending entry at once and handles it. Redis out of memory
+  answered clients "no leading hub answered"; they are now told Redis is out of memory.
+- Row 18: a 503 released the Idempotency-Key although the start command was queued, so a
+  retry started a second run. The key now stays until the engine refuses the start or
+  its short TTL (60 s) ends, and the leader makes it name the run in the run's own write.
+- Row 19: a frozen leader's held entries waited for the idle limit (32 s with the
+  defaults); a new leader now claims them when it takes the lead.
 - Row 11: 401, 400 and the error shape of 422 were undocumented on every secured route;
   the event stream documented its JSON errors as `text/event-stream`; a 405 named only one
   of the path's methods in `Allow`; `message_type` of a broadcast was not an enum.

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
 ENDED_MAX = 10_000  # ended run ids remembered in memory (older ones: asked of Redis)
 MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an operator
+# Cues one step evaluates of a run that is starting, or of the successors a completed cue
+# releases: the rest wait in the backlog for later steps, so no step holds the loop long.
+CHUNK = 256
 
 
 class EngineBase(ABC):
@@ -59,7 +62,8 @@ class EngineBase(ABC):
         # runs that ended (forgotten, or found in Redis when a message named them): a
         # message for one is late, not a violation; the most recent ENDED_MAX are kept
         self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()
-        # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
+        # (run id, cue id) of cues to evaluate in a later step (see CHUNK): the PENDING cues
+        # of a big run that is starting, the successors of a cue that released thousands
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
 
     def note_ended(self, run_ids: Iterable[str]) -> None:
@@ -203,7 +207,7 @@ class EngineBase(ABC):
 
     @abstractmethod
     def work_backlog(self, limit: int | None = None) -> bool:
-        """Evaluate up to `limit` queued cues of starting runs; True while more are queued."""
+        """Evaluate up to `limit` queued cues; True while more are queued."""
 
     @abstractmethod
     def evaluate(self, run: RunState, cue_id: str) -> None:

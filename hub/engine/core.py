@@ -11,7 +11,7 @@ from typing import Any
 
 from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import MOVING, _missing, _waiting_reason
+from hub.engine.base import CHUNK, MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
 from hub.engine.outbox import Timer
 from hub.engine.plan import Plan
@@ -58,8 +58,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         while self.backlog and (limit is None or done < limit):
             run_id, cue_id = self.backlog.popleft()
             run = self.runs.get(run_id)
-            if run is None or run.cues[cue_id].state is not CueState.PENDING:
-                continue  # ended, or moved on (a predecessor's completion evaluated it)
+            if run is None or run.cues[cue_id].state not in (CueState.PENDING, CueState.WAITING):
+                continue  # ended, or moved on (something else evaluated it meanwhile)
             done += 1
             touched[run_id] = run
             self.evaluate(run, cue_id)
@@ -69,7 +69,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
 
     def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
         """Take charge of a run (new, or loaded after a restart or a leader change); its
-        cues never evaluated (PENDING) join the backlog. The whole run is written again,
+        cues never evaluated (PENDING), and those waiting (a completion may have released
+        them into a backlog that died with the last leader), join the backlog. The whole run is written again,
         except the untouched cues of a new one (a cue not stored reads back as PENDING)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
@@ -79,7 +80,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self.mark_dirty(run)
         for cue_id, cr in run.cues.items():
             pending = cr.state is CueState.PENDING
-            if pending:
+            if pending or cr.state is CueState.WAITING:  # WAITING: maybe released, unseen
                 self.backlog.append((run.run_id, cue_id))
             if not (new and pending):
                 self.mark_dirty(run, cue_id)
@@ -389,6 +390,9 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._after_done(run, cue_id)
 
     def _after_done(self, run: RunState, cue_id: str) -> None:
-        for succ in self.plans[run.run_id].succs[cue_id]:
+        """Evaluate the successors: CHUNK of them now, the rest in later steps (backlog)."""
+        succs = self.plans[run.run_id].succs[cue_id]
+        for succ in succs[:CHUNK]:
             self.evaluate(run, succ)
+        self.backlog.extend((run.run_id, succ) for succ in succs[CHUNK:])
         self._check_done(run)

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from hub.engine import inputs
+from hub.engine.base import CHUNK
 from hub.engine.core import Engine
 from hub.engine.dry import dry_run
 from hub.engine.escalations import OPEN
@@ -31,7 +32,7 @@ from protocols.keys import Keys
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
-BACKLOG_CHUNK = 256  # cues a step evaluates of a run that is starting (see Engine.start_run)
+BACKLOG_CHUNK = CHUNK  # cues a step evaluates of the backlog (see hub.engine.base.CHUNK)
 LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
 R = TypeVar("R")
 

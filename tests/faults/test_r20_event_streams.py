@@ -153,7 +153,7 @@ def test_a_thousand_event_streams_leave_the_engine_alone(
             wait_online(api, AGENTS)
             for _ in range(2):
                 _duration(api, start(api, "three"))  # warm up
-            idle = statistics.median(_duration(api, start(api, "three")) for _ in range(5))
+            idle = statistics.median(_duration(api, start(api, "three")) for _ in range(9))
             idle_p99 = _p99_ms(url)
             fence = client.get(keys.fence())
             waiting = start(api, "waits")
@@ -165,7 +165,7 @@ def test_a_thousand_event_streams_leave_the_engine_alone(
                             message="every stream has its replay")  # fmt: skip
             extra = httpx.get(f"{url}/v1/runs/{waiting}/events", timeout=10)
             loaded_p99 = _p99_ms(url)
-            loaded = statistics.median(_duration(api, start(api, "three")) for _ in range(5))
+            loaded = statistics.median(_duration(api, start(api, "three")) for _ in range(9))
             polls = crowd.polls
             before = list(crowd.events)
             assert api.post(f"/v1/runs/{waiting}/conditions/go_on").status_code == 200

@@ -5,6 +5,7 @@ between two trims)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from tests.helpers import eventually_sync
 pytestmark = pytest.mark.slow
 
 WARMUP = 400  # runs that fill the capped streams (agent in/out, audit) before the start
-RUNS = 1_000
+# CI soaks 1,000 runs (about a minute); the issue's 10,000 are run with
+# CALLBOARD_SOAK_RUNS=10000 (figure in RELIABILITY.md's notes).
+RUNS = int(os.environ.get("CALLBOARD_SOAK_RUNS", "1000"))
 CONCURRENT = 20
 RETENTION_S = 2
 STREAM_MAXLEN = 200
@@ -120,7 +123,9 @@ def test_runs_expire_and_memory_returns_to_where_it_started(tmp_path: Path, figu
                 sampler.start()
                 asyncio.run(_start_runs(url, RUNS))
                 eventually_sync(
-                    lambda: sum(_finished(api).values()) >= WARMUP + RUNS, 120, interval_s=0.2
+                    lambda: sum(_finished(api).values()) >= WARMUP + RUNS,
+                    120 + RUNS / 20,
+                    interval_s=0.2,
                 )
                 finished = _finished(api)
                 eventually_sync(lambda: _settled(client, keys), SETTLE_S, interval_s=0.2)

@@ -6,6 +6,7 @@ import pytest
 
 from hub.api.views import cue_public
 from hub.engine import inputs
+from hub.engine.base import CHUNK
 from protocols import payloads as p
 from protocols.codec import make
 from protocols.errors import Conflict
@@ -445,6 +446,42 @@ def test_a_restarted_engine_evaluates_the_cues_a_start_left_queued() -> None:
     assert not sim.work_backlog()
     assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["E4", "E5"]
     assert sim.cue("E1").attempt == 1 and len(sim.cue("E1").gos) == 1  # not fired again
+
+
+def _fan(n: int) -> str:
+    """One direct cue, then `n` direct cues that depend on it."""
+    cues = ["  - {id: S, target_agents: [a], coordination: direct}"] + [
+        f"  - {{id: F{i}, target_agents: [a], coordination: direct, depends_on: [S]}}"
+        for i in range(n)
+    ]
+    return "cuelist: fan\ncues:\n" + "\n".join(cues) + "\n"
+
+
+def test_a_completion_releasing_thousands_of_cues_fires_them_a_chunk_per_step() -> None:
+    sim = Sim(plan_of(_fan(CHUNK + 10)))
+    sim.start()
+    sim.take_sent(T.TASK_ASSIGN)
+    sim.complete("a", "S")
+    assert len(sim.take_sent(T.TASK_ASSIGN)) == CHUNK  # no step holds the loop for all
+    assert sim.cue(f"F{CHUNK}").state is CueState.WAITING
+    assert not sim.work_backlog(CHUNK)
+    assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == [
+        f"F{i}" for i in range(CHUNK, CHUNK + 10)
+    ]
+    assert all(sim.cue(f"F{i}").attempt == 1 for i in range(CHUNK + 10))
+
+
+def test_a_restarted_engine_fires_the_cues_a_completion_left_queued() -> None:
+    sim = Sim(plan_of(_fan(CHUNK + 3)))
+    sim.start()
+    sim.complete("a", "S")
+    assert len(sim.take_sent(T.TASK_ASSIGN)) == CHUNK + 1  # S, then the first chunk
+    sim.restart()  # the hub died with 3 released cues still queued, WAITING in the store
+    assert not sim.work_backlog()
+    assert sorted(m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)) == [
+        f"F{i}" for i in range(CHUNK, CHUNK + 3)
+    ]
+    assert all(len(sim.cue(f"F{i}").gos) == 1 for i in range(CHUNK + 3))  # none twice
 
 
 def test_a_late_reply_is_counted_never_escalated() -> None:

@@ -70,8 +70,9 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
     def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
         """Take charge of a run (new, or loaded after a restart or a leader change); its
         cues never evaluated (PENDING), and those waiting (a completion may have released
-        them into a backlog that died with the last leader), join the backlog. The whole run is written again,
-        except the untouched cues of a new one (a cue not stored reads back as PENDING)."""
+        them into a backlog that died with the last leader), join the backlog. The whole
+        run is written again, except the untouched cues of a new one (a cue not stored reads
+        back as PENDING)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())

@@ -47,7 +47,22 @@ def agents_of(paths: list[Path]) -> list[str]:
             to = (cue.get("handoff") or {}).get("to")
             if to:
                 found[to] = None
+        for agent in debuggers_of([path]):
+            found[agent] = None
     return list(found)
+
+
+def debuggers_of(paths: list[Path]) -> set[str]:
+    """The agents the cuelists name as a debugger (`on_repeated_failure.debugger`, in a cue
+    or the defaults): `up` runs the built-in `debugger` kind for them, echo for the rest."""
+    found: set[str] = set()
+    for path in paths:
+        doc = yaml.safe_load(path.read_text()) or {}
+        for part in [doc.get("defaults") or {}, *(doc.get("cues") or [])]:
+            debugger = (part.get("on_repeated_failure") or {}).get("debugger")
+            if isinstance(debugger, str):
+                found.add(debugger)
+    return found
 
 
 def join_lines(redis_url: str, url: str, prefix: str) -> list[str]:
@@ -150,8 +165,10 @@ def _run(
             console.print(
                 f"starting {len(agents)} specialists: {', '.join(agents)} ...", soft_wrap=True
             )
+            debuggers = debuggers_of(files)
             for agent in agents:
-                argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
+                kind = "debugger" if agent in debuggers else "echo"
+                argv = [sys.executable, "-m", "callboard.specialist_cmd", kind, "--agent", agent]
                 cluster.spawn(log_name(agent), argv)
             _wait_registered(client, cluster, agents)
             names = {}

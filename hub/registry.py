@@ -48,6 +48,13 @@ class Registry:
         entry = self.agents.get(agent)
         return Contract.model_validate(entry.contract) if entry else None
 
+    def online(self) -> list[str]:
+        """Agents with a replica that said `status.online` and not yet `status.offline`
+        (the router's view, kept in memory: no Redis call), by name."""
+        return sorted(
+            a for a, e in self.agents.items() if any(r.online for r in e.replicas.values())
+        )
+
     def apply(self, msg: Envelope) -> bool:
         """Update the registry from a status message; True when something changed."""
         now = time.time()

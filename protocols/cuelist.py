@@ -1,4 +1,5 @@
-"""The cuelist language as pydantic models: Cuelist, Cue, Handoff, CueDefaults.
+"""The cuelist language as pydantic models: Cuelist, Cue, Handoff, OnRepeatedFailure,
+CueDefaults.
 
 `Cuelist.model_validate` checks the schema only and merges `defaults` into every cue (a
 cue's own value wins) and fills in `start`; the graph, contract and conflict checks are
@@ -72,6 +73,21 @@ class Handoff(BaseModel):
     context: Names = Field(default_factory=list)
 
 
+class OnRepeatedFailure(BaseModel):
+    """After `after` failed attempts in a row, `debugger` (a specialist) gets the failure
+    history and decides: retry (changing only the `allow`ed action keys), reassign to
+    another agent providing the same capabilities, or abandon. Asked at most
+    `max_consults` times per cue; no answer within `timeout_s` fails the cue."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    after: Annotated[StrictInt, Field(ge=1, le=100)] = 2
+    debugger: AgentId
+    allow: Names = Field(default_factory=list)  # action keys a `retry` may change
+    timeout_s: Timeout = 300.0
+    max_consults: Annotated[StrictInt, Field(ge=1, le=20)] = 3
+
+
 class CueDefaults(BaseModel):
     """The cue keys `defaults:` may set for every cue (not ids, edges, flags or handoffs)."""
 
@@ -95,6 +111,7 @@ class CueDefaults(BaseModel):
     go_timeout_s: Timeout | None = None
     retries: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
     group: Name | None = None
+    on_repeated_failure: OnRepeatedFailure | None = None
 
 
 class Cue(BaseModel):
@@ -124,6 +141,8 @@ class Cue(BaseModel):
     go_timeout_s: Timeout = 600.0
     retries: Annotated[StrictInt, Field(ge=0, le=100)] = 0
     group: Name | None = None  # the cue_group named in the WARNING message
+    # with it, `after` attempts in a row fail before the debugger decides (not `retries`)
+    on_repeated_failure: OnRepeatedFailure | None = None
 
 
 class Cuelist(BaseModel):

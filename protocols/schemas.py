@@ -7,6 +7,9 @@ schemas/messages/ in the repository holds (a test fails when the two differ):
     envelope.json    the envelope, with `payload` left open (validated per type)
     message.json     a whole message: the envelope with its payload, chosen by message_type
     <type>.json      one payload schema per message type, e.g. status.online.json
+    debug.history.json, debug.diagnosis.json
+                     what a debugger is sent (task.assign `action.debug`) and answers
+                     (status.completed `result`): protocols.debugging
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Annotated, Any, Union
 from pydantic import Field, TypeAdapter
 
 from protocols.codec import ENVELOPES, Envelope
+from protocols.debugging import Diagnosis, FailureHistory
 from protocols.messages import HUB_SENDS, SPECIALIST_SENDS, MessageType
 from protocols.payloads import PAYLOAD_MODELS
 
@@ -83,4 +87,6 @@ def message_schemas() -> dict[str, JSONSchema]:
     files = {"index.json": index(), "envelope.json": envelope_schema()}
     files["message.json"] = message_schema()
     files.update({f"{mt.value}.json": payload_schema(mt) for mt in MessageType})
+    for name, model in (("history", FailureHistory), ("diagnosis", Diagnosis)):
+        files[f"debug.{name}.json"] = {"$schema": DIALECT, **model.model_json_schema()}
     return files

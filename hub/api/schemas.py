@@ -119,6 +119,17 @@ class CuePublic(BaseModel):
         description="what each target returned (`Result(result=...)`), by agent; one over "
         "4 KiB is kept as {truncated, bytes, head}",
     )
+    assigned: list[str] | None = Field(
+        default=None, description="whom a debugger reassigned the cue to (else its targets)"
+    )
+    debugger: str | None = Field(
+        default=None, description="the debugger whose diagnosis the cue waits for now"
+    )
+    decisions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="each debugger consultation: consult, debugger, decision, diagnosis, "
+        "to / changed / refused",
+    )
 
 
 class RunRecordPublic(BaseModel):

@@ -17,6 +17,7 @@ def cue_public(cr: CueRun) -> CuePublic:
         completed_at=ts(cr.completed_at),
         targets={agent: state.value for agent, state in cr.targets.items()},
         not_ready=dict(cr.not_ready), error=cr.error, result=dict(cr.result),
+        assigned=cr.assigned, debugger=cr.debugger, decisions=list(cr.decisions),
     )  # fmt: skip
 
 

@@ -77,6 +77,7 @@ class AgainMixin(EngineBase):
             self._set(run, succ, CueState.WAITING, f"unblocked: {cue_id} is tried again")
         cr = run.cues[cue_id]
         cr.retries_used, cr.completed_at = 0, None
+        cr.failures_in_row, cr.streak, cr.consults = 0, [], 0  # a new streak, a new debugger
         self.record_event(run, "retry", cue=cue_id, attempt=cr.attempt + 1)
         self.fire(run, cue_id, FiredBy.OPERATOR)
         for succ in (c for c in plan.order if c in blocked):
@@ -154,7 +155,7 @@ def _carry_over(
     handoffs = {agent: dict(ctx) for agent, ctx in source.handoffs.items()}
     for cue_id, cr in source.cues.items():
         if cue_id not in carried and cr.go_context:
-            for agent in plan.cues[cue_id].target_agents:
+            for agent in cr.assigned or plan.cues[cue_id].target_agents:
                 handoffs.setdefault(agent, {}).update(cr.go_context)
     run.handoffs = handoffs
     for key, entry in context.items():

@@ -38,13 +38,12 @@ def forward(engine: EngineBase, esc: Escalation, answer: str) -> bool:
     if run is None or run.status.done or cue_id not in run.cues:
         return False
     cr = run.cues[cue_id]
-    cue = engine.plans[run.run_id].cues[cue_id]
-    if cr.state.done or esc.raised_by not in cue.target_agents:
+    if cr.state.done or esc.raised_by not in engine.targets_of(run, cue_id):
         return False
     payload = p.TaskInput(
         cue_id=cue_id, attempt=max(cr.attempt, 1), escalation_id=esc.id,
         cause=str(esc.payload.get("cause") or esc.cause), question=esc.detail,
-        answer=answer, action=dict(cue.action),
+        answer=answer, action=engine.action_of(run, cue_id),
     )  # fmt: skip
     msg = make(T.TASK_INPUT, payload, target_agents=(esc.raised_by,), run_id=run.run_id,
                cue_id=cue_id)  # fmt: skip

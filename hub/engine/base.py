@@ -47,10 +47,12 @@ class EngineBase(ABC):
         *,
         clock: Callable[[], float] = time.time,
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
+        online: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.keys = keys
         self.clock = clock
         self.contract_of = contract_of
+        self.online = online  # the agents with a replica online (the registry's view)
         self.runs: dict[str, RunState] = {}
         self.plans: dict[str, Plan] = {}  # by run id
         self.book = ResourceBook()
@@ -100,10 +102,28 @@ class EngineBase(ABC):
         """Send a broadcast.* to every replica (with this step's write)."""
         self.out.messages.append((self.keys.broadcast, make(mt, payload)))
 
+    def targets_of(self, run: RunState, cue_id: str) -> list[str]:
+        """Who the cue calls now: its `target_agents`, or whom a debugger reassigned it to."""
+        assigned = run.cues[cue_id].assigned
+        return (
+            list(assigned) if assigned else list(self.plans[run.run_id].cues[cue_id].target_agents)
+        )
+
+    def action_of(self, run: RunState, cue_id: str) -> dict[str, Any]:
+        """The cue's action, with what a debugger's `retry` changed in it."""
+        action = dict(self.plans[run.run_id].cues[cue_id].action)
+        action.update(run.cues[cue_id].action_update)
+        return action
+
     def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
         """One message to every target of the cue: one envelope (one id, `target_agents`
         naming them all), a copy in each target's inbox; built and encoded once."""
-        targets = tuple(self.plans[run.run_id].cues[cue_id].target_agents)
+        self._send_to(run, cue_id, self.targets_of(run, cue_id), mt, payload)
+
+    def _send_to(
+        self, run: RunState, cue_id: str, agents: list[str], mt: T, payload: p.Payload
+    ) -> None:
+        targets = tuple(agents)
         msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
         self.out.messages.extend((self.keys.inbox(agent), msg) for agent in targets)
         run.record.messages_out += len(targets)
@@ -216,6 +236,10 @@ class EngineBase(ABC):
     @abstractmethod
     def fire(self, run: RunState, cue_id: str, by: FiredBy, early: bool = False) -> None:
         """Start a call of the cue: WARNING (cued) or task.assign (direct)."""
+
+    @abstractmethod
+    def fail_cue(self, run: RunState, cue_id: str, error: str) -> None:
+        """The cue has failed (no attempt left): its dependents are evaluated."""
 
     @abstractmethod
     def to_standby(self, run: RunState, cue_id: str) -> None:

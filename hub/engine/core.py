@@ -13,7 +13,8 @@ from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
 from hub.engine.base import CHUNK, MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
-from hub.engine.outbox import Timer
+from hub.engine.debugging import DebugMixin
+from hub.engine.outbox import DEBUG, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
@@ -30,7 +31,7 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin, AgainMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin, DebugMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
@@ -88,6 +89,10 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
+                )
+            if cr.debugger is not None and cr.debug_deadline is not None:
+                self.out.timers.append(
+                    Timer(cr.debug_deadline, run.run_id, cue_id, cr.attempt, DEBUG)
                 )
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> RunState:
@@ -159,6 +164,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
         early = cr.state is CueState.WARNING and cr.early
+        if cr.debugger is not None:
+            return  # waiting for its debugger's diagnosis (hub.engine.debugging)
         if cr.state not in (CueState.PENDING, CueState.WAITING, CueState.ARMED) and not early:
             return
         root = self._block_root(run, cue_id)
@@ -268,7 +275,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         cr.early = early
         cr.warned_at = self.clock()
         cr.standby_at = cr.go_at = None
-        cr.targets = {a: TargetState.WARNED for a in cue.target_agents}
+        targets = self.targets_of(run, cue_id)
+        cr.targets = {a: TargetState.WARNED for a in targets}
         cr.not_ready = {}
         cr.dead_replies = {}
         cr.result = {}
@@ -277,9 +285,9 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
         self._deadline(run, cue_id, Phase.WARNING, cue.ack_timeout_s)
         payload = p.CoordWarning(
-            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=list(cue.target_agents),
+            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=targets,
             preparation_required=list(cue.preparation_required), attempt=cr.attempt,
-            action=dict(cue.action),
+            action=self.action_of(run, cue_id),
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_WARNING, payload)
 
@@ -292,7 +300,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._set(run, cue_id, CueState.STANDBY, _missing(T.ACK_STANDBY, cr))
         self._deadline(run, cue_id, Phase.STANDBY, cue.standby_timeout_s)
         payload = p.CoordStandby(
-            cue_id=cue_id, target_agents=list(cue.target_agents),
+            cue_id=cue_id, target_agents=self.targets_of(run, cue_id),
             ready_check=list(cue.ready_check), attempt=cr.attempt,
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_STANDBY, payload)
@@ -306,7 +314,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
             return
         if assign:
             cr.attempt += 1
-            cr.targets = {a: TargetState.READY for a in cue.target_agents}
+            cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}
             cr.result = {}
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
@@ -315,7 +323,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         cr.gos.append({"attempt": cr.attempt, "fired_by": by.value, "at": now})
         cr.go_at = now
         context: dict[str, Any] = {}
-        for agent in cue.target_agents:
+        for agent in self.targets_of(run, cue_id):
             context.update(run.handoffs.pop(agent, {}))
         cr.go_context = context
         self._set(run, cue_id, CueState.GO, _missing(T.STATUS_COMPLETED, cr))
@@ -325,14 +333,14 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self.record_event(run, "go", cue=cue_id, attempt=cr.attempt, fired_by=by.value)
         if assign:
             payload: p.Payload = p.TaskAssign(
-                cue_id=cue_id, attempt=cr.attempt, action=dict(cue.action), context=context,
-                description=cue.description,
+                cue_id=cue_id, attempt=cr.attempt, action=self.action_of(run, cue_id),
+                context=context, description=cue.description,
             )  # fmt: skip
             self._send_all(run, cue_id, T.TASK_ASSIGN, payload)
         else:
             payload = p.CoordGo(
-                cue_id=cue_id, target_agents=list(cue.target_agents), attempt=cr.attempt,
-                action=dict(cue.action), context=context, fired_by=by,
+                cue_id=cue_id, target_agents=self.targets_of(run, cue_id), attempt=cr.attempt,
+                action=self.action_of(run, cue_id), context=context, fired_by=by,
                 description=cue.description,
             )  # fmt: skip
             self._send_all(run, cue_id, T.COORD_GO, payload)
@@ -374,17 +382,27 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._raise_flags(run, list(cue.raises))
         self._after_done(run, cue_id)
 
-    def fail_attempt(self, run: RunState, cue_id: str, error: str) -> None:
-        """The current attempt failed: retry the three phases, or fail the cue."""
+    def fail_attempt(self, run: RunState, cue_id: str, error: str, retry: bool = True) -> None:
+        """The current attempt failed: retry the three phases (unless `retry` is False),
+        ask the cue's debugger (on_repeated_failure), or fail the cue."""
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         self.clear_deadline(cr)
         self._release(run, cue_id)
         cr.error = error
         self.record_event(run, "attempt_failed", cue=cue_id, attempt=cr.attempt, error=error)
-        if cr.retries_used < cue.retries:
+        if retry and cue.on_repeated_failure is not None:
+            self.after_failed_attempt(run, cue_id, error)
+            return
+        if retry and cr.retries_used < cue.retries:
             cr.retries_used += 1
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
             return
+        self.fail_cue(run, cue_id, error)
+
+    def fail_cue(self, run: RunState, cue_id: str, error: str) -> None:
+        """The cue has failed (no attempt left): its dependents are evaluated."""
+        cr = run.cues[cue_id]
+        cr.error = error
         cr.completed_at = self.clock()
         self._set(run, cue_id, CueState.FAILED, f"failed: {error}")
         run.record.note("errors", f"{cue_id}: {error}")

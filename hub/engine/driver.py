@@ -12,7 +12,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -47,13 +47,14 @@ class Driver:
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
         on_commit: Callable[[Outbox], None] | None = None,
         early_warning: bool = True,
+        online: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.store = store
         self.cuelists = cuelists
         self.keys = keys
         self.lease_value = lease_value
         self.early_warning = early_warning
-        self.engine = Engine(keys, contract_of=contract_of)
+        self.engine = Engine(keys, contract_of=contract_of, online=online)
         self.engine.early_warning = early_warning
         self.on_commit = on_commit
         self._lock = asyncio.Lock()  # engine mutations (synchronous) and taking the outbox
@@ -82,7 +83,9 @@ class Driver:
             self.failed = None
             self.broken.clear()
             previous = self.engine
-            self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
+            self.engine = Engine(
+                self.keys, contract_of=self.engine.contract_of, online=self.engine.online
+            )
             self.engine.early_warning = self.early_warning
             book = await self.store.resources()
             if book is not None:
@@ -128,7 +131,9 @@ class Driver:
     def discard(self) -> None:
         """Forget the engine's state (a write failed, so it is not what Redis holds): the
         next load reads everything back, and fails no run for being missing from Redis."""
-        self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
+        self.engine = Engine(
+            self.keys, contract_of=self.engine.contract_of, online=self.engine.online
+        )
         self.engine.early_warning = self.early_warning
         self._timers.clear()
 

@@ -73,13 +73,30 @@ def _violation(engine: Engine, msg: Envelope, kind: str, detail: str,
 
 
 def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
-    """Whether some cue of the run targets `agent`."""
-    return agent in engine.plans[run.run_id].agents
+    """Whether some cue of the run targets `agent` (or was reassigned to it)."""
+    if agent in engine.plans[run.run_id].agents:
+        return True
+    return any(cr.assigned and agent in cr.assigned for cr in run.cues.values())
 
 
 def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
-    cue = engine.plans[run.run_id].cues[cue_id]
-    return agent in cue.target_agents or agent in run.cues[cue_id].targets
+    """Whether `agent` may answer for the cue: a target it calls now, or its debugger."""
+    if agent in engine.targets_of(run, cue_id) or agent in run.cues[cue_id].targets:
+        return True
+    return _debugger_of(engine, run, cue_id) == agent
+
+
+def is_debugger(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
+    """Whether `agent` speaks as the cue's debugger (asked now, or late), not as a target."""
+    if _debugger_of(engine, run, cue_id) != agent:
+        return False
+    cr = run.cues[cue_id]
+    return cr.debugger == agent or agent not in engine.targets_of(run, cue_id)
+
+
+def _debugger_of(engine: Engine, run: RunState, cue_id: str) -> str | None:
+    repeated = engine.plans[run.run_id].cues[cue_id].on_repeated_failure
+    return repeated.debugger if repeated is not None else None
 
 
 def scope(engine: Engine, msg: Envelope, cue_id: str | None, *, cue_required: bool = True

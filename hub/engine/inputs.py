@@ -12,7 +12,7 @@ from typing import Any
 
 from hub.engine import guard
 from hub.engine.core import Engine
-from hub.engine.outbox import ARBITRATION, Timer
+from hub.engine.outbox import ARBITRATION, DEBUG, Timer
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
@@ -55,6 +55,9 @@ def handle(engine: Engine, msg: Envelope) -> None:
     cr = run.cues[cue_id]
     if msg.message_type is T.TASK_HANDOFF:
         _handoff(engine, run, cue_id, cr, msg)
+        return
+    if guard.is_debugger(engine, run, cue_id, msg.from_agent):
+        engine.debugger_reply(run, cue_id, msg)
         return
     _phase_input(engine, run, cue_id, cr, msg)
 
@@ -127,8 +130,7 @@ def _no_handoff(engine: Engine, run: RunState, cue_id: str, to: str) -> None:
     have said all they will, so the cue fails now (not at its GO deadline), saying so."""
     receiver = _contract(engine, engine.plans[run.run_id], to)
     needs = f" (requires {', '.join(receiver.requires)})" if receiver and receiver.requires else ""
-    run.cues[cue_id].retries_used = engine.plans[run.run_id].cues[cue_id].retries  # no retry
-    engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}")
+    engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}", retry=False)
 
 
 def _goal(state: CueState) -> TargetState:
@@ -169,8 +171,7 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
         )  # fmt: skip
         engine.escalate(run, cue_id, T.ESCALATION_HANDOFF_REJECTED, payload)
         if cr.state in (CueState.GO, CueState.STANDBY, CueState.WARNING):
-            cr.retries_used = engine.plans[run.run_id].cues[cue_id].retries  # no retry
-            engine.fail_attempt(run, cue_id, f"handoff rejected: {problem}")
+            engine.fail_attempt(run, cue_id, f"handoff rejected: {problem}", retry=False)
         return
     cr.handoff_ok = True
     engine.mark_dirty(run, cue_id)
@@ -210,6 +211,9 @@ def on_timer(engine: Engine, timer: Timer) -> None:
         return
     if timer.kind == ARBITRATION:
         engine.arbitration_timeout(run, timer.cue_id)
+        return
+    if timer.kind == DEBUG:
+        engine.debug_timeout(run, timer.cue_id, timer.at)
         return
     if cr.deadline is None or cr.deadline_phase is None or cr.deadline_phase.value != timer.kind:
         return

@@ -8,7 +8,8 @@ from typing import Any
 from hub.engine.escalations import Escalation
 from protocols.codec import Envelope
 
-ARBITRATION = "arbitration"  # timer kind besides the three phases
+ARBITRATION = "arbitration"  # timer kinds besides the three phases
+DEBUG = "debug"  # a debugger's diagnosis is due (hub.engine.debugging)
 
 
 @dataclass(frozen=True, order=True)
@@ -17,7 +18,7 @@ class Timer:
     run_id: str
     cue_id: str
     attempt: int
-    kind: str  # a Phase value, or ARBITRATION
+    kind: str  # a Phase value, ARBITRATION or DEBUG
 
 
 @dataclass

@@ -20,7 +20,7 @@ class Plan:
     followed_by: dict[str, str] = field(default_factory=dict)  # cue -> its auto_follow
     entries: frozenset[str] = frozenset()  # cues a run start fires
     order: list[str] = field(default_factory=list)  # declaration order
-    agents: frozenset[str] = frozenset()  # every agent some cue targets
+    agents: frozenset[str] = frozenset()  # every agent some cue targets, and debuggers
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -37,7 +37,9 @@ class Plan:
                 plan.followed_by[cue.id] = cue.auto_follow
                 _edge(plan, cue.id, cue.auto_follow)
         plan.entries = frozenset(cuelist.start if cuelist.start else plan.order[:1])
-        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.target_agents)
+        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.target_agents) | {
+            cue.on_repeated_failure.debugger for cue in cuelist.cues if cue.on_repeated_failure
+        }
         return plan
 
     @property

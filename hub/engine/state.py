@@ -42,6 +42,17 @@ class CueRun(BaseModel):
     gos: list[dict[str, Any]] = Field(default_factory=list)  # one recorded event per attempt
     # target -> the dead letter its refused reply became, this attempt (see guard)
     dead_replies: dict[str, str] = Field(default_factory=dict)
+    # on_repeated_failure (hub.engine.debugging): the failed attempts in a row (the last
+    # STREAK_KEPT, as protocols.debugging.FailedAttempt), how often a debugger was asked,
+    # the one asked now and until when, and what its decisions changed
+    failures_in_row: int = 0
+    streak: list[dict[str, Any]] = Field(default_factory=list)
+    consults: int = 0
+    debugger: str | None = None
+    debug_deadline: float | None = None
+    assigned: list[str] | None = None  # targets a `reassign` chose (else the cue's own)
+    action_update: dict[str, Any] = Field(default_factory=dict)  # what a `retry` changed
+    decisions: list[dict[str, Any]] = Field(default_factory=list)  # one per consultation
 
     def keep_result(self, agent: str, value: Any) -> None:
         """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in

@@ -1,4 +1,4 @@
-"""The built-in specialists (`shell`, `http`, `echo`, `a2a`, `mcp`) and how a KIND name
+"""The built-in specialists (`shell`, `http`, `echo`, `a2a`, `mcp`, `debugger`) and how a KIND name
 becomes a class."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ BUILTINS = {
     "echo": "specialists.builtin.echo:Echo",
     "a2a": "specialists.builtin.a2a:A2A",
     "mcp": "specialists.builtin.mcp:Mcp",
+    "debugger": "specialists.builtin.debugger:Debugger",
 }
 
 

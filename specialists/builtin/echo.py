@@ -4,7 +4,8 @@ Action keys (all optional):
     prepare_ms   delay its ack.standby (spent in `prepare`, or in the ready check when the
                  WARNING landed on another replica)
     execute_ms   delay its completion
-    fail         true: report status.failed; "once": only on attempt 1
+    fail         true: report status.failed; "once": only on attempt 1; a list of agent
+                 names: only when this echo serves one of them
     ready        false: answer ack.standby not ready (with `ready_reason`)
     context      {key: value} written to the run's shared context
     handoff      {to, context, work_completed?, next_steps?, ...} sent before completing
@@ -66,6 +67,8 @@ class Echo(Specialist):
         action = cue.action
         await _pause(self._ms(cue, "execute_ms"))
         fail = action.get("fail", False)
+        if isinstance(fail, list):
+            fail = self.agent_id in fail
         if fail is True or (fail == "once" and cue.attempt == 1):
             raise ScriptedFailure(f"scripted failure (fail={fail!r}, attempt {cue.attempt})")
         rate = self.echo_settings.fail_rate

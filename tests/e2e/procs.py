@@ -71,8 +71,11 @@ class Procs:
         return url
 
     def echo(self, agent: str, **env: str) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
-        return self.spawn(f"echo-{agent}-{len(self.procs)}", argv, **env)
+        return self.specialist("echo", agent, **env)
+
+    def specialist(self, kind: str, agent: str, **env: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "callboard.specialist_cmd", kind, "--agent", agent]
+        return self.spawn(f"{kind}-{agent}-{len(self.procs)}", argv, **env)
 
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"

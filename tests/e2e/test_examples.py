@@ -1,6 +1,7 @@
 """Every example cuelist in cuelists/ runs as shipped: submit, run, follow its events, complete.
 
-Echo specialists serve every agent the examples name; armed cues get an operator GO and
+Echo specialists serve every agent the examples name (the built-in debugger, each one named
+as a debugger); armed cues get an operator GO and
 conditions no cue raises are raised through the API, as an operator would.
 """
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from callboard.embedded import EmbeddedServer
-from callboard.up import agents_of
+from callboard.up import agents_of, debuggers_of
 from tests.e2e.procs import ROOT, child_env, processes, sse_events, wait_online
 from tests.helpers import eventually_sync
 
@@ -28,11 +29,11 @@ DONE = ("success", "partial", "failed", "cancelled")
 def api(
     redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
-    agents = agents_of(EXAMPLES)
+    agents, debuggers = agents_of(EXAMPLES), debuggers_of(EXAMPLES)
     with processes(child_env(redis_server), tmp_path_factory.mktemp("examples")) as procs:
         url = procs.hub()
         for agent in agents:
-            procs.echo(agent)
+            procs.specialist("debugger" if agent in debuggers else "echo", agent)
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, agents)
             yield client

@@ -1,0 +1,176 @@
+"""A debugger after repeated failure, on the pure engine: asked once per failure streak,
+its diagnosis written to the context, and its decision (retry, reassign, abandon) applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocols.debugging import DEBUG_KEY, FailureHistory, diagnosis_key
+from protocols.messages import MessageType as T
+from protocols.states import CueState, RunStatus
+from tests.hub.sim import Sim, plan_of
+
+LIST = """
+cuelist: debugged
+specialists:
+  a: {provides: [build]}
+  b: {provides: [build, lint]}
+  c: {provides: [lint]}
+cues:
+  - id: BUILD
+    target_agents: [a]
+    coordination: direct
+    action: {argv: [make], timeout_s: 10, image: base}
+    on_repeated_failure: {after: 2, debugger: doc, allow: [timeout_s], timeout_s: 60}
+  - {id: SHIP, target_agents: [c], coordination: direct, depends_on: [BUILD]}
+"""
+
+
+def _sim() -> Sim:
+    sim = Sim(plan_of(LIST))
+    sim.engine.online = lambda: ["a", "b", "c", "doc"]
+    sim.start()
+    return sim
+
+
+def _fail_twice(sim: Sim, agent: str = "a", first: int = 1) -> FailureHistory:
+    """Fail two attempts in a row; returns the history the debugger was sent (once)."""
+    sim.fail(agent, "BUILD", attempt=first, error="exit code 2: make: *** [all] Error 2")
+    again = [(a, m.payload.attempt) for a, m in sim.take_sent(T.TASK_ASSIGN)]  # type: ignore[attr-defined]
+    assert again[-1] == (agent, first + 1)  # attempt 2 went to the target: doc not yet asked
+    sim.fail(agent, "BUILD", attempt=first + 1, error="exit code 2: make: *** [all] Error 2")
+    asked = [(a, m) for a, m in sim.take_sent(T.TASK_ASSIGN) if a == "doc"]
+    assert len(asked) == 1, asked
+    return FailureHistory.model_validate(asked[0][1].payload.action[DEBUG_KEY])  # type: ignore[attr-defined]
+
+
+def _diagnose(sim: Sim, attempt: int, **result: Any) -> None:
+    sim.complete("doc", "BUILD", attempt=attempt, **result)
+
+
+def test_two_failures_ask_the_debugger_once_and_reassign_sends_the_third_attempt_elsewhere() -> (
+    None
+):
+    sim = _sim()
+    history = _fail_twice(sim)
+    assert [a.attempt for a in history.attempts] == [1, 2]
+    assert history.attempts[0].targets == ["a"] and "Error 2" in history.attempts[0].error
+    assert history.candidates == ["b"]  # online, provides build; c does not; doc is the debugger
+    assert history.action["argv"] == ["make"] and history.allow == ["timeout_s"]
+    cue = sim.cue("BUILD")
+    assert cue.state is CueState.WAITING and "waiting for doc's diagnosis" in (cue.reason or "")
+    _diagnose(sim, 2, decision="reassign", diagnosis="a's toolchain is broken", to="b")
+    (assign,) = sim.take_sent(T.TASK_ASSIGN)
+    assert assign[0] == "b" and assign[1].payload.attempt == 3  # type: ignore[attr-defined]
+    assert sim.cue("BUILD").assigned == ["b"]
+    sim.complete("b", "BUILD", attempt=3)
+    assert sim.cue("BUILD").state is CueState.COMPLETED
+    entries = [e for out in sim.outs for r, k, e in out.context if k == diagnosis_key("BUILD")]
+    assert len(entries) == 1 and entries[0]["source"] == "doc"
+    assert entries[0]["value"]["decision"] == "reassign" and "diagnosis" in entries[0]["tags"]
+    assert sim.run().context_owners[diagnosis_key("BUILD")] == "doc"
+    (decision,) = sim.cue("BUILD").decisions
+    assert decision["decision"] == "reassign" and decision["to"] == "b"
+    assert [e["decision"] for e in sim.events_of("decision")] == ["reassign"]
+    sim.complete("c", "SHIP")
+    assert sim.run().status is RunStatus.SUCCESS
+
+
+def test_each_failure_streak_asks_once_and_a_retry_changes_only_allowed_keys() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="retry", diagnosis="flaky: give it longer",
+              action={"timeout_s": 60, "argv": ["rm", "-rf", "/"]})  # fmt: skip
+    (assign,) = sim.take_sent(T.TASK_ASSIGN)
+    action = assign[1].payload.action  # type: ignore[attr-defined]
+    assert assign[0] == "a" and action["timeout_s"] == 60 and action["argv"] == ["make"]
+    (decision,) = sim.cue("BUILD").decisions
+    assert decision["changed"] == ["timeout_s"] and decision["refused"] == ["argv"]
+    history = _fail_twice(sim, first=3)  # a second streak: asked once more, no more
+    assert history.consult == 2 and [a.attempt for a in history.attempts] == [3, 4]
+    assert history.action["timeout_s"] == 60
+
+
+def test_abandon_fails_the_cue_with_the_diagnosis_and_blocks_what_follows() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="abandon", diagnosis="the Makefile has a syntax error")
+    cue = sim.cue("BUILD")
+    assert cue.state is CueState.FAILED
+    assert cue.error == "abandoned on doc's diagnosis: the Makefile has a syntax error"
+    assert sim.cue("SHIP").state is CueState.BLOCKED
+    assert sim.run().status is RunStatus.FAILED
+
+
+def test_no_diagnosis_in_time_fails_the_cue_and_a_late_one_is_only_counted() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    sim.advance(60.01)
+    cue = sim.cue("BUILD")
+    assert cue.state is CueState.FAILED
+    assert "its debugger doc gave no diagnosis within 60s" in (cue.error or "")
+    assert sim.run().record.late_replies == 0
+
+
+def test_a_result_that_is_not_a_diagnosis_fails_the_cue_saying_why() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="pray", diagnosis="?")
+    assert sim.cue("BUILD").state is CueState.FAILED
+    assert "doc answered no diagnosis (decision:" in (sim.cue("BUILD").error or "")
+
+
+def test_a_reassign_to_an_agent_without_the_capability_is_refused() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="reassign", diagnosis="try c", to="c")
+    cue = sim.cue("BUILD")
+    assert cue.state is CueState.FAILED and "only online agents providing the same" in (
+        cue.error or ""
+    )
+    assert cue.assigned is None and not sim.take_sent(T.TASK_ASSIGN)
+
+
+def test_only_the_debugger_may_diagnose_and_only_while_asked() -> None:
+    sim = _sim()
+    sim.complete("doc", "BUILD", attempt=1, decision="abandon", diagnosis="early")  # not asked
+    assert sim.run().record.late_replies == 1 and sim.cue("BUILD").state is CueState.GO
+    _fail_twice(sim)
+    sim.complete("c", "BUILD", attempt=2, decision="abandon", diagnosis="hostile")
+    assert sim.run().record.protocol_violations == 1  # c is no target and no debugger
+    assert sim.cue("BUILD").state is CueState.WAITING and sim.cue("BUILD").debugger == "doc"
+
+
+def test_the_debugger_is_asked_at_most_max_consults_times() -> None:
+    sim = Sim(plan_of(LIST.replace("timeout_s: 60}", "timeout_s: 60, max_consults: 1}")))
+    sim.engine.online = lambda: ["a", "b"]
+    sim.start()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="retry", diagnosis="again")
+    sim.take_sent(T.TASK_ASSIGN)
+    sim.fail("a", "BUILD", attempt=3)
+    sim.fail("a", "BUILD", attempt=4)
+    assert not [a for a, _ in sim.take_sent(T.TASK_ASSIGN) if a == "doc"]
+    assert sim.cue("BUILD").state is CueState.FAILED
+    assert "(its debugger was asked 1 times)" in (sim.cue("BUILD").error or "")
+
+
+def test_a_restarted_engine_still_waits_for_the_diagnosis_and_applies_it() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    sim.restart()  # the hub died while the debugger thought
+    sim.engine.online = lambda: ["a", "b"]
+    assert sim.cue("BUILD").debugger == "doc"
+    assert any(t.kind == "debug" for t in sim.timers)
+    _diagnose(sim, 2, decision="reassign", diagnosis="move", to="b")
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["b"]
+
+
+def test_an_operator_retry_starts_a_new_streak() -> None:
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="abandon", diagnosis="needs a human")
+    sim.engine.retry_cue("r1", "BUILD")
+    sim._drain()
+    cue = sim.cue("BUILD")
+    assert cue.failures_in_row == 0 and cue.consults == 0 and cue.state is CueState.GO

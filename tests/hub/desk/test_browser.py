@@ -372,14 +372,22 @@ def test_resolve_an_escalation_from_its_page(stage: Stage, page: Page) -> None:
     assert next(e for e in escs if e["id"] == esc["id"])["status"] == "resolved"
 
 
-@pytest.mark.parametrize("path", ["/", "/cuelists/release-dag", "/agents", "/escalations"])
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/cuelists", "/cuelists/release-dag", "/runs/{run}", "/agents", "/escalations",
+     "/deadletters"],
+)  # fmt: skip
 def test_phone_width_has_no_page_overflow(stage: Stage, watched: Watched, path: str) -> None:
     """At 390 px wide, wide tables and the graph scroll inside their boxes, not the page."""
+    run_id = stage.start(EXAMPLE) if "{run}" in path else None  # six cues; it holds
+    path = path.format(run=run_id)
     page = watched.context.new_page()
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{stage.url}{path}")
     expect(page.locator("h1")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    if run_id:
+        stage.api.post(f"/v1/runs/{run_id}/cancel")
 
 
 def test_docs_work_offline(stage: Stage, page: Page) -> None:

@@ -428,6 +428,17 @@ def test_yaml_is_shown_as_submitted(stage: Stage, page: Page) -> None:
     )
 
 
+def test_a_cuelist_page_shows_its_validation_warnings(stage: Stage, page: Page) -> None:
+    text = (ROOT / "cuelists" / "shared-runner.yaml").read_text()
+    r = stage.api.post("/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"})
+    assert r.status_code in (200, 201), r.text
+    (warning,) = r.json()["warnings"]
+    page.goto(f"{stage.url}/cuelists/shared-runner")
+    shown = page.locator("li.why", has_text=warning["message"])
+    expect(shown).to_have_count(1)
+    expect(shown).to_contain_text(f"{warning['cue']} {warning['key']} (line {warning['line']})")
+
+
 def test_agents_page_shows_the_registry_and_the_wiring_map(stage: Stage, page: Page) -> None:
     page.goto(f"{stage.url}/agents")
     registry = stage.api.get("/v1/agents").json()["data"]

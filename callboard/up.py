@@ -177,6 +177,8 @@ def _run(
                 names[path] = stored["name"]
                 console.print(f"submitted {stored['name']} {stored['version'][:12]}")
             run_id = client.start_run(names[demo_file])
+            # before the table, so the desk can be opened while the demo runs
+            console.print(f"the demo, live on the desk: {url}/runs/{run_id}", soft_wrap=True)
             final = watch(client, run_id, console)
             status = str(final["status"])
         console.print(f"the demo ({names[demo_file]}) finished: [bold]{status}[/]")

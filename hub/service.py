@@ -16,6 +16,7 @@ from hub import commands as c
 from hub.dead import Budgets, DeadLetters
 from hub.engine.core import Engine
 from hub.engine.driver import BACKLOG_CHUNK, Driver
+from hub.engine.escalations import RESOLVED, Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
@@ -360,7 +361,14 @@ class Hub:
         return c.CancelReply(status=run.status.value)
 
     async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
-        esc = await self.driver.step(lambda e: e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer))
+        stored = await self.store.escalation(cmd.id)
+
+        def resolve(e: Engine) -> Escalation:
+            if cmd.id in e.escalations.by_id or stored is None or stored.run_id in e.runs:
+                return e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
+            return _resolve_record(e, stored, cmd)
+
+        esc = await self.driver.step(resolve)
         return c.ResolveReply(id=esc.id, status=esc.status)
 
     async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:
@@ -378,3 +386,19 @@ class Hub:
 
         await self.driver.step(send)
         return c.BroadcastReply(sent=mt.value)
+
+
+def _resolve_record(e: Engine, esc: Escalation, cmd: c.Resolve) -> Escalation:
+    """Close an escalation the engine no longer holds (its run ended and was forgotten, or it
+    is about no run and predates this term): a record only, nothing left to decide."""
+    if esc.status == RESOLVED:
+        raise Conflict(f"escalation {esc.id} is already resolved")
+    esc.status = RESOLVED
+    esc.resolution = {"winner": cmd.winner, "note": cmd.note, "at": e.clock()}
+    if cmd.answer:
+        esc.resolution["answer"] = cmd.answer
+    if esc.run_id is not None:
+        esc.resolution["effect"] = f"none: run {esc.run_id} had ended"
+    esc.updated_at = e.clock()
+    e.out.escalations[esc.id] = esc
+    return esc

@@ -102,7 +102,7 @@ def verify_handoff(
 
 def missing_in_handoff(receiver: Contract | None, context_keys: Iterable[str]) -> list[str]:
     """The keys the receiver requires that the handoff's actual context lacks, in the
-    receiver's order (seed 002 `validate_handoff`). An unknown receiver requires nothing."""
+    receiver's order (the run-time check of a handoff). An unknown receiver requires nothing."""
     if receiver is None:
         return []
     present = set(context_keys)

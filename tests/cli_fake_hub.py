@@ -1,6 +1,6 @@
 """A stand-in hub for CLI tests: an httpx.MockTransport that answers every route of
-callboard/commands/routes.py in the shapes of hub/api/schemas.py (and DESIGN.md for the
-routes still to come), and records what was called."""
+callboard/commands/routes.py in the shapes of hub/api/schemas.py (and, for a route still
+to come, the shape its command expects), and records what was called."""
 
 from __future__ import annotations
 

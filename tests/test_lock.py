@@ -4,6 +4,7 @@ and every install path using the lock."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -87,3 +88,34 @@ def test_every_install_uses_the_lock() -> None:
     assert "python scripts/check_lock.py" in (ROOT / "scripts" / "test").read_text()
     for script in ("up", "test"):
         assert 'source "$(dirname "$0")/_venv.sh"' in (ROOT / "scripts" / script).read_text()
+
+
+FAKE_PYTHON = """#!/bin/sh
+# stands in for python3 and the venv's python: says on stderr what it was asked to do
+[ "$1" = "--version" ] && { echo "Python 3.99.0"; exit 0; }
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
+echo "RAN: $*" >&2
+"""
+
+
+def test_the_first_setup_says_what_it_does_before_installing(tmp_path: Path) -> None:
+    """Issue 13: the first `scripts/up` said nothing for ~25 s while it installed."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "_venv.sh").write_text((ROOT / "scripts" / "_venv.sh").read_text())
+    for name in ("pyproject.toml", "requirements.lock"):
+        (tmp_path / name).write_text("")
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    setup = ["bash", "-c", f"source {tmp_path / 'scripts' / '_venv.sh'}"]
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake)}
+    first = subprocess.run(setup, env=env, capture_output=True, text=True, timeout=30)
+    assert first.returncode == 0, first.stderr
+    said = first.stderr.splitlines()
+    install = next(n for n, line in enumerate(said) if line.startswith("RAN: -m pip install -q -c"))
+    before = [line for line in said[:install] if not line.startswith("RAN:")]
+    assert any("creating .venv with Python 3.99.0" in line for line in before), said
+    assert any("installing callboard" in line and "half a minute" in line for line in before)
+    assert "ready in" in said[-1]
+    again = subprocess.run(setup, env=env, capture_output=True, text=True, timeout=30)
+    assert again.returncode == 0 and again.stderr == ""  # installed: nothing to say or do

@@ -128,7 +128,9 @@ def broadcast(
             metavar="TYPE", help="notice, pause, resume or shutdown (broadcast.* also works)"
         ),
     ],
-    message: Annotated[str | None, typer.Option(help="a notice's text")] = None,
+    message: Annotated[
+        str | None, typer.Option(help="a notice's text; the reason of a pause, resume, shutdown")
+    ] = None,
     payload: Annotated[str | None, typer.Option(help="the whole payload, as JSON")] = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
@@ -141,8 +143,8 @@ def broadcast(
     body = json_arg(payload, "--payload") or {}
     if not isinstance(body, dict):
         fail("--payload must be a JSON object")
-    if message is not None:
-        body["message"] = message
+    if message is not None:  # the payload's field: a notice has `text`, the others `reason`
+        body["text" if full == "broadcast.notice" else "reason"] = message
     with hub.client() as c:
         answer = c.broadcast(full, body)
     emit(hub.output, answer, lambda a: say(f"sent {full} ({a['sent']})"))

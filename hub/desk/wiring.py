@@ -1,4 +1,4 @@
-"""The live wiring map (seed 001) as a picture: the hub on the left, every agent in a column
+"""The live wiring map (`GET /v1/wiring`) as a picture: the hub on the left, every agent in a column
 to its right joined to it by the streams it reads and writes, and handoffs between agents
 drawn as dashed arcs on the far side, labelled with the context keys they carry."""
 

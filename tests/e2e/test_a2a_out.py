@@ -13,8 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from callboard.embedded import EmbeddedServer, free_port
+from protocols.codec import decode
+from protocols.keys import STREAM_FIELD, Keys
+from protocols.messages import MessageType as T
 from tests.e2e.procs import ROOT, Procs, child_env, processes, wait_done, wait_online
 from tests.helpers import eventually_sync
 
@@ -28,10 +32,19 @@ class World:
     procs: Procs
     streaming: str  # base URL of the streaming agent (needs TOKEN)
     polling: str  # base URL of the agent that does not stream
+    env: dict[str, str]  # REDIS_URL and CALLBOARD_PREFIX of the hub
 
     def agent_log(self, url: str) -> dict[str, list[dict[str, Any]]]:
         log: dict[str, list[dict[str, Any]]] = httpx.get(f"{url}/log", timeout=5).json()
         return log
+
+    def gos(self, agent: str, run_id: str) -> list[str]:
+        """The message ids of the GOs the hub put in `agent`'s inbox for `run_id`."""
+        inbox = Keys(self.env["CALLBOARD_PREFIX"]).inbox(agent)
+        with redis.Redis.from_url(self.env["REDIS_URL"]) as client:
+            rows = client.xrange(inbox)
+        found = [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
+        return [m.message_id for m in found if m.message_type is T.COORD_GO and m.run_id == run_id]
 
     def a2a(self, agent: str, *args: str, **env: str) -> None:
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "a2a", "--agent", agent, *args]
@@ -76,7 +89,7 @@ def world(
         streaming = _agent(procs, "--token", TOKEN)
         polling = _agent(procs, "--no-streaming")
         with httpx.Client(base_url=hub, timeout=30) as api:
-            w = World(api, procs, streaming, polling)
+            w = World(api, procs, streaming, polling, env)
             w.a2a("remote-stream", "--url", streaming, CALLBOARD_A2A_TOKEN=TOKEN)
             w.a2a("remote-poll")  # serves any agent its cues name in action.url
             w.a2a("remote-badtoken", "--url", streaming, CALLBOARD_A2A_TOKEN="wrong")
@@ -108,10 +121,12 @@ def test_completed_tasks_write_their_artifacts_to_the_context(world: World) -> N
     assert entries["POLL.summary"]["value"] == "SUMMARIZE THE RELEASE NOTES"  # the description
     result = run["cues"]["STREAM"]
     assert result["state"] == "completed"
-    for url, cue in ((world.streaming, "STREAM"), (world.polling, "POLL")):
+    for url, cue, agent in ((world.streaming, "STREAM", "remote-stream"),
+                            (world.polling, "POLL", "remote-poll")):  # fmt: skip
         sent = [m for m in world.agent_log(url)["messages"] if m["context_id"] == run_id]
         assert len(sent) == 1, (cue, sent)  # one message per GO, in the run's context
         assert sent[0]["skill"] == "summarize"
+        assert [sent[0]["message_id"]] == world.gos(agent, run_id)  # the GO's own id
 
 
 def test_unknown_skill_or_refused_token_is_not_ready(world: World) -> None:

@@ -95,6 +95,8 @@ def test_up_runs_the_demo_says_how_to_join_and_keeps_state(tmp_path: Path) -> No
     assert port, out
     url = f"http://127.0.0.1:{port[1]}"
     assert "the demo (up-demo) finished: success" in out
+    live = re.search(rf"the demo, live on the desk: {url}/runs/([0-9a-f-]+)\n", out)
+    assert live and live.start() < out.index("finished: success"), out  # while it runs
     assert f"desk: {url}/" in out and f"docs: {url}/docs" in out
     export = re.search(r"export REDIS_URL=(\S+) CALLBOARD_URL=(\S+) CALLBOARD_API_URL=(\S+) "
                        r"CALLBOARD_PREFIX=(\S+)", out)  # fmt: skip

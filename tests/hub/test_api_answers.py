@@ -277,3 +277,32 @@ def test_a_run_whose_state_expired_cannot_be_retried_or_rerun(
     r = api.post(f"/v1/runs/{run_id}/cues/BUILD/retry")
     assert r.status_code == 404 and r.json()["detail"] == f"no run {run_id}"
     assert api.post(f"/v1/runs/{run_id}/rerun").status_code == 404
+
+
+GHOST = """
+cuelist: ans-ghost
+cues:
+  - {id: CALL, target_agents: [ans-ghost], ack_timeout_s: 1}
+"""
+
+
+def test_an_escalation_of_a_run_that_ended_can_still_be_resolved(api: httpx.Client) -> None:
+    """Its agent never answers: the timeout's escalation stays open in the operator's queue
+    after the run failed (and the engine forgot the run); resolving it closes it."""
+    submit(api, GHOST)
+    run_id = start(api, "ans-ghost")
+    assert wait_done(api, run_id)["status"] == "failed"
+    listed = api.get("/v1/escalations", params={"run_id": run_id, "status": "open"}).json()
+    (esc,) = listed["data"]
+    assert esc["type"] == "escalation.timeout" and esc["cue_id"] == "CALL"
+    r = api.post(f"/v1/escalations/{esc['id']}/resolve", json={"note": "agent retired"})
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "resolved"
+    resolution = r.json()["resolution"]
+    assert resolution["note"] == "agent retired"
+    assert resolution["effect"] == f"none: run {run_id} had ended"
+    assert api.get("/v1/escalations", params={"run_id": run_id, "status": "open"}).json() == {
+        "data": [], "count": 0,
+    }  # fmt: skip
+    again = api.post(f"/v1/escalations/{esc['id']}/resolve")
+    assert again.status_code == 409 and "already resolved" in again.json()["detail"]

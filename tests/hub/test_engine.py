@@ -331,7 +331,7 @@ def test_invalid_handoff_is_refused_naming_missing_keys_and_fails_the_cue() -> N
 def test_a_handoff_lacking_a_key_its_senders_contract_provides_is_rejected() -> None:
     """The coder's contract `provides: [implemented_code]` (the load-time promise, which
     is why the cuelist validated); its handoff's actual context lacks it: the promise was
-    not kept, and the run-time check (seed 002 validate_handoff) catches it."""
+    not kept, and the run-time check of the actual context catches it."""
     sim = Sim(plan_of(HANDOFF.replace("  - {id: TEST,", "  - {id: TEST, retries: 2,")))
     sim.start()
     sim.ack_warning("coder", "CODE")

@@ -94,7 +94,7 @@ def test_a_task_handoff_payload_is_checked_with_its_declared_context() -> None:
 
 def test_at_run_time_the_senders_provides_is_not_a_substitute_for_the_keys() -> None:
     """The load-time check trusts CODE's `provides: [implemented_code]`; the handoff itself
-    must carry it (seed 002 validate_handoff)."""
+    must carry it (the run-time check)."""
     verify_handoff("specialist-code", CODE, "specialist-test", TEST, {"test_plan"})  # promise
     assert missing_in_handoff(TEST, {"test_plan"}) == ["implemented_code"]
     assert missing_in_handoff(None, set()) == []

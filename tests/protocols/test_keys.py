@@ -1,4 +1,4 @@
-"""The key layout of DESIGN.md: literal hash tags, parsed back, one slot where it matters."""
+"""The key layout (README "Keys"): literal hash tags, parsed back, one slot where it matters."""
 
 from __future__ import annotations
 

@@ -72,6 +72,19 @@ cues:
   - {id: BUILD-100, target_agents: [specialist-build], action: {fail: once}}
   - {id: SHIP-200, target_agents: [specialist-deploy], depends_on: [BUILD-100]}
 """
+RESULTS = """
+cuelist: desk-results
+cues:
+  - id: PACK-100
+    target_agents: [specialist-build]
+    action: {context: {build_id: b-7}, result: {artifact: app.tar}}
+"""
+# Its agent never answers: the missed ack raises an escalation.timeout for the operator.
+GHOST = """
+cuelist: desk-ghost
+cues:
+  - {id: CALL-100, target_agents: [specialist-ghost], ack_timeout_s: 1}
+"""
 
 
 class Stage:
@@ -107,7 +120,7 @@ def stage(
         with httpx.Client(base_url=url, timeout=30) as api:
             wait_online(api, AGENTS)
             sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
-            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY]:
+            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY, GHOST, RESULTS]:
                 r = api.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
@@ -294,14 +307,87 @@ def test_open_a_dead_letter(stage: Stage, page: Page) -> None:
     stage.api.post(f"/v1/runs/{run_id}/cancel")
 
 
-@pytest.mark.parametrize("path", ["/", "/cuelists/release-dag", "/agents", "/escalations"])
+def test_a_dry_run_is_one_click_from_the_cuelist(stage: Stage, page: Page) -> None:
+    page.goto(f"{stage.url}/cuelists/{EXAMPLE}")
+    page.get_by_role("button", name="Dry run").click()
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]+$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("#run-status")).to_have_text("dry")
+    expect(row_state(page, "DEPLOY-400")).to_have_text("completed")  # walked, stand-ins
+    run = stage.run(run_id)
+    assert run["status"] == "dry" and run["dry"] is True
+    assert run["cuelist"] == EXAMPLE
+
+
+def test_a_run_page_shows_results_and_the_shared_context(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-results")
+    wait_done(stage.api, run_id)
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(page.locator('tr[data-cue="PACK-100"]')).to_contain_text('"artifact": "app.tar"')
+    entry = page.locator("[data-part=context] tr", has=page.locator("th", has_text="build_id"))
+    expect(entry).to_contain_text("b-7")
+    expect(entry.locator("td").nth(1)).to_have_text("specialist-build")  # the source
+    expect(entry.locator("time")).to_have_count(1)  # when it was written
+    api = stage.api.get(f"/v1/runs/{run_id}/context").json()["entries"]["build_id"]
+    assert api["value"] == "b-7" and api["source"] == "specialist-build"
+
+
+def test_filter_the_board_by_status_and_cuelist(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-manual")  # holds at its manual cue
+    eventually_sync(lambda: stage.run(run_id)["status"] == "holding", 20)
+    page.goto(stage.url)
+    filters = page.locator("form.filters")
+    filters.get_by_label("Status").select_option("holding")
+    filters.get_by_label("Cuelist").select_option("desk-manual")
+    filters.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"status=holding&cuelist=desk-manual"))
+    rows = page.locator("[data-part=runs] tr[data-run]")
+    expect(rows.filter(has=page.locator(f'a[href="/runs/{run_id}"]'))).to_have_count(1)
+    listed = rows.evaluate_all("(rs) => rs.map((r) => r.dataset.run)")
+    query = {"status": "holding", "cuelist": "desk-manual"}
+    shown = {r["run_id"] for r in stage.api.get("/v1/runs", params=query).json()["data"]}
+    assert set(listed) == shown and run_id in shown
+    page.goto(f"{stage.url}/?status=success&cuelist=desk-manual")
+    expect(page.locator(f'[data-part=runs] tr[data-run="{run_id}"]')).to_have_count(0)
+    stage.api.post(f"/v1/runs/{run_id}/cancel")
+
+
+def test_resolve_an_escalation_from_its_page(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-ghost")
+
+    def raised() -> dict[str, Any] | None:
+        escs = stage.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+        return next((e for e in escs if e["type"] == "escalation.timeout"), None)
+
+    esc = eventually_sync(raised, 20, message="the timeout escalation")
+    page.goto(f"{stage.url}/escalations")
+    row = page.locator(f'tr[data-escalation="{esc["id"]}"]')
+    expect(row).to_contain_text("no ack.warning from specialist-ghost")
+    expect(row.get_by_role("link", name="CALL-100")).to_have_attribute(
+        "href", f"/runs/{run_id}#cue-CALL-100"
+    )
+    row.get_by_role("button", name="Resolve").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    escs = stage.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+    assert next(e for e in escs if e["id"] == esc["id"])["status"] == "resolved"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/cuelists", "/cuelists/release-dag", "/runs/{run}", "/agents", "/escalations",
+     "/deadletters"],
+)  # fmt: skip
 def test_phone_width_has_no_page_overflow(stage: Stage, watched: Watched, path: str) -> None:
     """At 390 px wide, wide tables and the graph scroll inside their boxes, not the page."""
+    run_id = stage.start(EXAMPLE) if "{run}" in path else None  # six cues; it holds
+    path = path.format(run=run_id)
     page = watched.context.new_page()
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{stage.url}{path}")
     expect(page.locator("h1")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    if run_id:
+        stage.api.post(f"/v1/runs/{run_id}/cancel")
 
 
 def test_docs_work_offline(stage: Stage, page: Page) -> None:
@@ -340,6 +426,17 @@ def test_yaml_is_shown_as_submitted(stage: Stage, page: Page) -> None:
     assert {c["id"] for c in doc["cues"]} == set(
         page.locator(".node").evaluate_all("(ns) => ns.map((n) => n.dataset.node)")
     )
+
+
+def test_a_cuelist_page_shows_its_validation_warnings(stage: Stage, page: Page) -> None:
+    text = (ROOT / "cuelists" / "shared-runner.yaml").read_text()
+    r = stage.api.post("/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"})
+    assert r.status_code in (200, 201), r.text
+    (warning,) = r.json()["warnings"]
+    page.goto(f"{stage.url}/cuelists/shared-runner")
+    shown = page.locator("li.why", has_text=warning["message"])
+    expect(shown).to_have_count(1)
+    expect(shown).to_contain_text(f"{warning['cue']} {warning['key']} (line {warning['line']})")
 
 
 def test_agents_page_shows_the_registry_and_the_wiring_map(stage: Stage, page: Page) -> None:

@@ -3,6 +3,9 @@ route exists), and the formats of times and ids."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from hub.api import create_app
 from hub.desk import render
 from hub.service import Hub, HubSettings
@@ -27,3 +30,28 @@ def test_formats() -> None:
     assert render.compact({"b": 1, "a": "x" * 300}, 20).endswith("…")
     assert len(render.compact({"a": "x" * 300}, 20)) == 20
     assert render.seconds(1.0, 1.25) == "250 ms" and render.seconds(0, 2) == "2.00 s"
+
+
+TEMPLATES = Path(render.__file__).parent / "templates"
+ACTION = re.compile(r'\baction\(.*?, "(GET|POST|PUT|PATCH|DELETE)", "([^"]*)"')
+
+
+def test_the_desk_has_no_write_path_of_its_own() -> None:
+    """Issue 15: every button goes through the REST routes the CLI uses; the desk's own
+    routes only read, but for its login form. (/mcp is the MCP server: its tools call the
+    REST routes' own functions.)"""
+    app = create_app(Hub(HubSettings(redis_url="redis://127.0.0.1:1/0")), run_hub=False)
+    writes = {
+        (method, path) for method, path in render.routes_of(app)
+        if method not in ("GET", "HEAD") and not path.startswith(("/v1/", "/mcp"))
+    }  # fmt: skip
+    assert writes == {("POST", "/login"), ("POST", "/logout")}
+    calls = []
+    for template in sorted(TEMPLATES.glob("*.html")):
+        for line in template.read_text().splitlines():
+            if "action(" in line and "macro action" not in line and "{#" not in line:
+                found = ACTION.findall(line)
+                assert found, f"{template.name}: an action() this test cannot read: {line}"
+                calls += found
+    assert len(calls) >= 10
+    assert [(m, url) for m, url in calls if not url.startswith("/v1/")] == []

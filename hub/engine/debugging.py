@@ -1,6 +1,6 @@
-"""A debugger after repeated failure (seed 003's Debugger Fragment): the engine's part that
-counts a cue's failed attempts in a row, asks its debugger specialist once per streak, and
-applies the diagnosis (retry, reassign, abandon), recorded on the cue and in the context.
+"""A debugger after repeated failure: the engine's part that counts a cue's failed attempts
+in a row, asks its debugger specialist once per streak, and applies the diagnosis (retry,
+reassign, abandon), recorded on the cue and in the context.
 
 A cue with `on_repeated_failure: {after: N, debugger: D}` is tried N times in a row (its
 `retries` do not apply); after the N-th failure D gets a `task.assign` whose action holds

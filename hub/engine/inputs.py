@@ -188,7 +188,7 @@ def handoff_problem(
     context_keys: set[str],
 ) -> tuple[str | None, list[str]]:  # fmt: skip
     """Why this handoff is refused (and the required keys its actual context lacks), or
-    None: the run-time check of seed 002's `validate_handoff`, never the sender's word."""
+    None: the run-time check of protocols.contracts.validate_handoff, not the sender's word."""
     try:
         validate_handoff(sender, sender_c, receiver, receiver_c, context_keys)
     except HandoffRejected as exc:

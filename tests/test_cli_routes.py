@@ -31,7 +31,6 @@ PENDING = {
     ("POST", "/v1/cuelists/{name}/schedule/resume"),
     ("POST", "/v1/runs/{run_id}/cues/{cue_id}/retry"),
     ("POST", "/v1/runs/{run_id}/rerun"),
-    ("POST", "/v1/runs/{run_id}/budget"),
 }
 API_PATHS = ("/healthz", "/metrics")
 

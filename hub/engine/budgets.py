@@ -106,7 +106,7 @@ class BudgetMixin(EngineBase):
                 continue
             budget, now = run.budget, used(run, self.clock())
             for name, limit in limits(budget).items():
-                spent, tag = now.get(name, 0), f"{name}@{num(limit)}"
+                spent, tag = now.get(name, 0), f"{name}@{num(limit).replace(',', '')}"
                 if spent < limit * budget.warn_at or tag in run.budget_warned:
                     continue
                 run.budget_warned.append(tag)

@@ -5,6 +5,7 @@ raised through the API or the CLI. Also the API's refusals (404, 409, 422)."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from callboard.cli import app
 from callboard.embedded import EmbeddedServer
-from tests.e2e.procs import child_env, processes, wait_done, wait_online
+from tests.e2e.procs import Procs, child_env, processes, wait_done, wait_online
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.redis
@@ -44,9 +45,9 @@ cues:
 
 
 @pytest.fixture(scope="module")
-def api(
+def stack(
     redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[httpx.Client]:
+) -> Iterator[dict[str, Any]]:
     with processes(child_env(redis_server), tmp_path_factory.mktemp("budgets")) as procs:
         url = procs.hub()
         for agent in AGENTS:
@@ -58,7 +59,13 @@ def api(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
                 assert r.status_code == 201, r.text
-            yield client
+        yield {"procs": procs, "url": url}
+
+
+@pytest.fixture
+def api(stack: dict[str, Any]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack["url"], timeout=30) as client:
+        yield client
 
 
 def _start(api: httpx.Client, name: str, **body: Any) -> str:
@@ -160,3 +167,27 @@ def test_budget_refusals(api: httpx.Client) -> None:
     r = api.post("/v1/runs", json={"cuelist": "e2e-budget", "budget": {"wall_s": 0}})
     assert r.status_code == 422, r.text
     assert api.post(f"/v1/runs/{live}/cancel").status_code == 200
+
+
+def test_a_new_hub_keeps_the_totals_and_the_hold(stack: dict[str, Any]) -> None:
+    procs: Procs = stack["procs"]
+    with httpx.Client(base_url=stack["url"], timeout=30) as api:
+        run_id = _start(api, "e2e-budget")
+        before = _holding(api, run_id)
+    hub = next(p for p in procs.procs if "hub.main" in str(p.args))
+    hub.send_signal(signal.SIGTERM)  # a restart: the next hub leads from what Redis holds
+    hub.wait(15)
+    stack["url"] = procs.hub()
+    with httpx.Client(base_url=stack["url"], timeout=30) as api:
+        after = _holding(api, run_id)
+        assert after["usage"]["tokens"] == before["usage"]["tokens"] == 1050
+        assert after["usage"]["cost"] == before["usage"]["cost"] == 0.75
+        assert after["hold_reason"] == "budget tokens spent 1,050 / 1,000"
+        assert after["cues"]["WRITE"]["usage"] == before["cues"]["WRITE"]["usage"]
+        escalations = api.get("/v1/escalations", params={"run_id": run_id}).json()["data"]
+        assert [e["cause"] for e in escalations if e["cause"].startswith("budget:")] == [
+            "budget:tokens@1000"
+        ]  # warned once, not again by the new leader
+        assert api.post(f"/v1/runs/{run_id}/budget", json={"tokens": 1080}).status_code == 200
+        done = wait_done(api, run_id)
+        assert done["status"] == "success" and done["usage"]["tokens"] == 1080  # type: ignore[index]

@@ -69,7 +69,8 @@ def test_usage_is_totalled_per_cue_and_run_and_a_spent_budget_holds_the_next_go(
     sim._drain()
     assert [m.cue_id for _, m in sim.take_sent(T.COORD_GO)] == ["C"]
     assert sim.run().status is RunStatus.RUNNING and sim.run().hold_reason is None
-    assert sim.run().budget is not None and sim.run().budget.tokens == 500
+    raised = sim.run().budget
+    assert raised is not None and raised.tokens == 500
     _done(sim, "a", "C", tokens=7)
     assert sim.run().status is RunStatus.SUCCESS
     assert sim.run().usage == p.Usage(tokens=119, cost=0.75)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from hub.engine import answers
 from hub.engine.base import MOVING, PAUSED, EngineBase, _all
+from hub.engine.budgets import held_by_budget
 from hub.engine.escalations import Escalation
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
@@ -143,7 +144,7 @@ class AlertsMixin(EngineBase):
             needs.append(budget)
         for cue_id, cr in unfinished:
             if _paused(cr):
-                if not cr.reason or not cr.reason.startswith(f"{PAUSED}budget "):
+                if not held_by_budget(cr):  # the budget is named once, above
                     needs.append(cr.reason or PAUSED)  # "GO paused: critical escalation ..."
             elif cr.state in MOVING or (run.run_id, cue_id) in self.book.waiting:
                 return None  # in a call, about to be, or waiting for another's resource

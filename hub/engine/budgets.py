@@ -94,6 +94,8 @@ class BudgetMixin(EngineBase):
         why = self.over_budget(run)
         if why is None:
             return False
+        # it waits for the operator, not for its targets: no STANDBY deadline runs out
+        self.clear_deadline(run.cues[cue_id])
         self.set_reason(run, cue_id, f"{PAUSED}{why}")
         return True
 
@@ -156,10 +158,10 @@ class BudgetMixin(EngineBase):
             self.out.timers.append(Timer(at, run.run_id, "", 0, BUDGET))
 
 
-def usage_in_context(msg_metadata: dict[str, Any]) -> p.Usage | str | None:
+def usage_in_context(metadata: dict[str, Any]) -> p.Usage | str | None:
     """The usage a `task.context` write reports in `metadata.usage`: None when there is
     none, the reason when it is not a usage."""
-    raw = msg_metadata.get("usage")
+    raw = metadata.get("usage")
     if raw is None:
         return None
     try:

@@ -89,6 +89,22 @@ cues:
 """
 
 
+def test_a_held_go_waits_for_the_operator_past_its_standby_deadline() -> None:
+    sim = Sim(plan_of(CHAIN))
+    sim.start()
+    _call(sim, "A", "a", tokens=100)
+    sim.ack_warning("b", "B")
+    sim.ack_standby("b", "B")
+    assert sim.run().hold_reason == "budget tokens spent 100 / 100"
+    sim.advance(3600)  # past B's standby_timeout_s (60): no timeout, nothing fails
+    assert sim.cue("B").state is CueState.STANDBY and sim.cue("B").attempt == 1
+    assert sim.run().status is RunStatus.HOLDING
+    assert not [e for e in sim.engine.escalations.by_id.values() if "timeout" in e.cause]
+    sim.engine.change_budget("r1", {"tokens": 1000})
+    sim._drain()
+    assert sim.cue("B").state is CueState.GO and sim.cue("B").deadline is not None
+
+
 def test_cues_already_gone_run_on_and_only_new_gos_wait() -> None:
     sim = Sim(plan_of(PARALLEL))
     sim.start()

@@ -138,7 +138,7 @@ def test_the_commands_send_what_the_routes_expect(fake: FakeHub) -> None:
     assert json.loads(fake.calls[-1][2].content) == {
         "tokens": 9000, "wall_s": 60.0, "counters": {"api_calls": 5},
     }  # fmt: skip
-    assert "tokens: 10 / 1000" in result.stdout
+    assert "budget: tokens 10 / 1000" in result.stdout
     assert invoke(["budget", run, "--counter", "api_calls"]).exit_code == 2  # not NAME=N
     argv = ["run", "demo", "--budget", "tokens=500", "--budget", "counters.api_calls=3"]
     assert invoke(argv).exit_code == 0

@@ -26,7 +26,7 @@ from callboard.commands.api import (
 )
 from callboard.commands.ids import run_id as resolve_run
 from callboard.commands.ids import shortener
-from callboard.commands.live import COLORS, wait_done, watch
+from callboard.commands.live import COLORS, budget_line, wait_done, watch
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="a run id or a unique prefix")]
 CueArg = Annotated[str, typer.Argument(metavar="CUE")]
@@ -182,12 +182,7 @@ def _counter(item: str) -> tuple[str, int]:
 
 
 def _budget_lines(answer: dict[str, Any]) -> None:
-    budget, used = answer.get("budget") or {}, answer.get("usage") or {}
-    limits = {k: v for k, v in budget.items() if k not in ("counters", "warn_at")}
-    limits.update({f"counters.{k}": v for k, v in (budget.get("counters") or {}).items()})
-    spent = {**used, **{f"counters.{k}": v for k, v in (used.get("counters") or {}).items()}}
     say(f"run {answer.get('run_id')}: {answer.get('status')}")
-    for name, limit in limits.items():
-        say(f"  {name}: {spent.get(name, 0)} / {limit}")
+    say(f"  {budget_line(answer) or 'no budget'}")
     if answer.get("hold_reason"):
         say(f"  holding: {answer['hold_reason']}")

@@ -140,6 +140,9 @@ def test_a_run_budget_merges_over_the_cuelists_and_the_cli_raises_it(
     assert run["budget"]["counters"] == {"api_calls": 9}
     assert run["hold_reason"] == "budget tokens spent 600 / 500"
     assert run["cues"]["WRITE"]["state"] == "standby"
+    result = runner.invoke(app, ["status", run_id])
+    assert result.exit_code == 0, result.output
+    assert "budget: tokens 600 / 500" in result.stdout
     result = runner.invoke(app, ["budget", run_id[:12], "--tokens", "5000", "-o", "json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)

@@ -102,8 +102,11 @@ class Client:
         params: dict[str, Any] | None = None,
         dry: bool = False,
         idempotency_key: str | None = None,
+        budget: dict[str, Any] | None = None,
     ) -> str:
         body = {"cuelist": cuelist, "version": version, "params": params or {}, "dry": dry}
+        if budget:
+            body["budget"] = budget
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return str(self.request("POST", "/v1/runs", json=body, headers=headers)["run_id"])
 

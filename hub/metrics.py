@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+COUNTER_LABELS_MAX = 100  # named usage counters given a label of their own; then "other"
 
 
 class Metrics:
@@ -49,6 +53,31 @@ class Metrics:
         self.active_runs = Gauge(
             "callboard_active_runs", "Runs in memory on the leader", registry=r
         )
+        # usage reported against run budgets: by agent (never by run: unbounded)
+        self.usage_tokens = Counter(
+            "callboard_usage_tokens", "Tokens specialists reported spending", ["agent"],
+            registry=r,
+        )  # fmt: skip
+        self.usage_cost = Counter(
+            "callboard_usage_cost", "Cost specialists reported spending", ["agent"], registry=r
+        )
+        self.usage_counters = Counter(
+            "callboard_usage_counter", "Named counters specialists reported (the first "
+            f"{COUNTER_LABELS_MAX} names seen; the rest as `other`)", ["counter"], registry=r,
+        )  # fmt: skip
+        self._counter_names: set[str] = set()
+
+    def usage(self, event: dict[str, Any]) -> None:
+        """Count a `usage` event of a run (what one agent reported for one cue)."""
+        agent = str(event.get("agent", ""))
+        if event.get("tokens"):
+            self.usage_tokens.labels(agent).inc(event["tokens"])
+        if event.get("cost"):
+            self.usage_cost.labels(agent).inc(event["cost"])
+        for name, n in (event.get("counters") or {}).items():
+            if name not in self._counter_names and len(self._counter_names) < COUNTER_LABELS_MAX:
+                self._counter_names.add(name)
+            self.usage_counters.labels(name if name in self._counter_names else "other").inc(n)
 
 
 def _cause_label(cause: str) -> str:

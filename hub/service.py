@@ -263,6 +263,8 @@ class Hub:
                 self.metrics.runs.labels(event["status"]).inc()
             elif kind == "cue":
                 self._observe_phase(run_id, event)
+            elif kind == "usage":
+                self.metrics.usage(event)
         self.metrics.active_runs.set(len(self.driver.engine.runs))
 
     def _observe_phase(self, run_id: str, event: dict[str, Any]) -> None:
@@ -287,6 +289,7 @@ class Hub:
             .on(c.Rerun, self._rerun)
             .on(c.RaiseCondition, self._raise_condition)
             .on(c.Cancel, self._cancel)
+            .on(c.ChangeBudget, self._change_budget)
             .on(c.Resolve, self._resolve)
             .on(c.Broadcast, self._broadcast)
         )
@@ -305,8 +308,9 @@ class Hub:
                 raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
             write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
         run = await self.driver.start_run(
-            cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write
-        )
+            cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write,
+            budget=cmd.budget,
+        )  # fmt: skip
         return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
 
     async def _go(self, cmd: c.Go) -> c.GoReply:
@@ -359,6 +363,13 @@ class Hub:
     async def _cancel(self, cmd: c.Cancel) -> c.CancelReply:
         run = await self.driver.step(lambda e: e.cancel(cmd.run_id, cmd.reason))
         return c.CancelReply(status=run.status.value)
+
+    async def _change_budget(self, cmd: c.ChangeBudget) -> c.ChangeBudgetReply:
+        run = await self.driver.step(lambda e: e.change_budget(cmd.run_id, cmd.changes))
+        budget = run.budget.model_dump(exclude_none=True) if run.budget else {}
+        return c.ChangeBudgetReply(
+            status=run.status.value, hold_reason=run.hold_reason, budget=budget
+        )
 
     async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
         stored = await self.store.escalation(cmd.id)

@@ -15,7 +15,10 @@ from protocols.cuelist import Cuelist
 
 
 def canonical_data(cuelist: Cuelist) -> dict[str, object]:
-    return cuelist.model_dump(mode="json", exclude={"defaults"})
+    # no `budget:` is left out, not written as null: a cuelist without one keeps the
+    # version it had before budgets existed
+    exclude = {"defaults"} if cuelist.budget is not None else {"defaults", "budget"}
+    return cuelist.model_dump(mode="json", exclude=exclude)
 
 
 def canonical_json(cuelist: Cuelist) -> str:

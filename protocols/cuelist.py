@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 from protocols.contracts import Contract
 from protocols.issues import PATTERN_NAMES
 from protocols.keys import AGENT_ID_PATTERN
+from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, CounterName
 from protocols.states import ConflictStrategy, Coordination, OnFailure, Overlap
 
 MAX_CUES = 10_000
@@ -40,6 +41,7 @@ PATTERN_NAMES.update({
     CUELIST_NAME_PATTERN: "a cuelist name ([a-z0-9][a-z0-9-]*, up to 63 characters)",
     CUE_ID_PATTERN: "a cue id (a letter or digit, then letters, digits, _ . -)",
     NAME_PATTERN: "a name (a letter or digit, then letters, digits, _ . : / -)",
+    COUNTER_PATTERN: "a counter name (a letter or digit, then letters, digits, _ . : -)",
 })  # fmt: skip
 
 
@@ -145,6 +147,40 @@ class Cue(BaseModel):
     on_repeated_failure: OnRepeatedFailure | None = None
 
 
+Amount = Annotated[StrictInt, Field(ge=0)]
+
+
+class Budget(BaseModel):
+    """A run's limits (`budget:`; `POST /v1/runs` `budget` merges over it). A limit left
+    out is not enforced; `counters` limits named counters the specialists report. At
+    `warn_at` of a limit one escalation is raised; at the limit no new GO is sent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens: Amount | None = None
+    cost: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
+    messages: Amount | None = None  # sent to and received from the run's specialists
+    wall_s: Timeout | None = None  # from the run's start
+    counters: Annotated[dict[CounterName, Amount], Field(max_length=COUNTERS_MAX)] = Field(
+        default_factory=dict
+    )
+    warn_at: Annotated[StrictFloat, Field(gt=0, le=1)] = 0.8
+
+    def merged(self, changes: dict[str, Any]) -> Budget:
+        """This budget with `changes` applied: a key given replaces the limit (null removes
+        it); `counters` are merged by name the same way. Raises ValidationError."""
+        data = self.model_dump(exclude_none=True)
+        for key, value in changes.items():
+            if key == "counters" and isinstance(value, dict):
+                counters = {**data.get("counters", {}), **value}
+                data["counters"] = {k: v for k, v in counters.items() if v is not None}
+            elif value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        return Budget.model_validate(data)
+
+
 class Cuelist(BaseModel):
     """A named list of cues with its schedule, entry cues, defaults and inline contracts."""
 
@@ -160,6 +196,7 @@ class Cuelist(BaseModel):
     arbitration_timeout_s: Timeout = 30.0
     specialists: dict[AgentId, Contract] = Field(default_factory=dict)
     cues: Annotated[list[Cue], Field(min_length=1, max_length=MAX_CUES)]
+    budget: Budget | None = None  # per run
 
     @model_validator(mode="before")
     @classmethod

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from protocols.contracts import Contract
 from protocols.messages import MessageType
@@ -40,10 +40,36 @@ class StatusStarted(Payload):
     replica: str = ""
 
 
+COUNTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"  # a named usage counter
+COUNTERS_MAX = 32  # named counters in one report (and kept per run)
+CounterName = Annotated[str, StringConstraints(pattern=COUNTER_PATTERN)]
+
+
+class Usage(Payload):
+    """What a specialist spent on a cue, counted against the run's budget: reported with
+    `status.completed` (`usage`) or a `task.context` write (`metadata.usage`)."""
+
+    tokens: int = Field(default=0, ge=0)
+    cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    counters: dict[CounterName, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, max_length=COUNTERS_MAX
+    )
+
+    def plus(self, other: Usage, keep: int = COUNTERS_MAX) -> Usage:
+        """The sum of two usages; counter names past the first `keep` are left out."""
+        counters = dict(self.counters)
+        for name, n in other.counters.items():
+            if name in counters or len(counters) < keep:
+                counters[name] = counters.get(name, 0) + n
+        cost = round(self.cost + other.cost, 9)  # sums of cents stay exact to read
+        return Usage(tokens=self.tokens + other.tokens, cost=cost, counters=counters)
+
+
 class StatusCompleted(Payload):
     attempt: int = Field(default=1, ge=1)
     result: JSON = Field(default_factory=dict)
     replica: str = ""
+    usage: Usage | None = None  # what the work spent (tokens, cost, named counters)
 
 
 class StatusFailed(Payload):

@@ -1,6 +1,6 @@
 """The specialist SDK: subclass `Specialist`, override its hooks, run it with `main()`.
 
-from specialists import Result, Handoff, Specialist
+from specialists import Result, Handoff, Specialist, Usage
 
 class Tester(Specialist):
     kind = "tester"
@@ -8,11 +8,13 @@ class Tester(Specialist):
     async def execute(self, cue):
         report = await run_tests(cue.action["suite"])
         return Result(result={"passed": report.ok}, context={"test_report": report.text},
-                      handoff=Handoff(to="specialist-deploy", context={"tested_build": 1}))
+                      handoff=Handoff(to="specialist-deploy", context={"tested_build": 1}),
+                      usage=Usage(tokens=report.tokens, cost=report.cost))
 
 Tester("specialist-test").main()   # or: callboard specialist mymod:Tester --agent ...
 """
 
+from protocols.payloads import Usage
 from specialists.base import Specialist, main
 from specialists.cue import Cue, Entry, Handoff, Job, Result
 from specialists.errors import Reject, Retry, SpecialistSignal
@@ -27,5 +29,6 @@ __all__ = [
     "Retry",
     "Specialist",
     "SpecialistSignal",
+    "Usage",
     "main",
 ]

@@ -16,6 +16,7 @@ from protocols.payloads import (
     Payload,
     StatusBlocked,
     TaskHandoff,
+    Usage,
 )
 from protocols.states import Severity
 from specialists.context import ContextReader
@@ -64,12 +65,21 @@ class Result:
     """What `execute` returns. A plain dict returned instead is taken as `Result(result=...)`.
 
     `context` entries are written to the run's shared context (values, or `Entry` for tags
-    and metadata); `handoff` is sent after them and before `status.completed`.
+    and metadata); `handoff` is sent after them and before `status.completed`; `usage`
+    (`Usage(tokens=..., cost=..., counters={...})` or a mapping of those) is reported with
+    it and counted against the run's budget.
     """
 
     result: dict[str, Any] = field(default_factory=dict)
     context: Mapping[str, Any] = field(default_factory=dict)
     handoff: Handoff | None = None
+    usage: Usage | Mapping[str, Any] | None = None
+
+    def usage_payload(self) -> Usage | None:
+        """`usage` as the protocol's model (ValidationError when it is not a usage)."""
+        if self.usage is None or isinstance(self.usage, Usage):
+            return self.usage
+        return Usage.model_validate(dict(self.usage))
 
     @classmethod
     def coerce(cls, value: Result | Mapping[str, Any] | None) -> Result:

@@ -102,7 +102,10 @@ def _completion(dp: Dispatcher, m: Envelope, cue: Cue, result: Result) -> list[b
     if result.handoff is not None:
         handoff = result.handoff.payload(spec.agent_id, cue.cue_id, cue.attempt)
         messages.append(_reply(dp, m, cue, MessageType.TASK_HANDOFF, handoff))
-    done = StatusCompleted(attempt=cue.attempt, result=result.result, replica=spec.replica)
+    done = StatusCompleted(
+        attempt=cue.attempt, result=result.result, replica=spec.replica,
+        usage=result.usage_payload(),
+    )  # fmt: skip
     messages.append(_reply(dp, m, cue, MessageType.STATUS_COMPLETED, done))
     return _encoded(dp, messages)
 

@@ -119,7 +119,16 @@ ANSWERS: dict[tuple[str, str], tuple[int, Any]] = {
         {"run_id": RUN, "condition": "approval_received", "conditions": ["approval_received"]},
     ),
     ("POST", "/v1/runs/{run_id}/cancel"): (200, {"run_id": RUN, "status": "cancelled"}),
-    ("POST", "/v1/runs/{run_id}/budget"): (200, {"tokens": 1000, "used": {"tokens": 10}}),
+    ("POST", "/v1/runs/{run_id}/budget"): (
+        200,
+        {
+            "run_id": "r",
+            "status": "running",
+            "hold_reason": None,
+            "budget": {"tokens": 1000},
+            "usage": {"tokens": 10, "cost": 0.0, "counters": {}, "messages": 4, "wall_s": 1.5},
+        },
+    ),
     ("GET", "/v1/runs/{run_id}/events"): (
         200,
         sse(

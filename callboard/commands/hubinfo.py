@@ -24,6 +24,7 @@ from callboard.commands.api import (
     print_table,
     say,
 )
+from protocols.messages import MessageType
 
 
 def agents(
@@ -144,7 +145,7 @@ def broadcast(
     if not isinstance(body, dict):
         fail("--payload must be a JSON object")
     if message is not None:  # the payload's field: a notice has `text`, the others `reason`
-        body["text" if full == "broadcast.notice" else "reason"] = message
+        body["text" if full == MessageType.BROADCAST_NOTICE.value else "reason"] = message
     with hub.client() as c:
         answer = c.broadcast(full, body)
     emit(hub.output, answer, lambda a: say(f"sent {full} ({a['sent']})"))

@@ -60,7 +60,18 @@ def run_table(run: dict[str, Any], now: float | None = None) -> Group:
         if with_results:
             row.append(results_of(cue))
         table.add_row(*row)
-    return Group(head, table)
+    spend = budget_line(run)
+    return Group(head, Text(spend, "dim"), table) if spend else Group(head, table)
+
+
+def budget_line(run: dict[str, Any]) -> str:
+    """`budget: tokens 1050 / 1000, cost 0.75 / 2`: what the run used of each limit."""
+    budget, used = run.get("budget") or {}, run.get("usage") or {}
+    limits = {k: v for k, v in budget.items() if k not in ("counters", "warn_at")}
+    limits.update({f"counters.{k}": v for k, v in (budget.get("counters") or {}).items()})
+    spent = {**used, **{f"counters.{k}": v for k, v in (used.get("counters") or {}).items()}}
+    parts = [f"{name} {spent.get(name, 0):g} / {limit:g}" for name, limit in limits.items()]
+    return "budget: " + ", ".join(parts) if parts else ""
 
 
 def results_of(cue: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""`callboard run NAME [--watch] [--dry]`: start a run of a stored cuelist."""
+"""`callboard run NAME [--watch] [--dry] [--param K=V] [--budget K=V]`: start a run of a
+stored cuelist."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def _params(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _budget(pairs: list[str]) -> dict[str, Any] | None:
+    """`tokens=5000`, `counters.api_calls=9`: limits merged over the cuelist's budget."""
+    out: dict[str, Any] = {}
+    for key, value in _params(pairs).items():
+        if key.startswith("counters."):
+            out.setdefault("counters", {})[key.removeprefix("counters.")] = value
+        else:
+            out[key] = value
+    return out or None
+
+
 def run(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="a stored cuelist")],
@@ -47,6 +59,14 @@ def run(
     version: Annotated[str | None, typer.Option(help="a stored version (default: latest)")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE (JSON)")] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--budget",
+            help="LIMIT=N over the cuelist's budget (tokens=5000, "
+            "cost=1.5, messages=N, wall_s=S, counters.NAME=N)",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -58,8 +78,9 @@ def run(
     as_json = output is Output.json
     with hub_options(ctx, output, url, api_key, profile).client() as c:
         run_id = c.start_run(
-            name, version=version, params=params, dry=dry, idempotency_key=idempotency_key
-        )
+            name, version=version, params=params, dry=dry, idempotency_key=idempotency_key,
+            budget=_budget(budget or []),
+        )  # fmt: skip
         if not (watch_ or dry):
             if as_json:
                 print_json({"run_id": run_id})

@@ -26,7 +26,7 @@ from callboard.commands.api import (
 )
 from callboard.commands.ids import run_id as resolve_run
 from callboard.commands.ids import shortener
-from callboard.commands.live import COLORS, wait_done, watch
+from callboard.commands.live import COLORS, budget_line, wait_done, watch
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="a run id or a unique prefix")]
 CueArg = Annotated[str, typer.Argument(metavar="CUE")]
@@ -148,19 +148,41 @@ def budget(
     cost: Annotated[float | None, typer.Option(min=0)] = None,
     messages: Annotated[int | None, typer.Option(min=0)] = None,
     wall_s: Annotated[float | None, typer.Option("--wall-s", min=0)] = None,
+    counter: Annotated[
+        list[str] | None,
+        typer.Option(metavar="NAME=N", help="a named counter's limit (repeatable)"),
+    ] = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
-    """Change a run's budget limits; prints the budget (limits and what was used)."""
-    limits = {
+    """Change a run's budget limits (the rest are kept); a run held by a spent budget goes
+    on when the new one allows. Prints the limits and what was used."""
+    limits: dict[str, Any] = {
         k: v
         for k, v in (("tokens", tokens), ("cost", cost), ("messages", messages), ("wall_s", wall_s))
         if v is not None
     }
+    counters = dict(_counter(item) for item in counter or [])
+    if counters:
+        limits["counters"] = counters
     if not limits:
-        fail("give at least one of --tokens, --cost, --messages, --wall-s")
+        fail("give at least one of --tokens, --cost, --messages, --wall-s, --counter")
     with hub_options(ctx, output, url, api_key, profile).client() as c:
         answer = c.budget(resolve_run(c, run), limits)
-    emit(output, answer, lambda a: say(" ".join(f"{k}={v}" for k, v in a.items())))
+    emit(output, answer, _budget_lines)
+
+
+def _counter(item: str) -> tuple[str, int]:
+    name, _, value = item.partition("=")
+    if not name or not value.isdigit():
+        fail(f"--counter takes NAME=N (a whole number), not {item!r}")
+    return name, int(value)
+
+
+def _budget_lines(answer: dict[str, Any]) -> None:
+    say(f"run {answer.get('run_id')}: {answer.get('status')}")
+    say(f"  {budget_line(answer) or 'no budget'}")
+    if answer.get("hold_reason"):
+        say(f"  holding: {answer['hold_reason']}")

@@ -20,6 +20,7 @@ from hub.api.routes import (
     agent_cards,
     agents,
     broadcasts,
+    budgets,
     cuelists,
     deadletters,
     escalations,
@@ -120,7 +121,9 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     errors.install(app)
     app.include_router(health.router)
     secured = [Depends(require_api_key)]
-    modules = (cuelists, runs, agents, agent_cards, escalations, broadcasts, wiring, deadletters)
+    modules = (
+        cuelists, runs, budgets, agents, agent_cards, escalations, broadcasts, wiring, deadletters,
+    )  # fmt: skip
     for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=secured, responses=ERRORS)
     app.include_router(metrics.router, dependencies=secured, responses=ERRORS)

@@ -89,11 +89,24 @@ class SchedulePublic(BaseModel):
 
 
 # -- runs ------------------------------------------------------------------------------
+class BudgetChange(In):
+    """Limits of a run's budget: a key given sets that limit (null removes it), a key left
+    out keeps it; `counters` are merged by name the same way."""
+
+    tokens: int | None = Field(None, ge=0)
+    cost: float | None = Field(None, ge=0, allow_inf_nan=False)
+    messages: int | None = Field(None, ge=0, description="sent to and taken from specialists")
+    wall_s: float | None = Field(None, gt=0, description="from the run's start")
+    counters: dict[str, int | None] | None = Field(None, description="named counters' limits")
+    warn_at: float | None = Field(None, gt=0, le=1, description="share of a limit that warns")
+
+
 class RunCreate(In):
     cuelist: str = Field(min_length=1, max_length=200)
     version: str | None = Field(None, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict)
     dry: bool = False
+    budget: BudgetChange | None = Field(None, description="merged over the cuelist's budget")
 
 
 class RunCreated(BaseModel):
@@ -130,6 +143,9 @@ class CuePublic(BaseModel):
         description="each debugger consultation: consult, debugger, decision, diagnosis, "
         "to / changed / refused",
     )
+    usage: dict[str, Any] | None = Field(
+        None, description="what its targets reported spending: {tokens, cost, counters}"
+    )
 
 
 class RunRecordPublic(BaseModel):
@@ -156,6 +172,24 @@ class RunRecordPublic(BaseModel):
     )
 
 
+class UsagePublic(BaseModel):
+    """What a run has used, in the units of its budget's limits."""
+
+    tokens: int = 0
+    cost: float = 0.0
+    counters: dict[str, int] = Field(default_factory=dict)
+    messages: int = Field(0, description="sent to and taken from its specialists")
+    wall_s: float = Field(0.0, description="since the run started (to its end, once ended)")
+
+
+class BudgetPublic(BaseModel):
+    run_id: str
+    status: str
+    hold_reason: str | None
+    budget: dict[str, Any]
+    usage: UsagePublic
+
+
 class RunPublic(BaseModel):
     run_id: str
     cuelist: str
@@ -171,6 +205,10 @@ class RunPublic(BaseModel):
     started_at: str | None
     completed_at: str | None
     record: RunRecordPublic
+    budget: dict[str, Any] | None = Field(
+        None, description="the run's limits: tokens, cost, messages, wall_s, counters, warn_at"
+    )
+    usage: UsagePublic
     cues: dict[str, CuePublic]
 
 

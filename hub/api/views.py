@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hub.api.schemas import CuePublic, RunPublic, RunRecordPublic, RunSummary, ts
+import time
+
+from hub.api.schemas import CuePublic, RunPublic, RunRecordPublic, RunSummary, UsagePublic, ts
 from hub.engine.state import QUEUED, CueRun, RunState
 from protocols.states import CueState
 
@@ -18,6 +20,7 @@ def cue_public(cr: CueRun) -> CuePublic:
         targets={agent: state.value for agent, state in cr.targets.items()},
         not_ready=dict(cr.not_ready), error=cr.error, result=dict(cr.result),
         assigned=cr.assigned, debugger=cr.debugger, decisions=list(cr.decisions),
+        usage=cr.usage.model_dump() if cr.usage is not None else None,
     )  # fmt: skip
 
 
@@ -39,6 +42,16 @@ def record_public(run: RunState) -> RunRecordPublic:
     )  # fmt: skip
 
 
+def usage_public(run: RunState) -> UsagePublic:
+    """The run's usage against its budget; `wall_s` up to now, or to its end."""
+    end = run.completed_at if run.completed_at is not None else time.time()
+    wall_s = max(0.0, end - run.started_at) if run.started_at is not None else 0.0
+    return UsagePublic(
+        tokens=run.usage.tokens, cost=run.usage.cost, counters=dict(run.usage.counters),
+        messages=run.messages(), wall_s=round(wall_s, 3),
+    )  # fmt: skip
+
+
 def run_public(run: RunState) -> RunPublic:
     return RunPublic(
         run_id=run.run_id, cuelist=run.cuelist, version=run.version, status=run.status.value,
@@ -46,6 +59,8 @@ def run_public(run: RunState) -> RunPublic:
         rerun_of=run.rerun_of, reruns=run.reruns,
         created_at=ts(run.created_at), started_at=ts(run.started_at),
         completed_at=ts(run.completed_at), record=record_public(run),
+        budget=run.budget.model_dump(exclude_none=True) if run.budget else None,
+        usage=usage_public(run),
         cues={cue_id: cue_public(cr) for cue_id, cr in run.cues.items()},
     )  # fmt: skip
 

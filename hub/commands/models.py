@@ -64,6 +64,7 @@ class StartRun(Command[StartRunReply]):
     run_id: str
     params: dict[str, Any] = Field(default_factory=dict)
     dry: bool = False
+    budget: dict[str, Any] | None = None  # limits merged over the cuelist's `budget:`
     # the request's Idempotency-Key and the fingerprint of its body: the leader starts the
     # run only while the key names it, and makes the key name it for a day in the same write
     idempotency_key: str | None = None
@@ -126,6 +127,18 @@ class Cancel(Command[CancelReply]):
     reason: str = "cancelled by operator"
 
 
+class ChangeBudgetReply(Reply):
+    status: str
+    hold_reason: str | None
+    budget: dict[str, Any]  # the run's limits now
+
+
+class ChangeBudget(Command[ChangeBudgetReply]):
+    op: Literal["budget"] = "budget"
+    run_id: str
+    changes: dict[str, Any]  # limits to set (null removes one); `counters` merge by name
+
+
 class ResolveReply(Reply):
     id: str
     status: str
@@ -150,7 +163,7 @@ class Broadcast(Command[BroadcastReply]):
 
 
 AnyCommand = Annotated[
-    StartRun | Go | Retry | Rerun | RaiseCondition | Cancel | Resolve | Broadcast,
+    StartRun | Go | Retry | Rerun | RaiseCondition | Cancel | ChangeBudget | Resolve | Broadcast,
     Field(discriminator="op"),
 ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache
@@ -15,6 +16,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.routing import Route
+
+from hub.engine import budgets
+from hub.engine.state import RunState
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -78,6 +82,18 @@ def entry_time(entry_id: str) -> str:
     return when(int(head) / 1000) if head.isdigit() else ""
 
 
+def spend(run: RunState) -> list[tuple[str, str, str]]:
+    """(limit name, used, limit) for each limit of the run's budget: its head line."""
+    if run.budget is None:
+        return []
+    used = budgets.used(run, run.completed_at or time.time())
+    used["wall_s"] = round(used["wall_s"])
+    return [
+        (name, budgets.num(used.get(name, 0)), budgets.num(limit))
+        for name, limit in budgets.limits(run.budget).items()
+    ]
+
+
 @cache
 def asset_version(name: str) -> str:
     return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
@@ -120,7 +136,7 @@ def environment() -> Environment:
         clock=clock, iso=iso, when=when, short=short, tail=tail, compact=compact, pretty=pretty,
         entry_time=entry_time,
     )  # fmt: skip
-    env.globals.update(static=static, seconds=seconds)
+    env.globals.update(static=static, seconds=seconds, spend=spend)
     return env
 
 

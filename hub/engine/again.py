@@ -100,7 +100,7 @@ class AgainMixin(EngineBase):
         now = self.clock()
         run = RunState(
             run_id=run_id, cuelist=plan.name, version=plan.version, params=dict(source.params),
-            created_at=now, started_at=now, rerun_of=source_id,
+            created_at=now, started_at=now, rerun_of=source_id, budget=source.budget,
             cues={c: _carried(carried[c], source_id) if c in carried else CueRun()
                   for c in plan.order},
         )  # fmt: skip

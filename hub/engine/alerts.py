@@ -2,9 +2,10 @@
 
 A run is `holding` when only an operator can move it: nothing of it is pending or in a
 call or waiting for a resource, and what is left is armed cues (a GO), cues waiting for
-conditions no unfinished cue of the run raises (an approval), or GOs paused by a critical
-escalation. `hold_reason` names each need. One function decides (`hold_cause`), once per
-step for every run the step touched (cheaply: only while no cue of the run moves).
+conditions no unfinished cue of the run raises (an approval), GOs paused by a critical
+escalation, or GOs held back by a spent budget (hub.engine.budgets). `hold_reason` names
+each need. One function decides (`hold_cause`), once per step for every run the step
+touched (cheaply: only while no cue of the run moves).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hub.engine import answers
-from hub.engine.base import MOVING, EngineBase, _all
+from hub.engine.base import MOVING, PAUSED, EngineBase, _all
+from hub.engine.budgets import held_by_budget
 from hub.engine.escalations import Escalation
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
@@ -119,6 +121,7 @@ class AlertsMixin(EngineBase):
             if run is None or run.dry or run.status.done:
                 continue
             quiet = not self.moving.get(run_id) or self.paused is not None
+            quiet = quiet or self.over_budget(run) is not None  # its GOs are held back
             cause = self.hold_cause(run) if quiet else None
             if cause is not None and (run.status, run.hold_reason) != (RunStatus.HOLDING, cause):
                 run.status, run.hold_reason = RunStatus.HOLDING, cause
@@ -136,9 +139,13 @@ class AlertsMixin(EngineBase):
         unfinished = [(c, cr) for c, cr in run.cues.items() if not cr.state.done]
         raisable = {flag for c, _ in unfinished for flag in plan.cues[c].raises}
         needs: list[str] = []
+        budget = self.over_budget(run)  # named once for every GO it holds back
+        if budget is not None and unfinished:
+            needs.append(budget)
         for cue_id, cr in unfinished:
             if _paused(cr):
-                needs.append(cr.reason or PAUSED)  # "GO paused: critical escalation ..."
+                if not held_by_budget(cr):  # the budget is named once, above
+                    needs.append(cr.reason or PAUSED)  # "GO paused: critical escalation ..."
             elif cr.state in MOVING or (run.run_id, cue_id) in self.book.waiting:
                 return None  # in a call, about to be, or waiting for another's resource
             elif cr.state is CueState.ARMED:
@@ -147,9 +154,6 @@ class AlertsMixin(EngineBase):
                 needs += [f"condition {flag}" for flag in plan.cues[cue_id].conditions
                           if flag not in run.conditions and flag not in raisable]  # fmt: skip
         return "; ".join(dict.fromkeys(needs)) or None
-
-
-PAUSED = "GO paused: "  # how a cue whose GO a pause holds back says so
 
 
 def _paused(cr: CueRun) -> bool:

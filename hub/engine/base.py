@@ -34,6 +34,7 @@ MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an 
 # Cues one step evaluates of a run that is starting, or of the successors a completed cue
 # releases: the rest wait in the backlog for later steps, so no step holds the loop long.
 CHUNK = 256
+PAUSED = "GO paused: "  # how a cue whose GO a pause (or a spent budget) holds back says so
 
 
 class EngineBase(ABC):
@@ -89,6 +90,7 @@ class EngineBase(ABC):
     def take(self) -> Outbox:
         """What the steps since the last `take` produced, for the driver to commit (the
         runs they touched are holding or running as they now stand)."""
+        self.review_budgets(self.out.dirty)
         self.review_holds(self.out.dirty)
         out, self.out = self.out, Outbox()
         return out
@@ -259,6 +261,22 @@ class EngineBase(ABC):
     @abstractmethod
     def review_holds(self, run_ids: Iterable[str]) -> None:
         """Set each run holding (with its hold_reason) or running, as it now stands."""
+
+    @abstractmethod
+    def review_budgets(self, run_ids: Iterable[str]) -> None:
+        """Warn (one escalation per limit) for each run whose budget is nearly spent."""
+
+    @abstractmethod
+    def over_budget(self, run: RunState) -> str | None:
+        """What of the run's budget is spent ("budget tokens spent 50,112 / 50,000")."""
+
+    @abstractmethod
+    def hold_for_budget(self, run: RunState, cue_id: str) -> bool:
+        """Before a GO: hold it back (True) when the run's budget is spent."""
+
+    @abstractmethod
+    def budget_timers(self, run: RunState) -> None:
+        """Set the timers of the run's `wall_s` limit."""
 
     @abstractmethod
     def arbitrate(self, esc: Escalation, winner: str) -> None:

@@ -12,12 +12,14 @@ from typing import Any
 from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
 from hub.engine.base import CHUNK, MOVING, _missing, _waiting_reason
+from hub.engine.budgets import BudgetMixin
 from hub.engine.contest import ContestMixin
 from hub.engine.debugging import DebugMixin
 from hub.engine.outbox import DEBUG, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
+from protocols.cuelist import Budget
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import (
@@ -31,21 +33,26 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin, AgainMixin, DebugMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
     def start_run(
-        self, plan: Plan, run_id: str, params: dict[str, Any], dry: bool, chunk: int | None = None
-    ) -> RunState:
+        self, plan: Plan, run_id: str, params: dict[str, Any], dry: bool, chunk: int | None = None,
+        budget: dict[str, Any] | None = None,
+    ) -> RunState:  # fmt: skip
         """Start a run: its cues are evaluated in declaration order, the first `chunk` now
         (all when None) and the rest by `work_backlog` in later steps, so a run of 10,000
-        cues sends its first GOs at once and does not stall other runs while it starts."""
+        cues sends its first GOs at once and does not stall other runs while it starts.
+        `budget` (the request's limits) is merged over the cuelist's `budget:`."""
         now = self.clock()
+        limits = plan.cuelist.budget
+        if budget:
+            limits = (limits or Budget()).merged(budget)
         run = RunState(
             run_id=run_id, cuelist=plan.name, version=plan.version, dry=dry,
             params=params, created_at=now, started_at=now,
-            cues={cue_id: CueRun() for cue_id in plan.order},
+            cues={cue_id: CueRun() for cue_id in plan.order}, budget=limits,
         )  # fmt: skip
         self.adopt(run, plan, new=True)
         self.record_event(run, "run", status=run.status.value)
@@ -94,6 +101,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, DebugMixin):
                 self.out.timers.append(
                     Timer(cr.debug_deadline, run.run_id, cue_id, cr.attempt, DEBUG)
                 )
+        self.budget_timers(run)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> RunState:
         run = self._run(run_id)
@@ -312,6 +320,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, DebugMixin):
         if self.paused is not None:
             self._hold(run, cue_id, self.paused)
             return
+        if self.hold_for_budget(run, cue_id):
+            return  # a spent budget: no new GO until the operator raises it
         if assign:
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}

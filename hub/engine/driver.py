@@ -243,7 +243,7 @@ class Driver:
     # -- inputs ---------------------------------------------------------------------------
     async def start_run(
         self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool,
-        write: Sequence[list[Any]] = (),
+        write: Sequence[list[Any]] = (), budget: dict[str, Any] | None = None,
     ) -> RunState:  # fmt: skip
         """Start a run; `write` (raw one-key commands) lands in the same fenced write."""
         version = version or await self.cuelists.latest(name)
@@ -267,7 +267,7 @@ class Driver:
 
         def start(e: Engine) -> RunState:
             e.write_with_step(list(write))
-            return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK)
+            return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
 
         return await self.step(start)
 

@@ -34,10 +34,11 @@ OUT_OF_ORDER = "out_of_order"
 CONTEXT_OWNED = "context_owned"  # a context entry another agent wrote
 CONTEXT_FULL = "context_full"
 ESCALATION_WITHOUT_RUN = "escalation_without_run"
+BAD_USAGE = "bad_usage"  # a task.context whose metadata.usage is not a usage
 KINDS = frozenset({
     BAD_MESSAGE, SPOOFED_SENDER, NOT_ALLOWED, HANDOFF_REJECTED, HANDOFF_FLOOD, REJECTED_BAD_ID,
     REJECTED_UNKNOWN_ENTRY, UNKNOWN_RUN, NOT_IN_RUN, UNKNOWN_CUE, NOT_A_TARGET, OUT_OF_ORDER,
-    CONTEXT_OWNED, CONTEXT_FULL, ESCALATION_WITHOUT_RUN,
+    CONTEXT_OWNED, CONTEXT_FULL, ESCALATION_WITHOUT_RUN, BAD_USAGE,
 })  # fmt: skip
 
 CONTEXT_KEYS_MAX = 256  # keys one run's context may hold (each has an owner in the run)

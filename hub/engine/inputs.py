@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hub.engine import guard
+from hub.engine.budgets import BUDGET, usage_in_context
 from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, DEBUG, Timer
 from hub.engine.state import CueRun, RunState
@@ -51,6 +52,7 @@ def handle(engine: Engine, msg: Envelope) -> None:
     engine.mark_dirty(run)
     if msg.message_type is T.TASK_CONTEXT:
         guard.context(engine, run, msg)
+        _context_usage(engine, run, cue_id, msg)
         return
     cr = run.cues[cue_id]
     if msg.message_type is T.TASK_HANDOFF:
@@ -90,13 +92,28 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
         return
     if mt is T.STATUS_COMPLETED:
-        cr.keep_result(agent, msg.body(p.StatusCompleted).result)
+        done = msg.body(p.StatusCompleted)
+        cr.keep_result(agent, done.result)
+        if done.usage is not None:
+            engine.count_usage(run, cue_id, agent, done.usage)
     elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)
     cr.targets[agent] = new_target
     engine.mark_dirty(run, cue_id)
     _advance(engine, run, cue_id, cr)
+
+
+def _context_usage(engine: Engine, run: RunState, cue_id: str, msg: Envelope) -> None:
+    """A `task.context` write's `metadata.usage`, counted against the run's budget (one
+    that is not a usage is a violation: never dropped silently)."""
+    usage = usage_in_context(msg.body(p.TaskContext).metadata)
+    if isinstance(usage, p.Usage):
+        engine.count_usage(run, cue_id, msg.from_agent, usage)
+    elif usage is not None:
+        detail = f"task.context from {msg.from_agent}: {usage}"
+        guard.violation(engine, run, cue_id, guard.BAD_USAGE, msg.from_agent, detail,
+                        entry_id=msg.message_id)  # fmt: skip
 
 
 def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
@@ -205,6 +222,9 @@ def on_timer(engine: Engine, timer: Timer) -> None:
     """A deadline fired: if it is still the current one, escalate and retry or fail."""
     run = engine.runs.get(timer.run_id)
     if run is None or run.status.done:
+        return
+    if timer.kind == BUDGET:  # wall_s: this step reviews the run's budget and its hold
+        engine.mark_dirty(run)
         return
     cr = run.cues.get(timer.cue_id)
     if cr is None or cr.attempt != timer.attempt:

@@ -7,6 +7,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
+from protocols.cuelist import Budget
+from protocols.payloads import Usage
 from protocols.states import CueState, FiredBy, Phase, RunStatus, TargetState
 
 QUEUED = "queued: the run is starting"  # shown as the reason of a cue not yet evaluated
@@ -53,6 +55,7 @@ class CueRun(BaseModel):
     assigned: list[str] | None = None  # targets a `reassign` chose (else the cue's own)
     action_update: dict[str, Any] = Field(default_factory=dict)  # what a `retry` changed
     decisions: list[dict[str, Any]] = Field(default_factory=list)  # one per consultation
+    usage: Usage | None = None  # what its targets reported spending, over every attempt
 
     def keep_result(self, agent: str, value: Any) -> None:
         """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in
@@ -111,6 +114,9 @@ class RunState(BaseModel):
     fired_count: int = 0
     handoffs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # receiver -> context
     record: RunRecord = Field(default_factory=RunRecord)
+    budget: Budget | None = None  # the run's limits (the cuelist's, merged with the run's)
+    usage: Usage = Field(default_factory=Usage)  # reported by its specialists, in all
+    budget_warned: list[str] = Field(default_factory=list)  # "tokens@50000": escalated once
     # context key -> the agent that wrote it first (stored one hash field each, not in the
     # header: see hub.store.layout)
     context_owners: dict[str, str] = Field(default_factory=dict)
@@ -119,6 +125,11 @@ class RunState(BaseModel):
         """Cue ids in the order they first fired."""
         seqs = {cue_id: cr.fired_seq for cue_id, cr in self.cues.items() if cr.fired_seq}
         return sorted(seqs, key=seqs.__getitem__)
+
+    def messages(self) -> int:
+        """Messages counted against the `messages` budget: those the hub sent to the run's
+        specialists (one per recipient) and those it took from them for the run."""
+        return self.record.messages_in + self.record.messages_out
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

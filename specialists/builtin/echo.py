@@ -10,6 +10,8 @@ Action keys (all optional):
     context      {key: value} written to the run's shared context
     handoff      {to, context, work_completed?, next_steps?, ...} sent before completing
     result       {...} reported as the result (default: {"echo": the action})
+    usage        {tokens, cost, counters} reported with the result (counted against the
+                 run's budget)
 Settings (env CALLBOARD_ECHO_*): default `prepare_ms`, `execute_ms`, and a `fail_rate` of
 random failures (reproducible with `seed`) for demos.
 """
@@ -90,7 +92,10 @@ class Echo(Specialist):
         result = action.get("result", {"echo": dict(action)})
         if not isinstance(result, dict):
             raise Reject(f"action.result must be a mapping, got {type(result).__name__}")
-        return Result(result=result, context=context, handoff=handoff)
+        usage = action.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise Reject(f"action.usage must be a mapping, got {type(usage).__name__}")
+        return Result(result=result, context=context, handoff=handoff, usage=usage)
 
 
 async def _pause(seconds: float) -> None:

@@ -79,6 +79,10 @@ def test_example_runs_to_completion(api: httpx.Client, path: Path) -> None:
     events = sse_events(api, run_id)
     assert events[-1]["event"] == "run" and events[-1]["status"] == run["status"]
     assert sum(run["record"]["counts"].values()) == len(doc["cues"])
+    # the usage the echo agents reported (`action.usage`) is what the run totalled
+    spent = [(cue.get("action") or {}).get("usage") or {} for cue in doc["cues"]]
+    assert run["usage"]["tokens"] == sum(u.get("tokens", 0) for u in spent)
+    assert run["usage"]["cost"] == pytest.approx(sum(u.get("cost", 0) for u in spent))
     assert run["status"] in ("success", "partial"), run
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from protocols.messages import MessageType
+from protocols.payloads import Usage
 from specialists.builtin import load
 from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings
@@ -217,6 +218,19 @@ async def test_echo_result_is_reported_as_given(start: Starter, hub: HubSide) ->
     [default] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
     assert given.payload.result == {"answer": 42}
     assert default.payload.result == {"echo": {"note": "no result given"}}
+
+
+async def test_echo_reports_the_usage_its_action_gives(start: Starter, hub: HubSide) -> None:
+    await start(Echo)
+    await hub.go("CUE-1", usage={"tokens": 1200, "cost": 0.25, "counters": {"api_calls": 3}})
+    await hub.go("CUE-2")
+    await hub.go("CUE-3", usage={"tokens": -1})
+    [given] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    [none] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
+    [bad] = await hub.wait(M.STATUS_FAILED, "CUE-3")  # not a usage: the work fails, saying so
+    assert given.payload.usage == Usage(tokens=1200, cost=0.25, counters={"api_calls": 3})
+    assert none.payload.usage is None
+    assert "tokens" in bad.payload.error
 
 
 async def test_echo_fail_rate_is_seedable(start: Starter, hub: HubSide) -> None:

@@ -11,8 +11,15 @@ from specialists.builtin.debugger import diagnose
 def _history(*errors: str, candidates: tuple[str, ...] = ("b",), **extra: object) -> FailureHistory:
     attempts = [FailedAttempt(attempt=n, error=e, targets=["a"], at=0.0)
                 for n, e in enumerate(errors, 1)]  # fmt: skip
-    return FailureHistory(run_id="r", cuelist="c", cue_id="C", targets=["a"],
-                          attempts=attempts, candidates=list(candidates), **extra)  # type: ignore[arg-type]
+    return FailureHistory(
+        run_id="r",
+        cuelist="c",
+        cue_id="C",
+        targets=["a"],
+        attempts=attempts,
+        candidates=list(candidates),
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

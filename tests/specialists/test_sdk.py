@@ -107,7 +107,9 @@ async def test_go_reports_started_context_handoff_completed_in_order(
     assert (k2.key, k2.value, k2.tags, k2.metadata) == ("k2", "two", ["t"], {"m": 1})
     assert (handoff.from_agent, handoff.to_agent, handoff.task_id) == (AGENT, "agent-b", "CUE-1")
     assert handoff.handoff_context.provided_keys() == {"impl", "work_completed"}
-    assert done.model_dump() == {"attempt": 1, "result": {"tries": 1}, "replica": "r1"}
+    assert done.model_dump() == {
+        "attempt": 1, "result": {"tries": 1}, "replica": "r1", "usage": None,
+    }  # fmt: skip
     await eventually(lambda: _zero(hub), message="GO acked")
 
 

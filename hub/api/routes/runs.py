@@ -12,6 +12,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from hub.api import idempotency, sse
 from hub.api.deps import EventSlotDep, HubDep, RunDep, StoppingDep
+from hub.api.routes.budgets import budget_changes
 from hub.api.schemas import (
     CancelCreate,
     CancelPublic,
@@ -88,6 +89,10 @@ async def create_run(
         raise NotFound(f"no cuelist named {body.cuelist}")
     if not await hub.cuelists.listed(body.cuelist, version):  # unknown, or deleted
         raise NotFound(f"no version {version} of cuelist {body.cuelist}")
+    budget = None
+    if body.budget is not None:
+        cuelist = await hub.cuelists.get(body.cuelist, version)
+        budget = budget_changes(body.budget, cuelist.budget)
     run_id = new_id()
     if idempotency_key:
         request = body.model_dump_json()
@@ -97,7 +102,7 @@ async def create_run(
                 return RunCreated(run_id=held)
     command = StartRun(
         cuelist=body.cuelist, version=version, run_id=run_id, params=body.params, dry=body.dry,
-        idempotency_key=idempotency_key,
+        budget=budget, idempotency_key=idempotency_key,
         request=idempotency.fingerprint(body.model_dump_json()) if idempotency_key else "",
     )  # fmt: skip
     try:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from hub.api import create_app
 from hub.desk import render
+from hub.engine.state import RunState
 from hub.service import Hub, HubSettings
+from protocols.cuelist import Budget
+from protocols.payloads import Usage
 
 
 def test_the_desk_sees_the_routes_of_included_routers() -> None:
@@ -55,3 +58,21 @@ def test_the_desk_has_no_write_path_of_its_own() -> None:
                 calls += found
     assert len(calls) >= 10
     assert [(m, url) for m, url in calls if not url.startswith("/v1/")] == []
+
+
+def test_the_run_head_shows_what_the_budget_has_used() -> None:
+    budget = Budget(tokens=50_000, cost=2.0, wall_s=3600, counters={"api_calls": 5})
+    usage = Usage(tokens=50_112, cost=0.25, counters={"api_calls": 2})
+    run = RunState(
+        run_id="r1", cuelist="c", version="v", created_at=1.0, started_at=1.0,
+        completed_at=62.4, budget=budget, usage=usage,
+    )  # fmt: skip
+    assert render.spend(run) == [
+        ("tokens", "50,112", "50,000"), ("cost", "0.25", "2"), ("wall_s", "61", "3,600"),
+        ("counters.api_calls", "2", "5"),
+    ]  # fmt: skip
+    html = render.ENV.get_template("_runhead.html").render(
+        run=run, live=False, can=lambda method, path: False, cue_states=[]
+    )
+    assert "<span>tokens 50,112 / 50,000</span>" in html
+    assert render.spend(run.model_copy(update={"budget": None})) == []

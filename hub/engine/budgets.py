@@ -1,0 +1,172 @@
+"""Run budgets: usage totalled per run and cue, one warning escalation per limit, and the
+check before each GO that holds back a GO (and so the run) once a limit is spent.
+
+A limit is spent when what was used reaches it. The check runs before every GO, so a
+budget is never overspent by more than the cues already GO'd (they run on). Raising the
+budget (`change_budget`) lets the held GOs go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from hub.engine.base import PAUSED, EngineBase, _all
+from hub.engine.outbox import Timer
+from hub.engine.state import CueRun, RunState
+from protocols import payloads as p
+from protocols.cuelist import Budget
+from protocols.errors import Conflict, EngineError
+from protocols.messages import MessageType as T
+from protocols.states import CueState, FiredBy, Severity, TargetState
+
+BUDGET = "budget"  # timer kind: the run's wall_s warning and end
+HELD = f"{PAUSED}budget "  # how the reason of a GO held back by a spent budget starts
+
+
+def limits(budget: Budget) -> dict[str, float]:
+    """Each limit the budget sets, by name (`counters.NAME` for a named counter)."""
+    found: dict[str, float] = {
+        name: value
+        for name in ("tokens", "cost", "messages", "wall_s")
+        if (value := getattr(budget, name)) is not None
+    }
+    found.update({f"counters.{name}": n for name, n in budget.counters.items()})
+    return found
+
+
+def used(run: RunState, now: float) -> dict[str, float]:
+    """What the run has used of each kind of limit, by the names `limits` gives."""
+    usage = run.usage
+    found: dict[str, float] = {
+        "tokens": usage.tokens, "cost": usage.cost, "messages": run.messages(),
+        "wall_s": max(0.0, now - run.started_at) if run.started_at is not None else 0.0,
+    }  # fmt: skip
+    found.update({f"counters.{name}": n for name, n in usage.counters.items()})
+    return found
+
+
+def num(value: float) -> str:
+    """50112 -> "50,112"; 2.5 -> "2.5" (thousands marked, no trailing zeros)."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.4f}".rstrip("0").rstrip(".")
+
+
+def held_by_budget(cr: CueRun) -> bool:
+    return (cr.reason or "").startswith(HELD)
+
+
+class BudgetMixin(EngineBase):
+    """The engine's part that counts usage and enforces each run's budget."""
+
+    def count_usage(self, run: RunState, cue_id: str, agent: str, usage: p.Usage) -> None:
+        """Add what `agent` reported spending on `cue_id` to the cue's and the run's totals."""
+        if not (usage.tokens or usage.cost or usage.counters):
+            return
+        cr = run.cues[cue_id]
+        cr.usage = (cr.usage or p.Usage()).plus(usage)
+        total = run.usage.plus(usage)
+        dropped = sorted(set(usage.counters) - set(total.counters))
+        if dropped:
+            run.record.note("errors", f"usage counters of {agent} not kept (a run keeps "
+                            f"{p.COUNTERS_MAX}): {', '.join(dropped)}")  # fmt: skip
+        run.usage = total
+        self.mark_dirty(run, cue_id)
+        self.record_event(run, "usage", cue=cue_id, agent=agent, **usage.model_dump())
+
+    def over_budget(self, run: RunState) -> str | None:
+        """What of the budget is spent ("budget tokens spent 50,112 / 50,000"), or None."""
+        if run.budget is None or run.dry:
+            return None
+        now = used(run, self.clock())
+        spent = [
+            f"budget {name} spent {num(now.get(name, 0))} / {num(limit)}"
+            for name, limit in limits(run.budget).items()
+            if now.get(name, 0) >= limit
+        ]
+        return "; ".join(spent) or None
+
+    def hold_for_budget(self, run: RunState, cue_id: str) -> bool:
+        """Before a GO: hold it back (True) when the run's budget is spent."""
+        why = self.over_budget(run)
+        if why is None:
+            return False
+        # it waits for the operator, not for its targets: no STANDBY deadline runs out
+        self.clear_deadline(run.cues[cue_id])
+        self.set_reason(run, cue_id, f"{PAUSED}{why}")
+        return True
+
+    def review_budgets(self, run_ids: Iterable[str]) -> None:
+        """One medium escalation per run and limit once `warn_at` of it is used (again
+        for a raised limit), for each run a step touched."""
+        for run_id in list(run_ids):
+            run = self.runs.get(run_id)
+            if run is None or run.budget is None or run.dry or run.status.done:
+                continue
+            budget, now = run.budget, used(run, self.clock())
+            for name, limit in limits(budget).items():
+                spent, tag = now.get(name, 0), f"{name}@{num(limit).replace(',', '')}"
+                if spent < limit * budget.warn_at or tag in run.budget_warned:
+                    continue
+                run.budget_warned.append(tag)
+                self.mark_dirty(run)
+                if spent >= limit:
+                    detail = f"budget {name} spent {num(spent)} / {num(limit)}: no new GO"
+                else:
+                    share = f"{spent / limit:.0%}" if limit else "all"
+                    detail = f"budget {name} at {share}: {num(spent)} / {num(limit)}"
+                payload = p.EscalationError(
+                    severity=Severity.MEDIUM, cause=f"budget:{tag}", detail=detail
+                )
+                self.escalate(run, None, T.ESCALATION_ERROR, payload)
+
+    def change_budget(self, run_id: str, changes: dict[str, Any]) -> RunState:
+        """POST /v1/runs/{id}/budget: apply new limits (null removes one); the GOs held
+        back go if the budget allows them now."""
+        run = self._run(run_id)
+        if run.status.done:
+            raise Conflict(f"run {run_id} is already {run.status.value}")
+        try:
+            run.budget = (run.budget or Budget()).merged(changes)
+        except ValidationError as exc:
+            raise EngineError(f"bad budget: {exc.errors()[0]['msg']}") from None
+        self.mark_dirty(run)
+        self.record_event(run, "budget", budget=run.budget.model_dump(exclude_none=True))
+        self.budget_timers(run)
+        for cue_id, cr in run.cues.items():
+            if not held_by_budget(cr):
+                continue
+            if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
+                self.go(run, cue_id)
+            elif cr.state is CueState.ARMED:  # an operator's GO of a direct cue
+                self.fire(run, cue_id, FiredBy.OPERATOR)
+            elif cr.state in (CueState.PENDING, CueState.WAITING):  # a direct cue
+                self.evaluate(run, cue_id)
+        return run
+
+    def budget_timers(self, run: RunState) -> None:
+        """Timers at `warn_at` of the run's `wall_s` and at its end (the step they fire
+        reviews the budget and the hold)."""
+        budget = run.budget
+        if budget is None or budget.wall_s is None or run.started_at is None or run.dry:
+            return
+        for share in (budget.warn_at, 1.0):
+            at = run.started_at + budget.wall_s * share
+            self.out.timers.append(Timer(at, run.run_id, "", 0, BUDGET))
+
+
+def usage_in_context(metadata: dict[str, Any]) -> p.Usage | str | None:
+    """The usage a `task.context` write reports in `metadata.usage`: None when there is
+    none, the reason when it is not a usage."""
+    raw = metadata.get("usage")
+    if raw is None:
+        return None
+    try:
+        return p.Usage.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        return f"metadata.usage{'.' + where if where else ''}: {err['msg']}"

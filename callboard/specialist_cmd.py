@@ -84,6 +84,14 @@ def specialist(
         str | None,
         typer.Option("--api-key", envvar="CALLBOARD_API_KEY", help="the hub's API key, if any"),
     ] = None,
+    labels: Annotated[
+        str,
+        typer.Option(
+            "--labels",
+            envvar="CALLBOARD_LABELS",
+            help="labels registered with the contract, for targets by capability: gpu=true,zone=eu",
+        ),
+    ] = "",
     url: Annotated[
         str | None,
         typer.Option("--url", help="a2a / mcp: the one agent or server this replica stands in for"),
@@ -103,6 +111,7 @@ def specialist(
         cls = load(kind)
         given: dict[str, object] = {
             "redis_url": redis_url, "prefix": prefix, "api_url": api_url, "api_key": api_key,
+            "labels": labels,
         }  # fmt: skip
         if prefetch is not None:
             given["prefetch"] = prefetch
@@ -120,7 +129,7 @@ def specialist(
             concurrency,
             **extra,
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # a pydantic ValidationError is a ValueError
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(spec.main())

@@ -112,7 +112,7 @@ class Hub:
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
             contract_of=self.registry.contract_of, on_commit=self._observe,
-            early_warning=settings.early_warning,
+            early_warning=settings.early_warning, online=self.registry.online,
         )  # fmt: skip
         budgets = Budgets(settings.deadletter_sender_burst, settings.deadletter_sender_per_s)
         self.router = Router(

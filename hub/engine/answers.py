@@ -39,7 +39,7 @@ def forward(engine: EngineBase, esc: Escalation, answer: str) -> bool:
         return False
     cr = run.cues[cue_id]
     cue = engine.plans[run.run_id].cues[cue_id]
-    if cr.state.done or esc.raised_by not in cue.target_agents:
+    if cr.state.done or esc.raised_by not in engine.targets_of(run, cue_id):
         return False
     payload = p.TaskInput(
         cue_id=cue_id, attempt=max(cr.attempt, 1), escalation_id=esc.id,

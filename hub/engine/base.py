@@ -26,6 +26,7 @@ from protocols.states import (
     Phase,
     TargetState,
 )
+from protocols.targeting import Candidate
 
 log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
@@ -61,6 +62,13 @@ class EngineBase(ABC):
         self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()
         # (run id, cue id) of PENDING cues not yet evaluated: a big run starts in chunks
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
+        # targets by capability (hub.engine.targets): the online agents, as the registry
+        # last said; when each was last chosen; the agents of every cue in a call
+        self.directory: dict[str, Candidate] = {}
+        self.last_chosen: dict[str, int] = {}
+        self._choices = 0
+        self.engaged: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.stand_ins = False  # a dry run's engine: stand-ins for targets nothing matches
 
     def note_ended(self, run_ids: Iterable[str]) -> None:
         """Remember runs that ended: a late reply to one is counted, never escalated."""
@@ -99,7 +107,7 @@ class EngineBase(ABC):
     def _send_all(self, run: RunState, cue_id: str, mt: T, payload: p.Payload) -> None:
         """One message to every target of the cue: one envelope (one id, `target_agents`
         naming them all), a copy in each target's inbox; built and encoded once."""
-        targets = tuple(self.plans[run.run_id].cues[cue_id].target_agents)
+        targets = self.targets_of(run, cue_id)
         msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
         self.out.messages.extend((self.keys.inbox(agent), msg) for agent in targets)
         run.record.messages_out += len(targets)
@@ -133,12 +141,15 @@ class EngineBase(ABC):
         one). `root` is the root-cause cue of a block; `event` adds to the event."""
         cr = run.cues[cue_id]
         changed = cr.state is not state
+        was_active = cr.state in ACTIVE
         if changed:
             self.open_moved(run, cr.state, state)
         self.mark_dirty(run, cue_id)
         if not changed and reason == cr.reason and root is None:
             return
         cr.state, cr.reason = state, reason
+        if changed and (state in ACTIVE or was_active):
+            self.track_engaged(run, cue_id)
         if root is not None:
             cr.error = root
         kind = "cue" if changed else "reason"
@@ -220,6 +231,14 @@ class EngineBase(ABC):
     @abstractmethod
     def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """Every target ready: GO (one recorded event per attempt), or task.assign."""
+
+    @abstractmethod
+    def targets_of(self, run: RunState, cue_id: str) -> tuple[str, ...]:
+        """The agents the cue's messages go to (fixed, or resolved for this attempt)."""
+
+    @abstractmethod
+    def track_engaged(self, run: RunState, cue_id: str) -> None:
+        """Note the agents of a cue entering or leaving a call (the load of each agent)."""
 
     @abstractmethod
     def escalate(

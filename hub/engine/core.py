@@ -11,11 +11,12 @@ from typing import Any
 
 from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import MOVING, _missing, _waiting_reason
+from hub.engine.base import ACTIVE, MOVING, _missing, _waiting_reason
 from hub.engine.contest import ContestMixin
 from hub.engine.outbox import Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
+from hub.engine.targets import TargetsMixin
 from protocols import payloads as p
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
@@ -30,7 +31,7 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin, AgainMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin, TargetsMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
@@ -83,6 +84,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
                 self.backlog.append((run.run_id, cue_id))
             if not (new and pending):
                 self.mark_dirty(run, cue_id)
+            if cr.state in ACTIVE:
+                self.track_engaged(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
@@ -181,7 +184,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
             return
         if cr.state is CueState.ARMED:
             return
-        trigger = self._trigger(run, cue_id)
+        # a cue waiting for a matching agent keeps the trigger it fired with (an operator's)
+        trigger = cr.awaiting or self._trigger(run, cue_id)
         if trigger is None:
             self._set(run, cue_id, CueState.ARMED, "armed: standing by for an operator GO")
             return
@@ -251,9 +255,13 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
                 self.evaluate(run, cue_id)
 
     def fire(self, run: RunState, cue_id: str, by: FiredBy, early: bool = False) -> None:
-        """Start a call of the cue: WARNING (cued) or task.assign (direct)."""
+        """Start a call of the cue: WARNING (cued) or task.assign (direct). A cue with a
+        `target` is resolved first; with no match it waits (an early warning just waits for
+        its predecessor instead)."""
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
+        if not self.resolve_targets(run, cue_id, by, quiet=early):
+            return
         if cr.fired_by is None:
             run.fired_count += 1
             cr.fired_seq = run.fired_count
@@ -266,7 +274,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         cr.early = early
         cr.warned_at = self.clock()
         cr.standby_at = cr.go_at = None
-        cr.targets = {a: TargetState.WARNED for a in cue.target_agents}
+        targets = self.targets_of(run, cue_id)
+        cr.targets = {a: TargetState.WARNED for a in targets}
         cr.not_ready = {}
         cr.dead_replies = {}
         cr.result = {}
@@ -275,7 +284,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
         self._deadline(run, cue_id, Phase.WARNING, cue.ack_timeout_s)
         payload = p.CoordWarning(
-            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=list(cue.target_agents),
+            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=list(targets),
             preparation_required=list(cue.preparation_required), attempt=cr.attempt,
             action=dict(cue.action),
         )  # fmt: skip
@@ -290,7 +299,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         self._set(run, cue_id, CueState.STANDBY, _missing(T.ACK_STANDBY, cr))
         self._deadline(run, cue_id, Phase.STANDBY, cue.standby_timeout_s)
         payload = p.CoordStandby(
-            cue_id=cue_id, target_agents=list(cue.target_agents),
+            cue_id=cue_id, target_agents=list(self.targets_of(run, cue_id)),
             ready_check=list(cue.ready_check), attempt=cr.attempt,
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_STANDBY, payload)
@@ -304,7 +313,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
             return
         if assign:
             cr.attempt += 1
-            cr.targets = {a: TargetState.READY for a in cue.target_agents}
+            cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}
             cr.result = {}
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
@@ -313,7 +322,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
         cr.gos.append({"attempt": cr.attempt, "fired_by": by.value, "at": now})
         cr.go_at = now
         context: dict[str, Any] = {}
-        for agent in cue.target_agents:
+        for agent in self.targets_of(run, cue_id):
             context.update(run.handoffs.pop(agent, {}))
         cr.go_context = context
         self._set(run, cue_id, CueState.GO, _missing(T.STATUS_COMPLETED, cr))
@@ -329,7 +338,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin):
             self._send_all(run, cue_id, T.TASK_ASSIGN, payload)
         else:
             payload = p.CoordGo(
-                cue_id=cue_id, target_agents=list(cue.target_agents), attempt=cr.attempt,
+                cue_id=cue_id, target_agents=list(self.targets_of(run, cue_id)), attempt=cr.attempt,
                 action=dict(cue.action), context=context, fired_by=by,
                 description=cue.description,
             )  # fmt: skip

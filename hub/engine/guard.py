@@ -73,13 +73,26 @@ def _violation(engine: Engine, msg: Envelope, kind: str, detail: str,
 
 
 def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
-    """Whether some cue of the run targets `agent`."""
-    return agent in engine.plans[run.run_id].agents
+    """Whether some cue of the run targets `agent` (by name, or resolved by capability)."""
+    plan = engine.plans[run.run_id]
+    if agent in plan.agents:
+        return True
+    return any(_resolved(run, cue_id, agent) for cue_id in plan.by_target)
 
 
 def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
+    """Whether `agent` is a target of the cue: named in its `target_agents`, or one its
+    `target` resolved to (this attempt or an earlier one: a reply for an earlier attempt
+    is late, not a violation)."""
     cue = engine.plans[run.run_id].cues[cue_id]
+    if cue.target is not None:
+        return _resolved(run, cue_id, agent)
     return agent in cue.target_agents or agent in run.cues[cue_id].targets
+
+
+def _resolved(run: RunState, cue_id: str, agent: str) -> bool:
+    cr = run.cues[cue_id]
+    return agent in cr.resolved or agent in cr.past_targets
 
 
 def scope(engine: Engine, msg: Envelope, cue_id: str | None, *, cue_required: bool = True

@@ -20,7 +20,8 @@ class Plan:
     followed_by: dict[str, str] = field(default_factory=dict)  # cue -> its auto_follow
     entries: frozenset[str] = frozenset()  # cues a run start fires
     order: list[str] = field(default_factory=list)  # declaration order
-    agents: frozenset[str] = frozenset()  # every agent some cue targets
+    agents: frozenset[str] = frozenset()  # every agent some cue's target_agents names
+    by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -37,7 +38,8 @@ class Plan:
                 plan.followed_by[cue.id] = cue.auto_follow
                 _edge(plan, cue.id, cue.auto_follow)
         plan.entries = frozenset(cuelist.start if cuelist.start else plan.order[:1])
-        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.target_agents)
+        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.fixed_agents)
+        plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
         return plan
 
     @property

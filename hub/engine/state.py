@@ -42,6 +42,13 @@ class CueRun(BaseModel):
     gos: list[dict[str, Any]] = Field(default_factory=list)  # one recorded event per attempt
     # target -> the dead letter its refused reply became, this attempt (see guard)
     dead_replies: dict[str, str] = Field(default_factory=dict)
+    # a cue with a `target:` (by capability): its spec, the agents it resolved to for the
+    # current attempt, those of earlier attempts, and the trigger to fire with once enough
+    # matching agents are online (set while it waits for them)
+    target: dict[str, Any] | None = None
+    resolved: list[str] = Field(default_factory=list)
+    past_targets: list[str] = Field(default_factory=list)
+    awaiting: FiredBy | None = None
 
     def keep_result(self, agent: str, value: Any) -> None:
         """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in

@@ -9,8 +9,8 @@ hand (never `eval`) into a tree that is evaluated against one agent at a time:
     expr    := or
     or      := and ("OR" and)*
     and     := not ("AND" not)*
-    not     := "NOT" not | "(" expr ")" | test
-    test    := operand [("==" | "!=" | "<" | "<=" | ">" | ">=" | "in") operand]
+    not     := "NOT" not | "(" expr ")" | check
+    check   := operand [("==" | "!=" | "<" | "<=" | ">" | ">=" | "in") operand]
     operand := field | number | 'string' | "string" | true | false | [value, ...] | word
 
 Fields: `name` (or `agent`), `kind`, `provides`, `requires`, `handoff_to` (lists) and
@@ -130,9 +130,9 @@ Operand = FieldRef | Literal
 
 
 @dataclass(frozen=True)
-class Test:
+class Check:
     left: Operand
-    op: str | None = None  # None: a truth test of `left`
+    op: str | None = None  # None: a truth check of `left`
     right: Operand | None = None
 
 
@@ -151,7 +151,7 @@ class AnyOf:
     items: tuple[Node, ...]
 
 
-Node = Test | Not | AllOf | AnyOf
+Node = Check | Not | AllOf | AnyOf
 
 
 def _tokens(text: str) -> list[Tok]:
@@ -258,14 +258,14 @@ class _Parser:
             right_tok = self.tok
             right = self.operand()
             _check(left, op_tok, right, left_tok, right_tok)
-            return Test(left, str(op_tok.value), right)
+            return Check(left, str(op_tok.value), right)
         if not isinstance(left, FieldRef):
             raise FilterError(
                 f"{_show(left_tok)} is not a condition: name a field ({FIELDS_HELP}) or "
                 "compare one",
                 left_tok.pos,
             )
-        return Test(left)
+        return Check(left)
 
     def operand(self) -> Operand:
         tok = self.take()

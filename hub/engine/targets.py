@@ -44,12 +44,13 @@ class TargetsMixin(EngineBase):
         target = cue.target
         if target is None:
             return True
-        cr.target = target.model_dump(mode="json", exclude_none=True)
         chosen, matching = choose(
             target, list(self.directory.values()), self.load_of, self.last_chosen
         )
         if not chosen and quiet:
             return False
+        cr.target = target.model_dump(mode="json", exclude_none=True)
+        self.mark_dirty(run, cue_id)
         if not chosen and self.stand_ins:
             chosen = [f"stand-in-{i}" for i in range(1, (target.count or 1) + 1)]
             run.record.note(

@@ -10,6 +10,7 @@ stops every process it started (specialists first, then the hub, then the server
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -48,6 +49,31 @@ def agents_of(paths: list[Path]) -> list[str]:
             if to:
                 found[to] = None
     return list(found)
+
+
+def contracts_of(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """The inline contracts the cuelists declare (`specialists:`), the first one of each
+    agent: `up` starts that agent with it, so a `target: {provides: ...}` or a filter on
+    its labels finds it (cuelists/by-capability.yaml)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        doc = yaml.safe_load(path.read_text()) or {}
+        for agent, contract in (doc.get("specialists") or {}).items():
+            if isinstance(contract, dict):
+                found.setdefault(agent, contract)
+    return found
+
+
+def echo_argv(agent: str, contracts: dict[str, dict[str, Any]], folder: Path) -> list[str]:
+    """The command line of the echo specialist serving `agent`, with its inline contract
+    (written to `folder`) when the cuelists declare one."""
+    argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
+    if agent in contracts:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{agent}.json"
+        path.write_text(json.dumps(contracts[agent]))
+        argv += ["--contract", str(path)]
+    return argv
 
 
 def join_lines(redis_url: str, url: str, prefix: str) -> list[str]:
@@ -120,6 +146,7 @@ def _run(
 ) -> int:  # fmt: skip
     demo_file = next((f for f in files if f.name == demo), files[0])
     agents = agents_of(files)
+    contracts = contracts_of(files)
     url = f"http://127.0.0.1:{port}"
     hub_id = f"up-{uuid.uuid4().hex[:12]}"
     prefix = os.environ.get("CALLBOARD_PREFIX") or DEFAULT_PREFIX
@@ -151,7 +178,7 @@ def _run(
                 f"starting {len(agents)} specialists: {', '.join(agents)} ...", soft_wrap=True
             )
             for agent in agents:
-                argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
+                argv = echo_argv(agent, contracts, store.root / "contracts")
                 cluster.spawn(log_name(agent), argv)
             _wait_registered(client, cluster, agents)
             names = {}

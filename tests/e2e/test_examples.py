@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from callboard.embedded import EmbeddedServer
-from callboard.up import agents_of
+from callboard.up import agents_of, contracts_of, echo_argv
 from tests.e2e.procs import ROOT, child_env, processes, sse_events, wait_online
 from tests.helpers import eventually_sync
 
@@ -28,11 +28,12 @@ DONE = ("success", "partial", "failed", "cancelled")
 def api(
     redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
-    agents = agents_of(EXAMPLES)
-    with processes(child_env(redis_server), tmp_path_factory.mktemp("examples")) as procs:
+    agents, contracts = agents_of(EXAMPLES), contracts_of(EXAMPLES)
+    folder = tmp_path_factory.mktemp("examples")
+    with processes(child_env(redis_server), folder) as procs:
         url = procs.hub()
-        for agent in agents:
-            procs.echo(agent)
+        for agent in agents:  # with its inline contract, as `callboard up` starts it
+            procs.spawn(f"echo-{agent}", echo_argv(agent, contracts, folder / "contracts"))
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, agents)
             yield client

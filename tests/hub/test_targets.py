@@ -213,3 +213,20 @@ cues:
     assert sim.run().status is RunStatus.HOLDING  # now only the GO for B is left
     sim.send("plain", T.ACK_WARNING, p.AckWarning(attempt=1), cue_id="A")
     assert sim.run().record.protocol_violations == 1  # plain takes part, but not in A
+
+
+def test_the_wiring_map_skips_cues_known_only_when_they_fire() -> None:
+    from hub.api import wiring_map
+
+    doc = {
+        "cuelist": "review",
+        "cues": [
+            {"id": "BUILD", "target_agents": ["builder"], "auto_follow": "REVIEW"},
+            {"id": "REVIEW", "target": {"provides": ["code_review"]}, "handoff": {"to": "qa"}},
+        ],
+    }
+    registry = [{"agent": "rev-a", "online": True, "contract": {"provides": ["code_review"]}}]
+    built = wiring_map.build(registry, [doc])
+    agents = {a["agent"]: a for a in built["agents"]}
+    assert agents["builder"]["cues"] == ["review/BUILD"]
+    assert agents["rev-a"]["cues"] == []  # who REVIEW goes to is decided when it fires

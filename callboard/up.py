@@ -10,7 +10,6 @@ stops every process it started (specialists first, then the hub, then the server
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -52,28 +51,37 @@ def agents_of(paths: list[Path]) -> list[str]:
 
 
 def contracts_of(paths: list[Path]) -> dict[str, dict[str, Any]]:
-    """The inline contracts the cuelists declare (`specialists:`), the first one of each
-    agent: `up` starts that agent with it, so a `target: {provides: ...}` or a filter on
-    its labels finds it (cuelists/by-capability.yaml)."""
+    """What the cuelists' inline contracts (`specialists:`) say each agent provides and its
+    labels (every file's, merged): `up` starts the agent saying so, so a `target:
+    {provides: ...}` or a filter on labels finds it (cuelists/by-capability.yaml). Only
+    these two: what an agent requires would change how handoffs to it are checked."""
     found: dict[str, dict[str, Any]] = {}
     for path in paths:
         doc = yaml.safe_load(path.read_text()) or {}
         for agent, contract in (doc.get("specialists") or {}).items():
-            if isinstance(contract, dict):
-                found.setdefault(agent, contract)
+            if not isinstance(contract, dict):
+                continue
+            mine = found.setdefault(agent, {"provides": [], "labels": {}})
+            given = contract.get("provides") or []
+            mine["provides"] += [p for p in given if p not in mine["provides"]]
+            mine["labels"].update(contract.get("labels") or {})
     return found
 
 
-def echo_argv(agent: str, contracts: dict[str, dict[str, Any]], folder: Path) -> list[str]:
-    """The command line of the echo specialist serving `agent`, with its inline contract
-    (written to `folder`) when the cuelists declare one."""
+def echo_argv(agent: str, contracts: dict[str, dict[str, Any]]) -> list[str]:
+    """The command line of the echo specialist serving `agent`, with what the cuelists'
+    inline contracts say it provides and its labels."""
     argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
-    if agent in contracts:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{agent}.json"
-        path.write_text(json.dumps(contracts[agent]))
-        argv += ["--contract", str(path)]
+    contract = contracts.get(agent) or {}
+    if contract.get("provides"):
+        argv += ["--provides", ",".join(dict.fromkeys(contract["provides"]))]
+    if contract.get("labels"):
+        argv += ["--labels", ",".join(f"{k}={_label(v)}" for k, v in contract["labels"].items())]
     return argv
+
+
+def _label(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def join_lines(redis_url: str, url: str, prefix: str) -> list[str]:
@@ -178,7 +186,7 @@ def _run(
                 f"starting {len(agents)} specialists: {', '.join(agents)} ...", soft_wrap=True
             )
             for agent in agents:
-                argv = echo_argv(agent, contracts, store.root / "contracts")
+                argv = echo_argv(agent, contracts)
                 cluster.spawn(log_name(agent), argv)
             _wait_registered(client, cluster, agents)
             names = {}

@@ -33,7 +33,7 @@ def api(
     with processes(child_env(redis_server), folder) as procs:
         url = procs.hub()
         for agent in agents:  # with its inline contract, as `callboard up` starts it
-            procs.spawn(f"echo-{agent}", echo_argv(agent, contracts, folder / "contracts"))
+            procs.spawn(f"echo-{agent}", echo_argv(agent, contracts))
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, agents)
             yield client

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from callboard.specialist_cmd import with_provides
+from callboard.up import contracts_of, echo_argv
 from protocols.contracts import Contract
 from protocols.settings import Settings
 from specialists.base import Specialist
@@ -26,3 +30,20 @@ def test_builtins_take_labels_from_settings_and_bad_ones_are_refused() -> None:
         Echo("echo-3", "r1", Settings(labels="gpu"))
     with pytest.raises(ValueError):
         Specialist("x", "r1", Settings(), labels={"v": "x" * 300})
+
+
+def test_cli_provides_extends_the_contract_and_up_passes_inline_contracts(tmp_path: Path) -> None:
+    base = Contract(provides=("a",), requires=("r",))
+    assert with_provides(base, " b, a ,c").provides == ("a", "b", "c")
+    assert with_provides(base, "") is base
+    first = tmp_path / "one.yaml"
+    first.write_text("cuelist: one\nspecialists:\n  x: {provides: [p1], requires: [k]}\n"
+                     "cues: [{id: A, target_agents: [x]}]\n")  # fmt: skip
+    second = tmp_path / "two.yaml"
+    second.write_text("cuelist: two\nspecialists:\n  x: {provides: [p2], labels: {gpu: true}}\n"
+                      "cues: [{id: A, target_agents: [x]}]\n")  # fmt: skip
+    contracts = contracts_of([first, second])
+    assert contracts == {"x": {"provides": ["p1", "p2"], "labels": {"gpu": True}}}
+    argv = echo_argv("x", contracts)
+    assert argv[-4:] == ["--provides", "p1,p2", "--labels", "gpu=true"]
+    assert "--provides" not in echo_argv("y", contracts)

@@ -15,7 +15,19 @@ from protocols.cuelist import Cuelist
 
 
 def canonical_data(cuelist: Cuelist) -> dict[str, object]:
-    return cuelist.model_dump(mode="json", exclude={"defaults"})
+    data = cuelist.model_dump(mode="json", exclude={"defaults"})
+    # Keys added later are left out while unused, so a cuelist that does not use them
+    # keeps the version it had before they existed: a cue's `target` (when it names
+    # `target_agents`), an inline contract's `labels` (when it has none).
+    for cue in data["cues"]:
+        if cue.get("target") is None:
+            cue.pop("target", None)
+        elif cue.get("target_agents") is None:
+            cue.pop("target_agents", None)
+    for contract in data["specialists"].values():
+        if not contract.get("labels"):
+            contract.pop("labels", None)
+    return data
 
 
 def canonical_json(cuelist: Cuelist) -> str:

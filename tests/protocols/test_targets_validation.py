@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from protocols.canonical import canonical_json, version_of
+from protocols.cuelist import Cuelist
 from protocols.targeting import Candidate
 from protocols.validation import validate_text, with_target_warnings
 
@@ -91,3 +93,14 @@ def test_warns_when_no_registered_agent_matches_now() -> None:
     strict = with_target_warnings(validate_text(BY_CAPABILITY), [gpu], strict=True)
     assert not strict.valid and strict.cuelist is None
     assert [i.code for i in strict.errors] == ["no_agent_matches"]
+
+
+def test_versions_of_cuelists_without_targets_or_labels_do_not_change() -> None:
+    plain = validate_text("cuelist: x\ncues:\n  - {id: A, target_agents: [a]}\n")
+    assert plain.cuelist is not None
+    text = canonical_json(plain.cuelist)
+    assert '"target"' not in text and '"labels"' not in text  # as before targets existed
+    report = validate_text(BY_CAPABILITY)
+    assert report.cuelist is not None
+    again = Cuelist.model_validate_json(canonical_json(report.cuelist))
+    assert again.cues == report.cuelist.cues and version_of(again) == report.version

@@ -57,6 +57,7 @@ class TargetsMixin(EngineBase):
                 "waits", f"{cue_id}: no agent matches target {target.describe()}: "
                 f"stand-ins {', '.join(chosen)} took its place",
             )  # fmt: skip
+        self._retire(run, cue_id, keep=chosen)  # a reply from those now is late
         if not chosen:
             online = f"{len(matching)} of {target.count} online" if matching else "none online"
             reason = f"{NO_MATCH}{target.describe()} ({online})"
@@ -66,9 +67,6 @@ class TargetsMixin(EngineBase):
             self._set(run, cue_id, CueState.WAITING, reason)
             return False
         cr.awaiting = None
-        for agent in cr.resolved:
-            if agent not in chosen and agent not in cr.past_targets:
-                cr.past_targets = [*cr.past_targets, agent][-PAST_TARGETS_MAX:]
         cr.resolved = list(chosen)
         self._choices += 1
         for agent in chosen:
@@ -79,6 +77,14 @@ class TargetsMixin(EngineBase):
             agents=list(chosen), matching=matching[:20],
         )  # fmt: skip
         return True
+
+    def _retire(self, run: RunState, cue_id: str, keep: list[str]) -> None:
+        """The agents of the attempt before become past targets (but those in `keep`)."""
+        cr = run.cues[cue_id]
+        for agent in cr.resolved:
+            if agent not in keep and agent not in cr.past_targets:
+                cr.past_targets = [*cr.past_targets, agent][-PAST_TARGETS_MAX:]
+        cr.resolved = []
 
     def load_of(self, agent: str) -> int:
         """Cues in a call (WARNING, STANDBY or GO) on this engine that target the agent."""

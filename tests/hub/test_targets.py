@@ -230,3 +230,26 @@ def test_the_wiring_map_skips_cues_known_only_when_they_fire() -> None:
     agents = {a["agent"]: a for a in built["agents"]}
     assert agents["builder"]["cues"] == ["review/BUILD"]
     assert agents["rev-a"]["cues"] == []  # who REVIEW goes to is decided when it fires
+
+
+def test_a_retry_that_finds_no_agent_waits_and_the_failed_attempt_s_replies_are_late() -> None:
+    text = (
+        "cuelist: x\ncues:\n  - {id: A, retries: 1, target: {provides: [code_review], count: 1}}\n"
+    )
+    sim = _sim(text, online={"rev-a": REV_A})
+    sim.start()
+    sim.ack_warning("rev-a", "A")
+    sim.ack_standby("rev-a", "A")
+    sim.engine.agents_online({})  # rev-a went offline mid-call
+    sim._drain()
+    sim.fail("rev-a", "A")
+    cr = sim.cue("A")
+    assert cr.state is CueState.WAITING and cr.resolved == [] and cr.past_targets == ["rev-a"]
+    assert (cr.reason or "").startswith(NO_MATCH)
+    sim.complete("rev-a", "A", attempt=1)  # its attempt is over: late, not a violation
+    assert sim.run().record.late_replies == 1 and sim.run().record.protocol_violations == 0
+    sim.engine.agents_online({"rev-b": REV_B})
+    sim._drain()
+    assert sim.cue("A").resolved == ["rev-b"] and sim.cue("A").attempt == 2
+    sim.call_through("A", ["rev-b"], attempt=2)
+    assert sim.run().status is RunStatus.SUCCESS

@@ -39,6 +39,15 @@ def read_contract(path: Path) -> Contract:
     return Contract.model_validate(data)
 
 
+def with_provides(contract: Contract, provides: str) -> Contract:
+    """The contract with the comma-separated `provides` added (`--provides a,b`)."""
+    extra = [p.strip() for p in provides.split(",") if p.strip()]
+    if not extra:
+        return contract
+    merged = list(dict.fromkeys([*contract.provides, *extra]))
+    return Contract.model_validate({**contract.model_dump(), "provides": merged})
+
+
 def importable_here() -> None:
     """Put the current directory first on the import path, as `python -m` and `python
     script.py` do, so `callboard specialist mymodule:Class` finds ./mymodule.py."""
@@ -84,6 +93,23 @@ def specialist(
         str | None,
         typer.Option("--api-key", envvar="CALLBOARD_API_KEY", help="the hub's API key, if any"),
     ] = None,
+    labels: Annotated[
+        str,
+        typer.Option(
+            "--labels",
+            envvar="CALLBOARD_LABELS",
+            help="labels registered with the contract, for targets by capability: gpu=true,zone=eu",
+        ),
+    ] = "",
+    provides: Annotated[
+        str,
+        typer.Option(
+            "--provides",
+            envvar="CALLBOARD_PROVIDES",
+            help="capabilities added to the contract's provides (comma-separated): what a "
+            "cue's target: {provides: [...]} finds it by",
+        ),
+    ] = "",
     url: Annotated[
         str | None,
         typer.Option("--url", help="a2a / mcp: the one agent or server this replica stands in for"),
@@ -103,6 +129,7 @@ def specialist(
         cls = load(kind)
         given: dict[str, object] = {
             "redis_url": redis_url, "prefix": prefix, "api_url": api_url, "api_key": api_key,
+            "labels": labels,
         }  # fmt: skip
         if prefetch is not None:
             given["prefetch"] = prefetch
@@ -116,11 +143,11 @@ def specialist(
             agent,
             replica,
             settings,
-            read_contract(contract) if contract else None,
+            with_provides(read_contract(contract) if contract else cls.contract, provides),
             concurrency,
             **extra,
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # a pydantic ValidationError is a ValueError
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(spec.main())

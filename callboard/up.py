@@ -65,6 +65,40 @@ def debuggers_of(paths: list[Path]) -> set[str]:
     return found
 
 
+def contracts_of(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """What the cuelists' inline contracts (`specialists:`) say each agent provides and its
+    labels (every file's, merged): `up` starts the agent saying so, so a `target:
+    {provides: ...}` or a filter on labels finds it (cuelists/by-capability.yaml). Only
+    these two: what an agent requires would change how handoffs to it are checked."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        doc = yaml.safe_load(path.read_text()) or {}
+        for agent, contract in (doc.get("specialists") or {}).items():
+            if not isinstance(contract, dict):
+                continue
+            mine = found.setdefault(agent, {"provides": [], "labels": {}})
+            given = contract.get("provides") or []
+            mine["provides"] += [p for p in given if p not in mine["provides"]]
+            mine["labels"].update(contract.get("labels") or {})
+    return found
+
+
+def echo_argv(agent: str, contracts: dict[str, dict[str, Any]]) -> list[str]:
+    """The command line of the echo specialist serving `agent`, with what the cuelists'
+    inline contracts say it provides and its labels."""
+    argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent]
+    contract = contracts.get(agent) or {}
+    if contract.get("provides"):
+        argv += ["--provides", ",".join(dict.fromkeys(contract["provides"]))]
+    if contract.get("labels"):
+        argv += ["--labels", ",".join(f"{k}={_label(v)}" for k, v in contract["labels"].items())]
+    return argv
+
+
+def _label(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def join_lines(redis_url: str, url: str, prefix: str) -> list[str]:
     """What a user pastes into another shell to join this cluster."""
     return [
@@ -135,6 +169,7 @@ def _run(
 ) -> int:  # fmt: skip
     demo_file = next((f for f in files if f.name == demo), files[0])
     agents = agents_of(files)
+    contracts = contracts_of(files)
     url = f"http://127.0.0.1:{port}"
     hub_id = f"up-{uuid.uuid4().hex[:12]}"
     prefix = os.environ.get("CALLBOARD_PREFIX") or DEFAULT_PREFIX
@@ -167,8 +202,11 @@ def _run(
             )
             debuggers = debuggers_of(files)
             for agent in agents:
-                kind = "debugger" if agent in debuggers else "echo"
-                argv = [sys.executable, "-m", "callboard.specialist_cmd", kind, "--agent", agent]
+                if agent in debuggers:
+                    argv = [sys.executable, "-m", "callboard.specialist_cmd", "debugger",
+                            "--agent", agent]  # fmt: skip
+                else:
+                    argv = echo_argv(agent, contracts)
                 cluster.spawn(log_name(agent), argv)
             _wait_registered(client, cluster, agents)
             names = {}

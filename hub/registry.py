@@ -16,6 +16,7 @@ from protocols.contracts import Contract
 from protocols.errors import TransportError
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
+from protocols.targeting import Candidate
 from protocols.transport import Transport
 
 LIVENESS_MS = 15_000  # a replica blocked in XREADGROUP touches its consumer every block_ms
@@ -48,12 +49,15 @@ class Registry:
         entry = self.agents.get(agent)
         return Contract.model_validate(entry.contract) if entry else None
 
-    def online(self) -> list[str]:
-        """Agents with a replica that said `status.online` and not yet `status.offline`
-        (the router's view, kept in memory: no Redis call), by name."""
-        return sorted(
-            a for a, e in self.agents.items() if any(r.online for r in e.replicas.values())
-        )
+    def online(self) -> dict[str, Candidate]:
+        """The agents with a replica that said `status.online` and not `status.offline`
+        since, as targeting sees them (contract lists and labels): what a cue's `target`
+        is resolved among. (A replica that died without saying so counts until it does.)"""
+        return _online(self.agents)
+
+    async def online_stored(self) -> dict[str, Candidate]:
+        """`online()` as Redis holds it (for the API, which does not own `self.agents`)."""
+        return _online(await self.store.load())
 
     def apply(self, msg: Envelope) -> bool:
         """Update the registry from a status message; True when something changed."""
@@ -115,6 +119,14 @@ class Registry:
                 "last_seen": max((r.last_seen or 0 for r in entry.replicas.values()), default=None),
             })  # fmt: skip
         return out
+
+
+def _online(agents: dict[str, AgentRecord]) -> dict[str, Candidate]:
+    return {
+        name: Candidate.of(name, entry.contract, entry.kind)
+        for name, entry in sorted(agents.items())
+        if any(r.online for r in entry.replicas.values())
+    }
 
 
 def _make_room(entry: AgentRecord, replica: str) -> None:

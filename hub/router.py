@@ -194,6 +194,8 @@ class Router:
         await self.dead.write(bad)
         bad += await self.dead.rejected(rejects)
         await self.registry.save(registry_changed)
+        if registry_changed:  # a cue waiting for a matching agent may fire now
+            await self.driver.agents_changed(self.registry.online())
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
             raw = [*_xadds(forwards), *ack_commands(batch, HUB_GROUP)]

@@ -15,10 +15,22 @@ from protocols.cuelist import Cuelist
 
 
 def canonical_data(cuelist: Cuelist) -> dict[str, object]:
-    # no `budget:` is left out, not written as null: a cuelist without one keeps the
-    # version it had before budgets existed
+    # Keys added later are left out while unused, so a cuelist that does not use them
+    # keeps the version it had before they existed: `budget:`, a cue's `target` (when it
+    # names `target_agents`) and `on_repeated_failure`, an inline contract's `labels`.
     exclude = {"defaults"} if cuelist.budget is not None else {"defaults", "budget"}
-    return cuelist.model_dump(mode="json", exclude=exclude)
+    data = cuelist.model_dump(mode="json", exclude=exclude)
+    for cue in data["cues"]:
+        if cue.get("target") is None:
+            cue.pop("target", None)
+        elif cue.get("target_agents") is None:
+            cue.pop("target_agents", None)
+        if cue.get("on_repeated_failure") is None:
+            cue.pop("on_repeated_failure", None)
+    for contract in data["specialists"].values():
+        if not contract.get("labels"):
+            contract.pop("labels", None)
+    return data
 
 
 def canonical_json(cuelist: Cuelist) -> str:

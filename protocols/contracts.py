@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from protocols.errors import CuelistError, HandoffRejected
 from protocols.issues import PATTERN_NAMES, Issue, error, from_validation_error
 from protocols.keys import AGENT_ID_PATTERN, is_agent_id
+from protocols.targeting import Labels
 
 if TYPE_CHECKING:
     from protocols.payloads import TaskHandoff
@@ -29,6 +30,8 @@ class Contract(BaseModel):
     provides: tuple[ContextKey, ...] = ()
     handoff_to: tuple[AgentRef, ...] = ()
     description: str = Field(default="", max_length=2000)
+    # what targets by capability may filter on (`labels.gpu`); bounded: agents are untrusted
+    labels: Labels = Field(default_factory=dict)
 
 
 def parse_contract(data: Any, file: str | None = None) -> tuple[str | None, Contract]:

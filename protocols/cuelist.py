@@ -22,6 +22,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -32,6 +33,7 @@ from protocols.issues import PATTERN_NAMES
 from protocols.keys import AGENT_ID_PATTERN
 from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, CounterName
 from protocols.states import ConflictStrategy, Coordination, OnFailure, Overlap
+from protocols.targeting import Target
 
 MAX_CUES = 10_000
 CUELIST_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -123,7 +125,10 @@ class Cue(BaseModel):
 
     id: CueId
     description: Text = ""
-    target_agents: Annotated[list[AgentId], Field(min_length=1), AfterValidator(_unique)]
+    # exactly one of the two: fixed agents, or a target resolved among online agents
+    target_agents: Annotated[list[AgentId], Field(min_length=1), AfterValidator(_unique)] | None = (
+        None
+    )
     action: dict[str, JsonValue] = Field(default_factory=dict)  # opaque; sent with GO
     preparation_required: Texts = Field(default_factory=list)
     ready_check: Texts = Field(default_factory=list)
@@ -145,6 +150,26 @@ class Cue(BaseModel):
     group: Name | None = None  # the cue_group named in the WARNING message
     # with it, `after` attempts in a row fail before the debugger decides (not `retries`)
     on_repeated_failure: OnRepeatedFailure | None = None
+    target: Target | None = Field(default=None, validate_default=True)
+
+    @field_validator("target")
+    @classmethod
+    def _one_target(cls, value: Target | None, info: ValidationInfo) -> Target | None:
+        if "target_agents" not in info.data:
+            return value  # target_agents itself is wrong: reported there
+        fixed = info.data["target_agents"] is not None
+        if fixed and value is not None:
+            raise PydanticCustomError("target_conflict", "give target_agents or target, not both")
+        if not fixed and value is None:
+            raise PydanticCustomError(
+                "no_target", "missing required key 'target_agents' (or 'target')"
+            )
+        return value
+
+    @property
+    def fixed_agents(self) -> tuple[str, ...]:
+        """The agents named in `target_agents` (none for a cue with a `target`)."""
+        return tuple(self.target_agents or ())
 
 
 Amount = Annotated[StrictInt, Field(ge=0)]
@@ -209,7 +234,7 @@ class Cuelist(BaseModel):
         merged = dict(data)
         defaults = usable_defaults(data.get("defaults"))
         if defaults:
-            cues = [{**defaults, **cue} if isinstance(cue, dict) else cue for cue in cues]
+            cues = [_with_defaults(defaults, cue) if isinstance(cue, dict) else cue for cue in cues]
             merged["cues"] = cues
         if merged.get("start") is None and cues and isinstance(cues[0], dict) and "id" in cues[0]:
             merged["start"] = [cues[0]["id"]]
@@ -241,6 +266,14 @@ class Cuelist(BaseModel):
             if cue.id == cue_id:
                 return cue
         raise KeyError(cue_id)
+
+
+def _with_defaults(defaults: dict[str, Any], cue: dict[str, Any]) -> dict[str, Any]:
+    """The cue with the defaults it does not set; a cue's `target` replaces the default
+    `target_agents` (they are two ways of saying one thing)."""
+    if "target" in cue:
+        defaults = {k: v for k, v in defaults.items() if k != "target_agents"}
+    return {**defaults, **cue}
 
 
 def usable_defaults(raw: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     │   ├── UnknownMessageType     a message_type string that is not in MessageType
     │   └── OversizedMessage       an entry over the size limit
     ├── CuelistError               a cuelist that cannot be used (carries every Issue)
+    ├── FilterError                a target filter that does not parse (names the position)
     ├── HandoffRejected            a handoff that misses keys its receiver requires
     ├── TransportError             Redis refused or failed a command (translated in one place)
     │   ├── Unreachable            the connection was lost, refused or timed out
@@ -62,6 +63,14 @@ class CuelistError(CallboardError):
         first = issues[0] if issues else "invalid cuelist"
         more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
         super().__init__(f"{first}{more}")
+
+
+class FilterError(CallboardError):
+    """A `target.filter` expression that does not parse; `position` is 1-based (column)."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} (at position {position})")
+        self.position = position
 
 
 class HandoffRejected(CallboardError):

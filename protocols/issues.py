@@ -74,7 +74,10 @@ _CODES = {
     "enum": "bad_value",
     "literal_error": "bad_value",
 }
-_OWN = {"duplicate_item", "duplicate_id", "bad_schedule", "bad_name"}
+_OWN = {
+    "duplicate_item", "duplicate_id", "bad_schedule", "bad_name", "bad_filter", "empty_target",
+    "target_conflict", "no_target",
+}  # fmt: skip
 PATTERN_NAMES: dict[str, str] = {}
 """What a regex pattern means in words; filled in by the modules that own the patterns."""
 

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # how long a specialist's done-markers live (None: its class's `done_ttl_s`, 7 days);
     # keep it at least the hub's run retention, or a late redelivery could run twice
     done_ttl_s: int | None = Field(default=None, ge=1)
+    # a specialist's labels, registered with its contract (`target: {filter: labels.gpu}`):
+    # CALLBOARD_LABELS=gpu=true,zone=eu (see protocols.targeting.parse_labels)
+    labels: str = ""
 
     @property
     def keys(self) -> Keys:

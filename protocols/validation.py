@@ -24,9 +24,10 @@ from protocols.errors import CuelistError
 from protocols.graph import CueGraph, CueNode, nodes_of
 from protocols.issues import Issue, dotted, error, from_validation_error, warning
 from protocols.loader import Document, LineMap, check_plain, load, paused_gc
+from protocols.targeting import Candidate, Target
 
 KNOWN_KEYS = frozenset().union(
-    *(m.model_fields for m in (Cuelist, Cue, CueDefaults, Handoff, Contract))
+    *(m.model_fields for m in (Cuelist, Cue, CueDefaults, Handoff, Contract, Target))
 )
 
 
@@ -244,7 +245,7 @@ def _handoff_issues(cuelist: Cuelist) -> list[Issue]:
             continue
         to = cue.handoff.to
         receiver = contracts.get(to)
-        for agent in cue.target_agents:
+        for agent in cue.fixed_agents:  # a `target` is only known when the cue fires
             sender = contracts.get(agent)
             if sender is None:
                 continue
@@ -283,3 +284,39 @@ def _operator_warnings(cuelist: Cuelist, graph: CueGraph) -> list[Issue]:
                     warning("condition_never_raised", message, cue=cue.id, key="conditions")
                 )
     return issues
+
+
+def target_warnings(cuelist: Cuelist, agents: Sequence[Candidate]) -> list[Issue]:
+    """Warnings for cues whose `target` no agent in `agents` matches now (the hub's registry,
+    on submit and on POST /v1/cuelists/validate; `callboard validate` offline cannot know).
+    Not errors: the cue waits when it fires until a matching agent comes online."""
+    issues = []
+    for cue in cuelist.cues:
+        target = cue.target
+        if target is None:
+            continue
+        matching = [a.name for a in agents if target.matches(a)]
+        need = target.count or 1
+        if len(matching) < need:
+            found = f"only {', '.join(matching)} match" if matching else "none matches"
+            message = (
+                f"no registered agent matches target {target.describe()} now ({found}): "
+                f"{cue.id} will wait when it fires until {need} matching agent"
+                f"{'s are' if need > 1 else ' is'} online"
+            )
+            issues.append(warning("no_agent_matches", message, cue=cue.id, key="target"))
+    return issues
+
+
+def with_target_warnings(report: Report, agents: Sequence[Candidate], strict: bool) -> Report:
+    """The report with `target_warnings` added (placed on their lines when the source is
+    known only by cue: the cue's line); under `strict` they are errors, as other warnings."""
+    if report.cuelist is None:
+        return report
+    found = target_warnings(report.cuelist, agents)
+    if strict:
+        found = [i.model_copy(update={"severity": "error"}) for i in found]
+    report.issues = [*report.issues, *found]
+    if not report.valid:
+        report.cuelist, report.version = None, None
+    return report

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from protocols.codec import Envelope
@@ -18,6 +19,7 @@ from protocols.outage import Outage, is_unreachable, one_line, redacted
 from protocols.payloads import BroadcastNotice, TaskHandoff, TaskInput
 from protocols.process import tune_gc
 from protocols.settings import Settings
+from protocols.targeting import parse_labels
 from protocols.transport import Transport
 from specialists.cue import Cue, Result
 
@@ -58,6 +60,7 @@ class Specialist:
         concurrency: int = 1,
         *,
         transport: Transport | None = None,
+        labels: Mapping[str, str | int | float | bool] | None = None,
     ) -> None:
         replica = replica or default_replica()
         for what, name in (("agent id", agent_id), ("replica name", replica)):
@@ -70,6 +73,12 @@ class Specialist:
         self.settings = settings or Settings()
         if contract is not None:
             self.contract = contract
+        # labels: the contract's, then CALLBOARD_LABELS, then the `labels` argument
+        merged = {**self.contract.labels, **parse_labels(self.settings.labels), **(labels or {})}
+        if merged != self.contract.labels:
+            self.contract = Contract.model_validate(
+                {**self.contract.model_dump(), "labels": merged}
+            )  # validated: the bounds on labels hold for what the SDK sends too
         self.concurrency = concurrency
         self._transport = transport
         self._runtime: Any = None

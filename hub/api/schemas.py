@@ -125,6 +125,12 @@ class CuePublic(BaseModel):
     go_at: str | None
     completed_at: str | None
     targets: dict[str, str]
+    target: dict[str, Any] | None = Field(
+        None, description="the cue's `target:` (by capability), recorded when it fires"
+    )
+    resolved: list[str] = Field(
+        default_factory=list, description="the agents its `target` resolved to, this attempt"
+    )
     not_ready: dict[str, str] = Field(default_factory=dict)
     error: str | None
     result: dict[str, Any] = Field(

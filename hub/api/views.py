@@ -18,6 +18,7 @@ def cue_public(cr: CueRun) -> CuePublic:
         warned_at=ts(cr.warned_at), standby_at=ts(cr.standby_at), go_at=ts(cr.go_at),
         completed_at=ts(cr.completed_at),
         targets={agent: state.value for agent, state in cr.targets.items()},
+        target=cr.target, resolved=list(cr.resolved),
         not_ready=dict(cr.not_ready), error=cr.error, result=dict(cr.result),
         assigned=cr.assigned, debugger=cr.debugger, decisions=list(cr.decisions),
         usage=cr.usage.model_dump() if cr.usage is not None else None,

@@ -155,7 +155,7 @@ def _carry_over(
     handoffs = {agent: dict(ctx) for agent, ctx in source.handoffs.items()}
     for cue_id, cr in source.cues.items():
         if cue_id not in carried and cr.go_context:
-            for agent in cr.assigned or plan.cues[cue_id].target_agents:
+            for agent in cr.assigned or cr.resolved or plan.cues[cue_id].fixed_agents:
                 handoffs.setdefault(agent, {}).update(cr.go_context)
     run.handoffs = handoffs
     for key, entry in context.items():

@@ -148,6 +148,8 @@ class AlertsMixin(EngineBase):
                     needs.append(cr.reason or PAUSED)  # "GO paused: critical escalation ..."
             elif cr.state in MOVING or (run.run_id, cue_id) in self.book.waiting:
                 return None  # in a call, about to be, or waiting for another's resource
+            elif cr.state is CueState.WAITING and cr.awaiting is not None:
+                return None  # waiting for a matching agent to come online
             elif cr.state is CueState.ARMED:
                 needs.append(f"GO for {cue_id}")
             elif cr.state is CueState.WAITING:

@@ -26,6 +26,7 @@ from protocols.states import (
     Phase,
     TargetState,
 )
+from protocols.targeting import Candidate
 
 log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
@@ -48,12 +49,10 @@ class EngineBase(ABC):
         *,
         clock: Callable[[], float] = time.time,
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
-        online: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.keys = keys
         self.clock = clock
         self.contract_of = contract_of
-        self.online = online  # the agents with a replica online (the registry's view)
         self.runs: dict[str, RunState] = {}
         self.plans: dict[str, Plan] = {}  # by run id
         self.book = ResourceBook()
@@ -68,6 +67,13 @@ class EngineBase(ABC):
         # (run id, cue id) of cues to evaluate in a later step (see CHUNK): the PENDING cues
         # of a big run that is starting, the successors of a cue that released thousands
         self.backlog: collections.deque[tuple[str, str]] = collections.deque()
+        # targets by capability (hub.engine.targets): the online agents, as the registry
+        # last said; when each was last chosen; the agents of every cue in a call
+        self.directory: dict[str, Candidate] = {}
+        self.last_chosen: dict[str, int] = {}
+        self._choices = 0
+        self.engaged: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.stand_ins = False  # a dry run's engine: stand-ins for targets nothing matches
 
     def note_ended(self, run_ids: Iterable[str]) -> None:
         """Remember runs that ended: a late reply to one is counted, never escalated."""
@@ -104,13 +110,6 @@ class EngineBase(ABC):
         """Send a broadcast.* to every replica (with this step's write)."""
         self.out.messages.append((self.keys.broadcast, make(mt, payload)))
 
-    def targets_of(self, run: RunState, cue_id: str) -> list[str]:
-        """Who the cue calls now: its `target_agents`, or whom a debugger reassigned it to."""
-        assigned = run.cues[cue_id].assigned
-        return (
-            list(assigned) if assigned else list(self.plans[run.run_id].cues[cue_id].target_agents)
-        )
-
     def action_of(self, run: RunState, cue_id: str) -> dict[str, Any]:
         """The cue's action, with what a debugger's `retry` changed in it."""
         action = dict(self.plans[run.run_id].cues[cue_id].action)
@@ -123,9 +122,9 @@ class EngineBase(ABC):
         self._send_to(run, cue_id, self.targets_of(run, cue_id), mt, payload)
 
     def _send_to(
-        self, run: RunState, cue_id: str, agents: list[str], mt: T, payload: p.Payload
+        self, run: RunState, cue_id: str, agents: tuple[str, ...], mt: T, payload: p.Payload
     ) -> None:
-        targets = tuple(agents)
+        targets = agents
         msg = make(mt, payload, target_agents=targets, run_id=run.run_id, cue_id=cue_id)
         self.out.messages.extend((self.keys.inbox(agent), msg) for agent in targets)
         run.record.messages_out += len(targets)
@@ -159,12 +158,15 @@ class EngineBase(ABC):
         one). `root` is the root-cause cue of a block; `event` adds to the event."""
         cr = run.cues[cue_id]
         changed = cr.state is not state
+        was_active = cr.state in ACTIVE
         if changed:
             self.open_moved(run, cr.state, state)
         self.mark_dirty(run, cue_id)
         if not changed and reason == cr.reason and root is None:
             return
         cr.state, cr.reason = state, reason
+        if changed and (state in ACTIVE or was_active):
+            self.track_engaged(run, cue_id)
         if root is not None:
             cr.error = root
         kind = "cue" if changed else "reason"
@@ -250,6 +252,14 @@ class EngineBase(ABC):
     @abstractmethod
     def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """Every target ready: GO (one recorded event per attempt), or task.assign."""
+
+    @abstractmethod
+    def targets_of(self, run: RunState, cue_id: str) -> tuple[str, ...]:
+        """The agents the cue's messages go to (fixed, or resolved for this attempt)."""
+
+    @abstractmethod
+    def track_engaged(self, run: RunState, cue_id: str) -> None:
+        """Note the agents of a cue entering or leaving a call (the load of each agent)."""
 
     @abstractmethod
     def escalate(

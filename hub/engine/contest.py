@@ -30,7 +30,7 @@ class ContestMixin(EngineBase):
         strategy = ConflictStrategy(plan.strategy)
         claim = Claim(
             run.run_id, cue_id, tuple(cue.resources), cue.priority, strategy,
-            agents=tuple(self.targets_of(run, cue_id)),
+            agents=self.targets_of(run, cue_id),
         )  # fmt: skip
         outcome = self.book.claim(claim)
         self.out.resources_changed = True

@@ -11,13 +11,14 @@ from typing import Any
 
 from hub.engine.again import AgainMixin
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import CHUNK, MOVING, _missing, _waiting_reason
+from hub.engine.base import ACTIVE, CHUNK, MOVING, _missing, _waiting_reason
 from hub.engine.budgets import BudgetMixin
 from hub.engine.contest import ContestMixin
 from hub.engine.debugging import DebugMixin
 from hub.engine.outbox import DEBUG, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
+from hub.engine.targets import TargetsMixin
 from protocols import payloads as p
 from protocols.cuelist import Budget
 from protocols.errors import Conflict
@@ -33,7 +34,7 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
+class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, TargetsMixin):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
@@ -93,6 +94,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
                 self.backlog.append((run.run_id, cue_id))
             if not (new and pending):
                 self.mark_dirty(run, cue_id)
+            if cr.state in ACTIVE:
+                self.track_engaged(run, cue_id)
             if cr.deadline is not None and cr.deadline_phase is not None:
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
@@ -198,7 +201,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
             return
         if cr.state is CueState.ARMED:
             return
-        trigger = self._trigger(run, cue_id)
+        # a cue waiting for a matching agent keeps the trigger it fired with (an operator's)
+        trigger = cr.awaiting or self._trigger(run, cue_id)
         if trigger is None:
             self._set(run, cue_id, CueState.ARMED, "armed: standing by for an operator GO")
             return
@@ -268,9 +272,13 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
                 self.evaluate(run, cue_id)
 
     def fire(self, run: RunState, cue_id: str, by: FiredBy, early: bool = False) -> None:
-        """Start a call of the cue: WARNING (cued) or task.assign (direct)."""
+        """Start a call of the cue: WARNING (cued) or task.assign (direct). A cue with a
+        `target` is resolved first; with no match it waits (an early warning just waits for
+        its predecessor instead)."""
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
+        if not self.resolve_targets(run, cue_id, by, quiet=early):
+            return
         if cr.fired_by is None:
             run.fired_count += 1
             cr.fired_seq = run.fired_count
@@ -293,7 +301,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
         self._deadline(run, cue_id, Phase.WARNING, cue.ack_timeout_s)
         payload = p.CoordWarning(
-            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=targets,
+            cue_id=cue_id, cue_group=cue.group or plan.name, target_agents=list(targets),
             preparation_required=list(cue.preparation_required), attempt=cr.attempt,
             action=self.action_of(run, cue_id),
         )  # fmt: skip
@@ -308,7 +316,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
         self._set(run, cue_id, CueState.STANDBY, _missing(T.ACK_STANDBY, cr))
         self._deadline(run, cue_id, Phase.STANDBY, cue.standby_timeout_s)
         payload = p.CoordStandby(
-            cue_id=cue_id, target_agents=self.targets_of(run, cue_id),
+            cue_id=cue_id, target_agents=list(self.targets_of(run, cue_id)),
             ready_check=list(cue.ready_check), attempt=cr.attempt,
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_STANDBY, payload)
@@ -349,8 +357,9 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin):
             self._send_all(run, cue_id, T.TASK_ASSIGN, payload)
         else:
             payload = p.CoordGo(
-                cue_id=cue_id, target_agents=self.targets_of(run, cue_id), attempt=cr.attempt,
-                action=self.action_of(run, cue_id), context=context, fired_by=by,
+                cue_id=cue_id, target_agents=list(self.targets_of(run, cue_id)),
+                attempt=cr.attempt, action=self.action_of(run, cue_id), context=context,
+                fired_by=by,
                 description=cue.description,
             )  # fmt: skip
             self._send_all(run, cue_id, T.COORD_GO, payload)

@@ -53,8 +53,8 @@ class DebugMixin(EngineBase):
         assert repeated is not None
         cr.failures_in_row += 1
         failed = FailedAttempt(
-            attempt=cr.attempt, error=error[:ERROR_CHARS], targets=self.targets_of(run, cue_id),
-            at=self.clock(),
+            attempt=cr.attempt, error=error[:ERROR_CHARS],
+            targets=list(self.targets_of(run, cue_id)), at=self.clock(),
         )  # fmt: skip
         cr.streak = [*cr.streak, failed.model_dump(mode="json")][-STREAK_KEPT:]
         self.mark_dirty(run, cue_id)
@@ -75,7 +75,7 @@ class DebugMixin(EngineBase):
         cr.debug_deadline = self.clock() + repeated.timeout_s
         history = FailureHistory(
             run_id=run.run_id, cuelist=plan.name, cue_id=cue_id, description=cue.description,
-            targets=self.targets_of(run, cue_id), action=self.action_of(run, cue_id),
+            targets=list(self.targets_of(run, cue_id)), action=self.action_of(run, cue_id),
             allow=list(repeated.allow), attempts=[FailedAttempt(**a) for a in cr.streak],
             context=dict(cr.go_context), dead_letters=dict(cr.dead_replies),
             candidates=self.candidates(run, cue_id), consult=cr.consults,
@@ -91,7 +91,7 @@ class DebugMixin(EngineBase):
             action={DEBUG_KEY: history.model_dump(mode="json")},
             description=f"diagnose {cue_id}: {why.split(':', 1)[0]}",
         )  # fmt: skip
-        self._send_to(run, cue_id, [repeated.debugger], T.TASK_ASSIGN, payload)
+        self._send_to(run, cue_id, (repeated.debugger,), T.TASK_ASSIGN, payload)
         self.record_event(run, "debug", cue=cue_id, debugger=repeated.debugger,
                           consult=cr.consults, attempts=cr.failures_in_row)  # fmt: skip
 
@@ -107,7 +107,7 @@ class DebugMixin(EngineBase):
         skip = {*targets, repeated.debugger if repeated else ""}
         return [
             agent
-            for agent in self.online()
+            for agent in sorted(self.directory)  # online, as the registry last said
             if agent not in skip and needed <= set(self._provides(run, agent))
         ]
 

@@ -12,7 +12,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from hub.store.state import StateStore
 from protocols.contracts import Contract
 from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
+from protocols.targeting import Candidate
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
@@ -47,14 +48,15 @@ class Driver:
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
         on_commit: Callable[[Outbox], None] | None = None,
         early_warning: bool = True,
-        online: Callable[[], Iterable[str]] = tuple,
+        online: Callable[[], Mapping[str, Candidate]] = dict,
     ) -> None:
         self.store = store
         self.cuelists = cuelists
         self.keys = keys
         self.lease_value = lease_value
         self.early_warning = early_warning
-        self.engine = Engine(keys, contract_of=contract_of, online=online)
+        self.online = online  # the registry's online agents (targets by capability)
+        self.engine = Engine(keys, contract_of=contract_of)
         self.engine.early_warning = early_warning
         self.on_commit = on_commit
         self._lock = asyncio.Lock()  # engine mutations (synchronous) and taking the outbox
@@ -83,9 +85,7 @@ class Driver:
             self.failed = None
             self.broken.clear()
             previous = self.engine
-            self.engine = Engine(
-                self.keys, contract_of=self.engine.contract_of, online=self.engine.online
-            )
+            self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
             book = await self.store.resources()
             if book is not None:
@@ -95,6 +95,7 @@ class Driver:
             for run in runs:
                 self.engine.adopt(run, await self.plan(run.cuelist, run.version))
             self._release_orphans()
+            self.engine.agents_online(self.online())  # cues waiting for an agent re-check
             for esc in await self.store.escalations(limit=1000):
                 if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
                     self.engine.escalations.by_id[esc.id] = esc
@@ -131,9 +132,7 @@ class Driver:
     def discard(self) -> None:
         """Forget the engine's state (a write failed, so it is not what Redis holds): the
         next load reads everything back, and fails no run for being missing from Redis."""
-        self.engine = Engine(
-            self.keys, contract_of=self.engine.contract_of, online=self.engine.online
-        )
+        self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
         self.engine.early_warning = self.early_warning
         self._timers.clear()
 
@@ -253,7 +252,9 @@ class Driver:
         if dry:
             # The walk is pure (an engine of its own on an immutable plan): a thread keeps a
             # 10,000-cue walk from holding the event loop, and so the lease, for its length.
-            run, out = await asyncio.to_thread(dry_run, plan, run_id, params, self.keys)
+            run, out = await asyncio.to_thread(
+                dry_run, plan, run_id, params, self.keys, self.online()
+            )
             out.raw.extend(write)
             async with self._commit_lock, self._lock:
                 # the commit reads the run from the engine: there with its plan, then gone
@@ -270,6 +271,10 @@ class Driver:
             return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
 
         return await self.step(start)
+
+    async def agents_changed(self, agents: Mapping[str, Candidate]) -> None:
+        """The online agents changed: cues waiting for a matching agent may fire now."""
+        await self.step(partial(_agents_online, agents=agents))
 
     async def run_backlog(self, stop: asyncio.Event) -> None:
         """Evaluate the cues of starting runs, a chunk per step, between other steps."""
@@ -297,6 +302,10 @@ class Driver:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
+
+
+def _agents_online(engine: Engine, agents: Mapping[str, Candidate]) -> None:
+    engine.agents_online(agents)
 
 
 def _fire_timers(engine: Engine, due: list[Timer]) -> None:

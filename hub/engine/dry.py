@@ -6,6 +6,7 @@ given by an operator, and each such assumption is recorded as a wait.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from hub.engine import inputs
@@ -18,14 +19,26 @@ from protocols.codec import Envelope, make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.states import CueState
+from protocols.targeting import Candidate
 
 _STAND_IN_REPLIES = {T.COORD_WARNING, T.COORD_STANDBY, T.COORD_GO, T.TASK_ASSIGN}
 MAX_STEPS = 1_000_000
 
 
-def dry_run(plan: Plan, run_id: str, params: dict[str, Any], keys: Keys) -> tuple[RunState, Outbox]:
-    """Walk `plan` to its end in memory; returns the run (status `dry`) and what to persist."""
+def dry_run(
+    plan: Plan, run_id: str, params: dict[str, Any], keys: Keys,
+    agents: Mapping[str, Candidate] | None = None,
+) -> tuple[RunState, Outbox]:  # fmt: skip
+    """Walk `plan` to its end in memory; returns the run (status `dry`) and what to persist.
+    A cue's `target` resolves among `agents` (the online ones) and the cuelist's inline
+    contracts; one nothing matches gets stand-ins (`stand-in-1`, ...), noted as a wait."""
     engine = Engine(keys)
+    engine.stand_ins = True
+    inline = {
+        name: Candidate.of(name, contract.model_dump(mode="json"))
+        for name, contract in (plan.cuelist.specialists or {}).items()
+    }
+    engine.directory = {**inline, **(agents or {})}
     run = engine.start_run(plan, run_id, params, dry=True)
     collected = Outbox()
     for _ in range(MAX_STEPS):
@@ -65,7 +78,7 @@ def _stand_in(plan: Plan, msg: Envelope, agent: str) -> list[Envelope]:
         return [make(T.ACK_STANDBY, p.AckStandby(attempt=attempt), **base)]
     cue = plan.cues[msg.cue_id]
     out = []
-    if cue.handoff and agent == cue.target_agents[0]:
+    if cue.handoff and msg.target_agents and agent == msg.target_agents[0]:
         receiver = plan.contract(cue.handoff.to)
         provided = {k: "(dry run)" for k in (receiver.requires if receiver else ())}
         body = p.TaskHandoff(

@@ -74,15 +74,28 @@ def _violation(engine: Engine, msg: Envelope, kind: str, detail: str,
 
 
 def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
-    """Whether some cue of the run targets `agent` (or was reassigned to it)."""
-    if agent in engine.plans[run.run_id].agents:
+    """Whether some cue of the run targets `agent` (by name, resolved by capability, or
+    reassigned to it by a debugger), or is its debugger."""
+    plan = engine.plans[run.run_id]
+    if agent in plan.agents:
+        return True
+    if any(_resolved(run, cue_id, agent) for cue_id in plan.by_target):
         return True
     return any(cr.assigned and agent in cr.assigned for cr in run.cues.values())
 
 
 def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
-    """Whether `agent` may answer for the cue: a target it calls now, or its debugger."""
-    if agent in engine.targets_of(run, cue_id) or agent in run.cues[cue_id].targets:
+    """Whether `agent` may answer for the cue: a target of it (named in `target_agents`,
+    one its `target` resolved to, this attempt or an earlier one: a reply for an earlier
+    attempt is late, not a violation; or whom a debugger reassigned it to), or its
+    debugger."""
+    cue, cr = engine.plans[run.run_id].cues[cue_id], run.cues[cue_id]
+    if cr.assigned and agent in cr.assigned:
+        return True
+    if cue.target is not None:
+        if _resolved(run, cue_id, agent):
+            return True
+    elif agent in cue.fixed_agents or agent in cr.targets:
         return True
     return _debugger_of(engine, run, cue_id) == agent
 
@@ -98,6 +111,11 @@ def is_debugger(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
 def _debugger_of(engine: Engine, run: RunState, cue_id: str) -> str | None:
     repeated = engine.plans[run.run_id].cues[cue_id].on_repeated_failure
     return repeated.debugger if repeated is not None else None
+
+
+def _resolved(run: RunState, cue_id: str, agent: str) -> bool:
+    cr = run.cues[cue_id]
+    return agent in cr.resolved or agent in cr.past_targets
 
 
 def scope(engine: Engine, msg: Envelope, cue_id: str | None, *, cue_required: bool = True

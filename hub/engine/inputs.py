@@ -68,6 +68,8 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     expected_cue, new_target = _EXPECTS[msg.message_type]
     attempt = getattr(msg.payload, "attempt", cr.attempt)
     agent = msg.from_agent
+    if agent not in cr.resolved and engine.plans[run.run_id].cues[cue_id].target is not None:
+        attempt = -1  # a target of an earlier attempt only (guard.is_target): late
     if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done:
         mt = msg.message_type.value
         engine.late_reply(run, f"{mt} from {agent} for {cue_id} attempt {attempt} "

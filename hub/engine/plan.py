@@ -20,7 +20,9 @@ class Plan:
     followed_by: dict[str, str] = field(default_factory=dict)  # cue -> its auto_follow
     entries: frozenset[str] = frozenset()  # cues a run start fires
     order: list[str] = field(default_factory=list)  # declaration order
-    agents: frozenset[str] = frozenset()  # every agent some cue targets, and debuggers
+    agents: frozenset[str] = frozenset()  # every agent some cue's target_agents names
+    debuggers: frozenset[str] = frozenset()  # agents some cue's on_repeated_failure names
+    by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -37,9 +39,12 @@ class Plan:
                 plan.followed_by[cue.id] = cue.auto_follow
                 _edge(plan, cue.id, cue.auto_follow)
         plan.entries = frozenset(cuelist.start if cuelist.start else plan.order[:1])
-        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.target_agents) | {
+        plan.agents = frozenset(a for cue in cuelist.cues for a in cue.fixed_agents)
+        plan.debuggers = frozenset(
             cue.on_repeated_failure.debugger for cue in cuelist.cues if cue.on_repeated_failure
-        }
+        )
+        plan.agents |= plan.debuggers
+        plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
         return plan
 
     @property

@@ -56,6 +56,13 @@ class CueRun(BaseModel):
     action_update: dict[str, Any] = Field(default_factory=dict)  # what a `retry` changed
     decisions: list[dict[str, Any]] = Field(default_factory=list)  # one per consultation
     usage: Usage | None = None  # what its targets reported spending, over every attempt
+    # a cue with a `target:` (by capability): its spec, the agents it resolved to for the
+    # current attempt, those of earlier attempts, and the trigger to fire with once enough
+    # matching agents are online (set while it waits for them)
+    target: dict[str, Any] | None = None
+    resolved: list[str] = Field(default_factory=list)
+    past_targets: list[str] = Field(default_factory=list)
+    awaiting: FiredBy | None = None
 
     def keep_result(self, agent: str, value: Any) -> None:
         """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from callboard.embedded import EmbeddedServer
-from callboard.up import agents_of, debuggers_of
+from callboard.up import agents_of, contracts_of, debuggers_of, echo_argv
 from tests.e2e.procs import ROOT, child_env, processes, sse_events, wait_online
 from tests.helpers import eventually_sync
 
@@ -29,11 +29,16 @@ DONE = ("success", "partial", "failed", "cancelled")
 def api(
     redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
-    agents, debuggers = agents_of(EXAMPLES), debuggers_of(EXAMPLES)
-    with processes(child_env(redis_server), tmp_path_factory.mktemp("examples")) as procs:
+    agents, contracts = agents_of(EXAMPLES), contracts_of(EXAMPLES)
+    debuggers = debuggers_of(EXAMPLES)
+    folder = tmp_path_factory.mktemp("examples")
+    with processes(child_env(redis_server), folder) as procs:
         url = procs.hub()
-        for agent in agents:
-            procs.specialist("debugger" if agent in debuggers else "echo", agent)
+        for agent in agents:  # with its inline contract, as `callboard up` starts it
+            if agent in debuggers:
+                procs.specialist("debugger", agent)
+            else:
+                procs.spawn(f"echo-{agent}", echo_argv(agent, contracts))
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, agents)
             yield client

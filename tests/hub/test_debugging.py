@@ -8,6 +8,7 @@ from typing import Any
 from protocols.debugging import DEBUG_KEY, FailureHistory, diagnosis_key
 from protocols.messages import MessageType as T
 from protocols.states import CueState, RunStatus
+from protocols.targeting import Candidate
 from tests.hub.sim import Sim, plan_of
 
 LIST = """
@@ -26,9 +27,14 @@ cues:
 """
 
 
+def _online(sim: Sim, agents: list[str]) -> None:
+    """The registry says these agents are online (contracts from the cuelist's)."""
+    sim.engine.directory = {a: Candidate(a) for a in agents}
+
+
 def _sim() -> Sim:
     sim = Sim(plan_of(LIST))
-    sim.engine.online = lambda: ["a", "b", "c", "doc"]
+    _online(sim, ["a", "b", "c", "doc"])
     sim.start()
     return sim
 
@@ -143,7 +149,7 @@ def test_only_the_debugger_may_diagnose_and_only_while_asked() -> None:
 
 def test_the_debugger_is_asked_at_most_max_consults_times() -> None:
     sim = Sim(plan_of(LIST.replace("timeout_s: 60}", "timeout_s: 60, max_consults: 1}")))
-    sim.engine.online = lambda: ["a", "b"]
+    _online(sim, ["a", "b"])
     sim.start()
     _fail_twice(sim)
     _diagnose(sim, 2, decision="retry", diagnosis="again")
@@ -159,7 +165,7 @@ def test_a_restarted_engine_still_waits_for_the_diagnosis_and_applies_it() -> No
     sim = _sim()
     _fail_twice(sim)
     sim.restart()  # the hub died while the debugger thought
-    sim.engine.online = lambda: ["a", "b"]
+    _online(sim, ["a", "b"])
     assert sim.cue("BUILD").debugger == "doc"
     assert any(t.kind == "debug" for t in sim.timers)
     _diagnose(sim, 2, decision="reassign", diagnosis="move", to="b")

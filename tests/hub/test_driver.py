@@ -173,3 +173,29 @@ async def test_a_phase_is_one_message_with_a_copy_in_each_targets_inbox(
     assert copies[0] == copies[1] == copies[2]  # built and encoded once
     warning = json.loads(copies[0])
     assert (warning["message_type"], warning["target_agents"]) == ("coord.warning", ["a", "b", "c"])
+
+
+async def test_a_cue_waiting_for_an_agent_fires_when_one_comes_online_or_a_term_starts(
+    real_redis: Any, keys: Keys
+) -> None:
+    from protocols.targeting import Candidate
+
+    cuelist = {"cuelist": "cap", "cues": [{"id": "R", "target": {"provides": ["review"]}}]}
+    driver = await _leading(real_redis, keys, cuelist)
+    await driver.start_run("cap", None, "r1", {}, False)
+    (run,) = await driver.store.runs(["r1"])
+    assert run.cues["R"].state.value == "waiting"
+    assert (run.cues["R"].reason or "").startswith("no online agent matches target")
+    reviewer = Candidate("rev-1", provides=("review",))
+    await driver.agents_changed({"rev-1": reviewer})  # the router's input
+    assert await real_redis.xlen(keys.inbox("rev-1")) == 1  # its WARNING, committed
+    await driver.start_run("cap", None, "r2", {}, False)  # now rev-1 is online
+    assert await real_redis.xlen(keys.inbox("rev-1")) == 2
+    # a new term: the registry's online agents are read when the engine loads
+    driver.online = dict  # nobody online when the next term starts
+    await driver.load()
+    await driver.start_run("cap", None, "r3", {}, False)
+    assert (await driver.store.runs(["r3"]))[0].cues["R"].state.value == "waiting"
+    driver.online = lambda: {"rev-1": reviewer}
+    await driver.load()
+    assert (await driver.store.runs(["r3"]))[0].cues["R"].state.value == "warning"

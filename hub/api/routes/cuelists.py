@@ -48,8 +48,17 @@ def _refuse(code: str, message: str) -> CuelistError:
     )
 
 
-async def _report(request: Request, strict: bool) -> Any:
-    """Parse the body by its content type and run every check on it."""
+async def _report(request: Request, strict: bool, hub: Hub | None = None) -> Any:
+    """Parse the body by its content type and run every check on it; with the hub, also
+    warn of cues whose `target` no online agent matches now."""
+    report = await _checked(request, strict)
+    if hub is not None:
+        online = list((await hub.registry.online_stored()).values())
+        report = validation.with_target_warnings(report, online, strict)
+    return report
+
+
+async def _checked(request: Request, strict: bool) -> Any:
 
     media = request.headers.get("content-type", "application/yaml").split(";")[0].strip().lower()
     body = await request.body()
@@ -84,7 +93,7 @@ def _issues(items: Any) -> list[dict[str, Any]]:
 )
 async def submit_cuelist(request: Request, hub: HubDep, strict: Strict = False) -> CuelistStored:
     """Validate and store a cuelist; its version is the SHA-256 of its canonical form."""
-    report = await _report(request, strict)
+    report = await _report(request, strict, hub)
     if not report.valid:
         raise CuelistError(list(report.errors))
     cuelist = report.cuelist
@@ -108,10 +117,12 @@ async def submit_cuelist(request: Request, hub: HubDep, strict: Strict = False) 
     responses={422: {"model": CuelistErrorPublic}},
     openapi_extra=_BODY,
 )
-async def validate_cuelist(request: Request, strict: Strict = False) -> ValidationPublic:
+async def validate_cuelist(
+    request: Request, hub: HubDep, strict: Strict = False
+) -> ValidationPublic:
     """The same checks as submitting; stores nothing."""
     try:
-        report = await _report(request, strict)
+        report = await _report(request, strict, hub)
     except CuelistError as exc:
         return ValidationPublic.model_validate(
             {"valid": False, "errors": _issues(exc.issues), "warnings": []}

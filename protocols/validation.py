@@ -142,7 +142,7 @@ def _checked(doc: Document, strict: bool) -> Report:
     later = list(graph_issues)
     if model is not None and graph is not None:
         later += _handoff_issues(model) + _operator_warnings(model, graph)
-        later += find_conflicts(model, graph)
+        later += find_conflicts(model, graph) + _debugger_warnings(model)
     positions: dict[str, int] = {}
     for i, raw in enumerate(cues):
         positions.setdefault(_raw_id(raw) or "", i)
@@ -283,6 +283,30 @@ def _operator_warnings(cuelist: Cuelist, graph: CueGraph) -> list[Issue]:
                 issues.append(
                     warning("condition_never_raised", message, cue=cue.id, key="conditions")
                 )
+    return issues
+
+
+def _debugger_warnings(cuelist: Cuelist) -> list[Issue]:
+    """`on_repeated_failure` that cannot do what it says: a debugger that is the cue's own
+    target, or `retries` that never apply."""
+    issues = []
+    for cue in cuelist.cues:
+        repeated = cue.on_repeated_failure
+        if repeated is None:
+            continue
+        key = "on_repeated_failure"
+        if repeated.debugger in cue.fixed_agents:
+            message = (
+                f"{repeated.debugger} is a target of {cue.id} and its debugger: a failing "
+                "agent diagnoses itself"
+            )
+            issues.append(warning("debugger_is_target", message, cue=cue.id, key=key))
+        if cue.retries:
+            message = (
+                f"{cue.id} has on_repeated_failure, so `retries: {cue.retries}` does not "
+                f"apply: it is tried {repeated.after} times, then the debugger decides"
+            )
+            issues.append(warning("retries_unused", message, cue=cue.id, key="retries"))
     return issues
 
 

@@ -266,3 +266,26 @@ def test_data_that_json_cannot_carry_is_refused() -> None:
     data = {"cuelist": "x", "cues": [{"id": "A", "target_agents": ["a"], "action": {"v": 1e999}}]}
     assert [i.code for i in validate_data(data).errors] == ["bad_value"]
     assert [i.code for i in validate_text("cuelist: x\na: .inf\n").errors] == ["bad_value"]
+
+
+def test_on_repeated_failure_is_checked_and_its_pitfalls_warned() -> None:
+    text = """cuelist: dbg
+cues:
+  - id: A
+    target_agents: [a]
+    retries: 2
+    on_repeated_failure: {debugger: a}
+  - id: B
+    target_agents: [b]
+    on_repeated_failure: {after: 0, debugger: d}
+"""
+    (bad,) = validate_text(text, "dbg.yaml").errors
+    assert bad.cue == "B" and bad.key == "on_repeated_failure.after" and bad.line == 9
+    fine = validate_text(text.replace("after: 0", "after: 2"), "dbg.yaml")
+    codes = {(i.code, i.cue, i.key, i.line) for i in fine.warnings}
+    assert ("retries_unused", "A", "retries", 5) in codes
+    assert ("debugger_is_target", "A", "on_repeated_failure", 6) in codes
+    assert fine.valid and fine.cuelist is not None
+    assert fine.cuelist.cue("B").on_repeated_failure is not None
+    plain = validate_text("cuelist: p\ncues:\n  - {id: A, target_agents: [a]}\n")
+    assert not plain.warnings  # a cue without it is as before (and so is its version)

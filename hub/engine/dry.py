@@ -54,6 +54,9 @@ def dry_run(
             for reply in replies:
                 inputs.handle(engine, reply)
             continue
+        if engine.backlog:  # cues a completion released past one step's CHUNK
+            engine.work_backlog()
+            continue
         if run.status.done or not _assume_operator(engine, plan, run):
             break
     collected.messages.clear()  # a dry run sends nothing

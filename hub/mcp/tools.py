@@ -126,14 +126,14 @@ def build(hub: Hub) -> MCPServer:
         """Walk the cuelist with stand-in agents (nothing is sent to real ones): the order
         cues would fire in, the waits and conflicts met, as a run of status `dry`."""
         created = await _start(cuelist, version, None, True, None)
-        return await run_routes.get_run(await load_run(hub, created.run_id))
+        return await run_routes.run_view(await load_run(hub, created.run_id))
 
     @tool(READ)
     @refusals
     async def get_run(run_id: RunId) -> RunPublic:
         """A run: its status, and every cue's state, `reason` (what it waits for), attempt,
         targets, times and error; the run record."""
-        return await run_routes.get_run(await load_run(hub, run_id))
+        return await run_routes.run_view(await load_run(hub, run_id))
 
     @tool(READ)
     @refusals

@@ -3,6 +3,7 @@ escalations, the resource book and the pause flag (for the driver and the API)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from protocols.keys import Keys
 from protocols.transport import Storage
 
 EVENT_FIELD = b"e"  # the one field of a run event entry
+BIG_RUN_FIELDS = 256  # a run with more hash fields (about one per cue) is parsed off the loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,13 @@ class StateStore:
 
     # -- runs -----------------------------------------------------------------------------
     async def run(self, run_id: str) -> RunState | None:
-        return read_run(await self.db.hgetall(self.keys.run(run_id)))
+        """The run as Redis holds it. A big one (thousands of cues: hundreds of ms to parse)
+        is parsed in a worker thread, so the event loop the engine and the lease share
+        keeps its time while an API client reads it."""
+        fields = await self.db.hgetall(self.keys.run(run_id))
+        if len(fields) > BIG_RUN_FIELDS:
+            return await asyncio.to_thread(read_run, fields)
+        return read_run(fields)
 
     async def runs(self, run_ids: list[str]) -> list[RunState]:
         """The runs that exist of these, in one round trip."""

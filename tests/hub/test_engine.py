@@ -560,3 +560,12 @@ def test_results_are_kept_per_target_bounded_and_shown_with_the_completion() -> 
     done = [e for e in sim.events_of("cue") if e["state"] == "completed"]
     assert done[-1]["result"] == result  # in the cue's completion event
     assert cue_public(sim.cue("A")).result == result  # and in GET /v1/runs/{id}
+
+
+def test_a_dry_run_walks_the_cues_a_completion_left_queued() -> None:
+    from hub.engine.dry import dry_run
+    from tests.hub.sim import KEYS
+
+    run, _ = dry_run(plan_of(_fan(CHUNK + 5)), "d1", {}, KEYS)
+    assert run.status is RunStatus.DRY
+    assert run.counts() == {"completed": CHUNK + 6}

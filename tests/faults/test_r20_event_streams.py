@@ -98,8 +98,8 @@ class Crowd(threading.Thread):
             # and streams' at stop) are collected here, not later in another test's time.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ResourceWarning)
+                self.loop.close()  # its self-pipe sockets with it
                 gc.collect()
-            self.loop.close()  # its self-pipe sockets with it
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.done.set)

@@ -42,6 +42,31 @@ class Settings(BaseSettings):
     # how long a specialist's done-markers live (None: its class's `done_ttl_s`, 7 days);
     # keep it at least the hub's run retention, or a late redelivery could run twice
     done_ttl_s: int | None = Field(default=None, ge=1)
+    # Distributed traces (README, "Traces"): CALLBOARD_TRACING=1 turns them on (0: off,
+    # whatever else is set); unset, they are on when the standard OTEL_TRACES_EXPORTER names
+    # an exporter (not `none`) or an OTLP endpoint is set. Off, no span is made and no
+    # message carries a traceparent.
+    tracing: bool | None = None
+    otel_traces_exporter: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_TRACES_EXPORTER")
+    )
+    otel_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
+    otel_service_name: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_SERVICE_NAME")
+    )
+
+    @property
+    def tracing_on(self) -> bool:
+        if self.tracing is not None:
+            return self.tracing
+        if self.otel_traces_exporter:
+            return self.otel_traces_exporter.strip().lower() != "none"
+        return bool(self.otel_endpoint)
 
     @property
     def keys(self) -> Keys:

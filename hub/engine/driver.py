@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hub.engine import inputs
 from hub.engine.core import Engine
@@ -28,6 +28,9 @@ from hub.store.state import StateStore
 from protocols.contracts import Contract
 from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
+
+if TYPE_CHECKING:  # imported only when tracing is on (hub.service)
+    from hub.tracing import HubTracer
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
@@ -46,8 +49,10 @@ class Driver:
         contract_of: Callable[[str], Contract | None] = lambda agent: None,
         on_commit: Callable[[Outbox], None] | None = None,
         early_warning: bool = True,
+        tracer: HubTracer | None = None,
     ) -> None:
         self.store = store
+        self.tracer = tracer  # spans around each commit (hub.tracing); None: tracing off
         self.cuelists = cuelists
         self.keys = keys
         self.lease_value = lease_value
@@ -80,6 +85,8 @@ class Driver:
             self._linger_failed, self._quiet_since = None, None
             self.failed = None
             self.broken.clear()
+            if self.tracer is not None:
+                self.tracer.reset()
             previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
@@ -215,14 +222,23 @@ class Driver:
         lease = self.lease_value()
         if lease is None:
             raise StaleLeader("not the leader")
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.stamp(out, self.engine)  # producer spans; traceparent on each message
         try:
             await self.store.commit(out, self.engine, lease)
-        except StaleLeader:
+        except StaleLeader as exc:
+            if tracer is not None:
+                tracer.failed(exc)
             raise
         except Exception as exc:
             self.failed = exc
             self.broken.set()
+            if tracer is not None:
+                tracer.failed(exc)
             raise
+        if tracer is not None:
+            tracer.committed(out, self.engine)
         for timer in out.timers:
             heapq.heappush(self._timers, timer)
         if out.timers:

@@ -1,0 +1,212 @@
+"""Traces in one process: the hub's run, cue, send and process spans and each specialist's
+`invoke_agent` span form one trace, parented by id; with tracing off nothing is traced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from hub.service import Hub, HubSettings
+from protocols import payloads as p
+from protocols.canonical import canonical_json
+from protocols.codec import decode, encode
+from protocols.keys import STREAM_FIELD
+from protocols.messages import MessageType as T
+from protocols.settings import Settings
+from protocols.tracecontext import run_span_id, run_trace_id
+from protocols.validation import load_cuelist
+from specialists.builtin.echo import Echo
+from specialists.tracing import SpecialistTracer
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = ("specialist-code", "specialist-test", "specialist-deploy")
+
+
+class _Nowhere(SpanExporter):
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+@pytest.fixture
+async def running(
+    settings: Settings, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Hub, InMemorySpanExporter, InMemorySpanExporter]]:
+    traced = getattr(request, "param", True)
+    hub_spans, agent_spans = InMemorySpanExporter(), InMemorySpanExporter()
+    hub = Hub(
+        HubSettings(**settings.model_dump(), lease_ms=2000),
+        span_exporter=hub_spans if traced else None,
+    )
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(hub.run(stop))]
+    await asyncio.wait_for(hub.leading.wait(), 10)
+    echoes = []
+    for agent in AGENTS:
+        echo = Echo(agent, settings=settings)
+        if traced:
+            # exported as each span ends (the batch processor waits up to 5 s)
+            echo.tracer = SpecialistTracer.from_settings(settings, agent, "r1", _Nowhere())
+            echo.tracer.provider.add_span_processor(SimpleSpanProcessor(agent_spans))
+        echoes.append(echo)
+        tasks.append(asyncio.create_task(echo.run()))
+    try:
+        yield hub, hub_spans, agent_spans
+    finally:
+        for echo in echoes:
+            echo.stop()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)
+        await hub.close()
+
+
+async def _run(hub: Hub, text: str, run_id: str) -> dict[str, Any]:
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run(parsed.cuelist, version, run_id, {}, False)
+
+    async def done() -> Any:
+        run = await hub.store.run(run_id)
+        return run if run is not None and run.status.done else None
+
+    run = await eventually(done, 20)
+    return {"status": run.status.value}
+
+
+def _by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, agent_spans = running
+    text = (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+    assert (await _run(hub, text, "run-traced"))["status"] == "success"
+    assert hub.tracer is not None
+    hub.tracer.provider.force_flush()
+
+    def run_span() -> list[ReadableSpan]:
+        return _by_name(list(hub_spans.get_finished_spans()), "run handoff-chain")
+
+    (run,) = await eventually(run_span, 10)
+    trace_id = run_trace_id("run-traced")
+    assert run.context.trace_id == trace_id and run.context.span_id == run_span_id("run-traced")
+    assert run.parent is None
+    mine = [s for s in hub_spans.get_finished_spans() if s.context.trace_id == trace_id]
+    cues = {s.attributes["callboard.cue.id"]: s for s in mine if s.name.startswith("cue ")}
+    assert sorted(cues) == ["CODE-100", "DEPLOY-300", "TEST-200"]
+    for cue in cues.values():
+        assert cue.parent is not None and cue.parent.span_id == run.context.span_id
+        names = [e.name for e in cue.events]
+        assert names[:3] == ["warning", "standby", "go"] and names[-1] == "completed", names
+    assert [e.name for e in cues["CODE-100"].events].count("handoff") == 1
+
+    # each GO: a producer span under its cue, whose context the specialist continued
+    def invoked() -> dict[str, ReadableSpan]:
+        found = {
+            str(s.attributes["gen_ai.agent.name"]): s
+            for s in agent_spans.get_finished_spans()
+            if s.name.startswith("invoke_agent ")
+        }
+        return found if len(found) == len(AGENTS) else {}
+
+    invokes = await eventually(invoked, 10)
+    assert sorted(invokes) == sorted(AGENTS)
+    gos = {s.attributes["callboard.cue.id"]: s for s in _by_name(mine, "send coord.go")}
+    assert sorted(gos) == sorted(cues)
+    for cue_id, agent in zip(("CODE-100", "TEST-200", "DEPLOY-300"), AGENTS, strict=True):
+        go, invoke = gos[cue_id], invokes[agent]
+        assert go.parent is not None and go.parent.span_id == cues[cue_id].context.span_id
+        assert invoke.context.trace_id == trace_id
+        assert invoke.parent is not None and invoke.parent.span_id == go.context.span_id
+        assert invoke.attributes["gen_ai.operation.name"] == "invoke_agent"
+        # its completion: processed by the hub under the cue, linked to the specialist's span
+        (done,) = [
+            s for s in _by_name(mine, "process status.completed")
+            if s.attributes["callboard.cue.id"] == cue_id
+        ]  # fmt: skip
+        assert done.parent is not None and done.parent.span_id == cues[cue_id].context.span_id
+        assert [link.context.span_id for link in done.links] == [invoke.context.span_id]
+    assert go.attributes["messaging.system"] == "redis"
+
+
+@pytest.mark.parametrize("running", [False], indirect=True)
+async def test_tracing_off_writes_no_traceparent_and_makes_no_span(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, agent_spans = running
+    assert hub.tracer is None and hub.driver.tracer is None
+    text = (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+    assert (await _run(hub, text, "run-dark"))["status"] == "success"
+    streams = [hub.keys.inbox(a) for a in AGENTS] + [hub.keys.out(a) for a in AGENTS]
+    raw = []
+    for stream in streams:
+        for _, fields in await hub.transport._client.xrange(stream):
+            raw.append(fields[STREAM_FIELD.encode()])
+    assert len(raw) > 20
+    assert not [r for r in raw if b"traceparent" in r]
+    assert all(decode(r).traceparent is None for r in raw)
+    assert hub_spans.get_finished_spans() == () and agent_spans.get_finished_spans() == ()
+
+
+async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """A specialist played by the test answers every phase with a broken traceparent: the
+    messages are routed as usual (no dead letter), the run succeeds, nothing is linked."""
+    hub, hub_spans, _ = running
+    text = "cuelist: mallory\ncues:\n  - {id: ONLY, target_agents: [mallory]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run("mallory", version, "run-bad-trace", {}, False)
+    bad = iter(["garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x" * 5000])
+    answers = {
+        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
+        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
+    }
+    answered: set[str] = set()
+
+    async def answer() -> bool:
+        for _, fields in await hub.transport._client.xrange(hub.keys.inbox("mallory")):
+            msg = decode(fields[STREAM_FIELD.encode()])
+            assert msg.traceparent is not None  # tracing is on: the hub sent its context
+            if msg.message_id in answered or msg.message_type not in answers:
+                continue
+            answered.add(msg.message_id)
+            mt, payload = answers[msg.message_type]
+            body = json.loads(encode(msg.reply(mt, payload)))
+            body["traceparent"] = next(bad)
+            await hub.transport._client.xadd(
+                hub.keys.out("mallory"), {STREAM_FIELD: json.dumps(body)}
+            )
+        run = await hub.store.run("run-bad-trace")
+        return run is not None and run.status.done
+
+    await eventually(answer, 20)
+    run = await hub.store.run("run-bad-trace")
+    assert run is not None and run.status.value == "success"
+    assert await hub.transport._client.xlen(hub.keys.dead) == 0
+    assert hub.tracer is not None
+    hub.tracer.provider.force_flush()
+    processed = [s for s in hub_spans.get_finished_spans() if s.name.startswith("process ")]
+    assert len(processed) == 3 and all(not s.links for s in processed)
+    assert {s.context.trace_id for s in processed} == {run_trace_id("run-bad-trace")}

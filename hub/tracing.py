@@ -125,7 +125,7 @@ class HubTracer:
 
     def _produce(self, msg: Envelope, streams: list[str], engine: EngineBase) -> Envelope:
         run_id = msg.run_id
-        if run_id is None or msg.traceparent is not None:
+        if run_id is None:
             return msg
         attrs: dict[str, Any] = {
             "messaging.system": MESSAGING_SYSTEM,
@@ -145,7 +145,7 @@ class HubTracer:
             attrs[CUE_ID] = msg.cue_id
         span = self.tracer.start_span(
             f"send {msg.message_type.value}", context=parent, kind=SpanKind.PRODUCER,
-            attributes=attrs,
+            attributes=attrs, links=_links(msg),
         )  # fmt: skip
         self._sending.append(span)
         ctx = span.get_span_context()
@@ -181,11 +181,6 @@ class HubTracer:
                 parent = _context(run_trace_id(run_id), cue_span_id(run_id, msg.cue_id, attempt))
             else:
                 parent = _context(run_trace_id(run_id), run_span_id(run_id))
-            links = []
-            if msg.traceparent is not None:  # the codec dropped a malformed one
-                trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-                flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-                links.append(Link(SpanContext(trace_id, span_id, True, flags)))
             attrs = {
                 "messaging.system": MESSAGING_SYSTEM,
                 "messaging.operation.type": "process",
@@ -200,7 +195,7 @@ class HubTracer:
                 attrs[CUE_ID] = msg.cue_id
             span = self.tracer.start_span(
                 f"process {msg.message_type.value}", context=parent,
-                kind=SpanKind.CONSUMER, attributes=attrs, links=links,
+                kind=SpanKind.CONSUMER, attributes=attrs, links=_links(msg),
             )  # fmt: skip
             spans.append(span)
         return spans
@@ -325,6 +320,16 @@ class HubTracer:
         if run.status is not RunStatus.SUCCESS:
             span.set_status(Status(StatusCode.ERROR, run.status.value))
         span.end(_ns(max(end, start)))
+
+
+def _links(msg: Envelope) -> list[Link]:
+    """A link to the context the message came with (a specialist's span), if any: a link,
+    not a parent, since a specialist is not trusted to place the hub's spans."""
+    if msg.traceparent is None:  # absent, or malformed and dropped by the codec
+        return []
+    trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    return [Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))]
 
 
 def _cue_attributes(run: RunState, cue_id: str, cr: CueRun, attempt: int) -> dict[str, Any]:

@@ -1,38 +1,48 @@
-"""The hub's traces: a span per run and per cue attempt, one per message sent and routed.
+"""The hub's traces: a span per run and per cue attempt, a PRODUCER span per write it sends.
 
 An observer of the driver's commits; the engine knows nothing of it. Before a step's write
-(`stamp`) each message of a run gets a PRODUCER span (OpenTelemetry messaging conventions,
-`messaging.system=redis`) and its context as the envelope's `traceparent`; after it
-(`committed`) the step's events open, annotate and end the cue spans, and a finished run
-gets its span. What the router hands the engine gets a CONSUMER `process` span (`received`).
+(`stamp`) each message of a run gets its cue span's context as its `traceparent`, and the
+step's messages of each run one PRODUCER `send` span (OpenTelemetry messaging conventions,
+`messaging.system=redis`: a batch send, linked to the cue spans it carries messages of).
+After the write (`committed`) the step's events open, annotate and end the cue spans, and a
+finished run gets its span. What the router hands the engine (`received`) links its cue
+span to the sender's context: a specialist's `invoke_agent` span.
 
-A run lives across many steps and, maybe, hubs: its trace id and the ids of its run and cue
-spans derive from the run id (protocols.tracecontext), so a message can name its cue's span
-before that span ends, and a hub that resumes a run after a restart or a change of leader
-re-opens the span of a cue in flight under the same id, from the times in the cue's state.
-The run span is made when the run ends, from the run's own start time.
+A run lives across many steps and, maybe, hubs: its trace id and the ids of its run and
+cue spans derive from the run id (protocols.tracecontext), so a message names its cue's
+span before that span ends, and a hub that resumes a run after a restart or a change of
+leader re-opens the span of a cue in flight under the same id, with the phases it missed
+taken from the cue's state. Spans are records here, emitted once they end
+(protocols.telemetry); the run's span is emitted when the run ends, from its start time.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from hub.engine.outbox import Outbox
-from hub.engine.state import CueRun, RunState
+from hub.engine.state import RunState
 from protocols.codec import Envelope
-from protocols.keys import HUB_GROUP, Keys
 from protocols.settings import Settings
 from protocols.states import CueState, RunStatus
-from protocols.telemetry import AGENT, ATTEMPT, CUE_ID, MESSAGING_SYSTEM, RUN_ID, tracer_provider
+from protocols.telemetry import (
+    ATTEMPT,
+    CUE_ID,
+    MESSAGING_SYSTEM,
+    RUN_ID,
+    SAMPLED,
+    Event,
+    Link,
+    SpanKind,
+    Spans,
+    new_span_id,
+)
 from protocols.tracecontext import (
     cue_span_id,
     format_traceparent,
@@ -44,50 +54,50 @@ from protocols.tracecontext import (
 if TYPE_CHECKING:
     from hub.engine.base import EngineBase
 
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 # Phases that are span events of a cue attempt, with the CueRun time each one started at
 # (a re-opened span gets the ones that passed before this hub saw them).
 _PHASES = (("warning", "warned_at"), ("standby", "standby_at"), ("go", "go_at"))
 _ENDS = frozenset({CueState.COMPLETED, CueState.FAILED, CueState.CANCELLED, CueState.BLOCKED})
+_CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
+_TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
+_PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
+_RESUMED = {"callboard.resumed": True}
 
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-class PinnedIds(IdGenerator):
-    """Random ids, except the next one asked for when pinned: the run and cue spans, whose
-    ids derive from the run id (one thread: the hub's event loop makes every span)."""
+@dataclass
+class _Cue:
+    """The span of one cue attempt, open: emitted when the attempt ends."""
 
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-        self.trace_id: int | None = None
-        self.span_id: int | None = None
-
-    def generate_span_id(self) -> int:
-        pinned, self.span_id = self.span_id, None
-        return pinned if pinned is not None else self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        pinned, self.trace_id = self.trace_id, None
-        return pinned if pinned is not None else self._random.generate_trace_id()
+    attempt: int
+    span_id: int
+    start_ns: int
+    attributes: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    error: str | None = None
 
 
-def _context(trace_id: int, span_id: int) -> Context:
-    parent = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
-    return trace.set_span_in_context(NonRecordingSpan(parent))
+@dataclass
+class _Batch:
+    """What one step sends for one run: one `send` span."""
+
+    count: int = 0
+    streams: set[str] = field(default_factory=set)
+    cues: set[int] = field(default_factory=set)  # span ids of the cues linked
+    links: list[Link] = field(default_factory=list)
 
 
 class HubTracer:
     """The hub's spans (see the module doc). One per hub process, made only when tracing is on."""
 
-    def __init__(self, provider: TracerProvider, ids: PinnedIds, keys: Keys) -> None:
-        self.provider = provider
-        self.ids = ids
-        self.keys = keys
-        self.tracer = provider.get_tracer("callboard.hub")
-        self._cues: dict[tuple[str, str], tuple[int, Span]] = {}  # (run, cue) -> attempt, span
-        self._sending: list[Span] = []
+    def __init__(self, spans: Spans) -> None:
+        self.spans = spans
+        self._cues: dict[tuple[str, str], _Cue] = {}  # (run id, cue id) -> its open span
+        self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
 
     @classmethod
     def from_settings(
@@ -96,9 +106,7 @@ class HubTracer:
         """The hub's tracer when tracing is on (or an exporter is given), else None."""
         if exporter is None and not settings.tracing_on:
             return None
-        ids = PinnedIds()
-        provider = tracer_provider(settings, "callboard-hub", exporter, id_generator=ids)
-        return cls(provider, ids, settings.keys)
+        return cls(Spans(settings, "callboard-hub", exporter))
 
     def reset(self) -> None:
         """A new term: forget open spans unended (whoever leads re-opens them by their ids)."""
@@ -106,50 +114,52 @@ class HubTracer:
         self._sending.clear()
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        self.spans.shutdown()
 
     # -- sending --------------------------------------------------------------------------
     def stamp(self, out: Outbox, engine: EngineBase) -> None:
-        """Before the write: a producer span for each message of a run, its traceparent on
-        the message (one span per envelope: its copies to several inboxes share it)."""
+        """Before the write: each message of a run carries the context of its cue's span
+        (its creation context: the cue's step made it) as its traceparent, and one PRODUCER
+        `send` span per run covers the step's messages (a batch send: its message count,
+        and a link to each cue span it carries messages of). A span per message would cost
+        the hub as much as the message itself (bench/tracing.py)."""
         if not out.messages:
             return
-        streams: dict[int, list[str]] = {}
-        for stream, msg in out.messages:
-            streams.setdefault(id(msg), []).append(stream)
+        batches: dict[str, _Batch] = {}
         stamped: dict[int, Envelope] = {}
-        for _, msg in out.messages:
-            if id(msg) not in stamped:
-                stamped[id(msg)] = self._produce(msg, streams[id(msg)], engine)
-        out.messages = [(stream, stamped[id(msg)]) for stream, msg in out.messages]
+        messages = []
+        for stream, msg in out.messages:
+            done = stamped.get(id(msg))
+            if done is None:
+                done = stamped[id(msg)] = self._stamp(msg, engine, batches)
+            if done.run_id is not None:
+                batch = batches[done.run_id]
+                batch.count += 1
+                batch.streams.add(stream)
+            messages.append((stream, done))
+        out.messages = messages
+        now = time.time_ns()
+        self._sending.extend((run_id, now, batch) for run_id, batch in batches.items())
 
-    def _produce(self, msg: Envelope, streams: list[str], engine: EngineBase) -> Envelope:
+    def _stamp(self, msg: Envelope, engine: EngineBase, batches: dict[str, _Batch]) -> Envelope:
         run_id = msg.run_id
-        if run_id is None:
+        if run_id is None:  # broadcasts, runless handoffs: outside any trace
             return msg
-        attrs: dict[str, Any] = {
-            "messaging.system": MESSAGING_SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.destination.name": streams[0],
-            "messaging.message.id": msg.message_id,
-            "messaging.batch.message_count": len(streams),
-            RUN_ID: run_id,
-        }
-        parent = _context(run_trace_id(run_id), run_span_id(run_id))
-        if msg.cue_id is not None:
-            attempt = self._attempt(msg, engine)
-            if attempt is not None:
-                parent = _context(run_trace_id(run_id), cue_span_id(run_id, msg.cue_id, attempt))
-                attrs[ATTEMPT] = attempt
-            attrs[CUE_ID] = msg.cue_id
-        span = self.tracer.start_span(
-            f"send {msg.message_type.value}", context=parent, kind=SpanKind.PRODUCER,
-            attributes=attrs, links=_links(msg),
-        )  # fmt: skip
-        self._sending.append(span)
-        ctx = span.get_span_context()
-        return msg.model_copy(update={"traceparent": format_traceparent(ctx.trace_id, ctx.span_id)})
+        batch = batches.get(run_id)
+        if batch is None:
+            batch = batches[run_id] = _Batch()
+        if msg.traceparent is not None:  # a forwarded handoff: from the sender's span
+            batch.links.extend(_links(msg))
+        attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
+        if msg.cue_id is None or attempt is None:
+            span_id = run_span_id(run_id)
+        else:
+            span_id = cue_span_id(run_id, msg.cue_id, attempt)
+            if span_id not in batch.cues:
+                batch.cues.add(span_id)
+                batch.links.append(Link(SpanContext(run_trace_id(run_id), span_id, False, SAMPLED)))
+        traceparent = format_traceparent(run_trace_id(run_id), span_id)
+        return msg.model_copy(update={"traceparent": traceparent})
 
     @staticmethod
     def _attempt(msg: Envelope, engine: EngineBase) -> int | None:
@@ -160,59 +170,50 @@ class HubTracer:
         cr = run.cues.get(msg.cue_id or "") if run is not None else None
         return cr.attempt if cr is not None and cr.attempt > 0 else None
 
-    def failed(self, error: BaseException) -> None:
-        """The write failed: what the producer spans sent was not sent."""
-        for span in self._sending:
-            span.set_status(Status(StatusCode.ERROR, f"state write failed: {error}"))
-            span.end()
+    def _sent(self, error: str | None = None) -> None:
+        end = time.time_ns()
+        for run_id, start, batch in self._sending:
+            attrs: dict[str, Any] = {
+                "messaging.system": MESSAGING_SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.batch.message_count": batch.count,
+                RUN_ID: run_id,
+            }
+            if len(batch.streams) == 1:
+                attrs["messaging.destination.name"] = next(iter(batch.streams))
+            self.spans.emit(
+                "send", run_trace_id(run_id), new_span_id(), run_span_id(run_id),
+                SpanKind.PRODUCER, start, end, attrs, links=batch.links, error=error,
+            )  # fmt: skip
         self._sending.clear()
 
-    # -- receiving ------------------------------------------------------------------------
-    def received(self, messages: Sequence[Envelope], engine: EngineBase) -> list[Span]:
-        """A CONSUMER `process` span per message routed to the engine, a child of its cue's
-        span, linked to the sender's context (the specialist's span) when it sent one."""
-        spans = []
-        for msg in messages:
-            run_id = msg.run_id
-            if run_id is None:
-                continue
-            attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
-            if msg.cue_id is not None and attempt is not None:
-                parent = _context(run_trace_id(run_id), cue_span_id(run_id, msg.cue_id, attempt))
-            else:
-                parent = _context(run_trace_id(run_id), run_span_id(run_id))
-            attrs = {
-                "messaging.system": MESSAGING_SYSTEM,
-                "messaging.operation.type": "process",
-                "messaging.operation.name": "process",
-                "messaging.destination.name": self.keys.out(msg.from_agent),
-                "messaging.consumer.group.name": HUB_GROUP,
-                "messaging.message.id": msg.message_id,
-                RUN_ID: run_id,
-                AGENT: msg.from_agent,
-            }
-            if msg.cue_id is not None:
-                attrs[CUE_ID] = msg.cue_id
-            span = self.tracer.start_span(
-                f"process {msg.message_type.value}", context=parent,
-                kind=SpanKind.CONSUMER, attributes=attrs, links=_links(msg),
-            )  # fmt: skip
-            spans.append(span)
-        return spans
+    def failed(self, error: BaseException) -> None:
+        """The write failed: what the send spans would have sent was not sent."""
+        self._sent(f"state write failed: {error}")
 
-    @staticmethod
-    def processed(spans: list[Span], error: BaseException | None = None) -> None:
-        for span in spans:
-            if error is not None:
-                span.set_status(Status(StatusCode.ERROR, str(error)))
-            span.end()
+    # -- receiving ------------------------------------------------------------------------
+    def received(self, messages: Sequence[Envelope]) -> None:
+        """Messages about to be handed to the engine: the context each came with (the
+        sender's span, e.g. a specialist's `invoke_agent`) becomes a link of its cue's open
+        span (the consumer side as links, not a span per message: see `stamp`). What the
+        message did shows as the cue's phase events."""
+        for msg in messages:
+            if msg.traceparent is None:
+                continue
+            held = self._cues.get((msg.run_id or "", msg.cue_id or ""))
+            if held is None:  # outside a cue, or its span is not open on this hub
+                continue
+            if getattr(msg.payload, "attempt", held.attempt) == held.attempt:  # not late
+                trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+                flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+                held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
 
     # -- what the step did ----------------------------------------------------------------
     def committed(self, out: Outbox, engine: EngineBase) -> None:
-        """After the write: end the producer spans, move the cue spans, end finished runs."""
-        for span in self._sending:
-            span.end()
-        self._sending.clear()
+        """After the write: the send spans, the cue spans' phases, the finished runs."""
+        if self._sending:
+            self._sent()
         for run_id, event in out.events:
             run = engine.runs.get(run_id)
             if run is not None and not run.dry:
@@ -223,83 +224,78 @@ class HubTracer:
                 self._end_run(run)
 
     def _event(self, run: RunState, event: dict[str, Any]) -> None:
-        kind, cue_id = event.get("type"), event.get("cue")
-        if cue_id is None or cue_id not in run.cues:
+        kind, cue_id = event["type"], event.get("cue")
+        if kind not in _TRACED or cue_id is None or cue_id not in run.cues:
             return
+        if kind == "cue" and event["state"] not in _CALLED:
+            return  # pending, waiting, armed: not called yet
         at = _ns(float(event.get("at", 0.0)))
         attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
         if kind == "cue":
             state = CueState(event["state"])
             if state in (CueState.WARNING, CueState.STANDBY):
-                span = self._cue_span(run, cue_id, attempt, at, state.value)
-                span.add_event(state.value, timestamp=at)
-            elif state in _ENDS and self._open(run.run_id, cue_id, attempt):
-                span = self._cue_span(run, cue_id, attempt, at, state.value)
-                span.add_event(state.value, {"reason": event.get("reason") or ""}, timestamp=at)
-                if state is not CueState.COMPLETED:
-                    span.set_status(Status(StatusCode.ERROR, event.get("reason") or state.value))
-                span.set_attribute("callboard.cue.state", state.value)
-                span.end(at)
-                del self._cues[(run.run_id, cue_id)]
+                span = self._cue(run, cue_id, attempt, at, state.value)
+                span.events.append(Event(state.value, None, at))
+            elif state in _ENDS and attempt > 0:  # called: its span is open here or was
+                span = self._cue(run, cue_id, attempt, at, state.value)
+                if state is CueState.COMPLETED:
+                    span.events.append(Event(state.value, None, at))
+                else:
+                    reason = event.get("reason") or state.value
+                    span.events.append(Event(state.value, {"reason": reason}, at))
+                    span.error = reason
+                    span.attributes["callboard.cue.state"] = state.value
+                self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
-            span = self._cue_span(run, cue_id, attempt, at, "go")
-            span.add_event("go", {"callboard.go.fired_by": event.get("fired_by", "")}, at)
+            span = self._cue(run, cue_id, attempt, at, "go")
+            span.events.append(Event("go", {"callboard.go.fired_by": event.get("fired_by")}, at))
         elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
-            span = self._cue_span(run, cue_id, attempt, at)
-            error = str(event.get("error") or "failed")
-            span.add_event("failed", {"error": error}, timestamp=at)
-            span.set_status(Status(StatusCode.ERROR, error))
+            span = self._cue(run, cue_id, attempt, at)
+            span.error = str(event.get("error") or "failed")
+            span.events.append(Event("failed", {"error": span.error}, at))
         elif kind == "handoff" and (run.run_id, cue_id) in self._cues:
-            span = self._cue_span(run, cue_id, attempt, at)
-            span.add_event("handoff", {"callboard.handoff.to": event.get("to", "")}, at)
+            span = self._cue(run, cue_id, attempt, at)
+            span.events.append(Event("handoff", {"callboard.handoff.to": event.get("to")}, at))
 
-    def _open(self, run_id: str, cue_id: str, attempt: int) -> bool:
-        """Was this attempt called (so it has a span, here or on the hub before)?"""
-        held = self._cues.get((run_id, cue_id))
-        return (held is not None and held[0] == attempt) or attempt > 0
-
-    def _cue_span(self, run: RunState, cue_id: str, attempt: int, at: int, phase: str = "") -> Span:
+    def _cue(self, run: RunState, cue_id: str, attempt: int, at: int, phase: str = "") -> _Cue:
         """The span of this attempt: open already, or opened now at `phase` (its first, or
         a later one when this hub did not see it start: after a restart or a change of
         leader); an older attempt's span ends here."""
         key = (run.run_id, cue_id)
         held = self._cues.get(key)
         if held is not None:
-            if held[0] == attempt:
-                return held[1]
-            held[1].set_attribute("callboard.cue.state", "retried")
-            held[1].end(at)
+            if held.attempt == attempt:
+                return held
+            held.attributes["callboard.cue.state"] = "retried"
+            self._end_cue(run.run_id, cue_id, at)
         cr = run.cues[cue_id]
-        started: list[tuple[str, int]] = []
+        started: list[Event] = []
         if cr.attempt == attempt:  # the phases this attempt passed before `phase`
-            for name, field in _PHASES:
+            for name, field_name in _PHASES:
                 if name == phase:
                     break
-                if (t := getattr(cr, field)) is not None:
-                    started.append((name, _ns(t)))
-        start = min([at, *(t for _, t in started)])
-        self.ids.span_id = cue_span_id(run.run_id, cue_id, attempt)
-        try:
-            span = self.tracer.start_span(
-                f"cue {cue_id}",
-                context=_context(run_trace_id(run.run_id), run_span_id(run.run_id)),
-                kind=SpanKind.INTERNAL, start_time=start,
-                attributes=_cue_attributes(run, cue_id, cr, attempt),
-            )  # fmt: skip
-        finally:
-            self.ids.span_id = None
-        for name, t in started:  # re-opened: the phases that passed before this hub saw them
-            span.add_event(name, {"callboard.resumed": True}, timestamp=t)
-        self._cues[key] = (attempt, span)
+                if (t := getattr(cr, field_name)) is not None:
+                    started.append(Event(name, _RESUMED, _ns(t)))
+        start = min([at, *(e.timestamp for e in started)])
+        attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
+        span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
+        self._cues[key] = span
         return span
 
+    def _end_cue(self, run_id: str, cue_id: str, at: int) -> None:
+        span = self._cues.pop((run_id, cue_id))
+        self.spans.emit(
+            f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
+            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events, span.links,
+            span.error,
+        )  # fmt: skip
+
     def _end_run(self, run: RunState) -> None:
-        for key in [k for k in self._cues if k[0] == run.run_id]:
-            _, span = self._cues.pop(key)
-            span.set_attribute("callboard.cue.state", run.cues[key[1]].state.value)
-            span.end()
         start = run.started_at or run.created_at
-        end = run.completed_at or start
+        end = _ns(max(run.completed_at or start, start))
+        for key in [k for k in self._cues if k[0] == run.run_id]:
+            self._cues[key].attributes["callboard.cue.state"] = run.cues[key[1]].state.value
+            self._end_cue(run.run_id, key[1], end)
         attrs: dict[str, Any] = {
             RUN_ID: run.run_id, "callboard.cuelist": run.cuelist,
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,
@@ -307,19 +303,12 @@ class HubTracer:
         }  # fmt: skip
         if run.rerun_of:
             attrs["callboard.run.rerun_of"] = run.rerun_of
-        self.ids.trace_id, self.ids.span_id = run_trace_id(run.run_id), run_span_id(run.run_id)
-        try:
-            span = self.tracer.start_span(
-                f"run {run.cuelist}", context=Context(), kind=SpanKind.INTERNAL,
-                start_time=_ns(start), attributes=attrs,
-            )  # fmt: skip
-        finally:
-            self.ids.trace_id = self.ids.span_id = None
-        counts = run.counts()
-        span.add_event(run.status.value, {k: v for k, v in counts.items()}, timestamp=_ns(end))
-        if run.status is not RunStatus.SUCCESS:
-            span.set_status(Status(StatusCode.ERROR, run.status.value))
-        span.end(_ns(max(end, start)))
+        events = [Event(run.status.value, dict(run.counts()), end)]
+        error = None if run.status is RunStatus.SUCCESS else run.status.value
+        self.spans.emit(
+            f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
+            SpanKind.INTERNAL, _ns(start), end, attrs, events, error=error,
+        )  # fmt: skip
 
 
 def _links(msg: Envelope) -> list[Link]:
@@ -330,15 +319,3 @@ def _links(msg: Envelope) -> list[Link]:
     trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
     flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
     return [Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))]
-
-
-def _cue_attributes(run: RunState, cue_id: str, cr: CueRun, attempt: int) -> dict[str, Any]:
-    targets = sorted(cr.targets)
-    return {
-        RUN_ID: run.run_id,
-        CUE_ID: cue_id,
-        ATTEMPT: attempt,
-        "callboard.cuelist": run.cuelist,
-        "callboard.cue.targets": targets,
-        "callboard.cue.fired_by": cr.fired_by.value if cr.fired_by else "",
-    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 from typing import Any
 
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
@@ -46,16 +47,19 @@ def _digest(*parts: str, size: int) -> int:
     return int(hexed, 16) or 1  # all zeros is invalid in W3C
 
 
+@lru_cache(maxsize=4096)  # asked for on every message and span of a run
 def run_trace_id(run_id: str) -> int:
     """The trace every span of run `run_id` belongs to."""
     return _digest("callboard-trace", run_id, size=16)
 
 
+@lru_cache(maxsize=4096)
 def run_span_id(run_id: str) -> int:
     """The run's span: the root of its trace."""
     return _digest("callboard-run", run_id, size=8)
 
 
+@lru_cache(maxsize=65536)  # each message of a cue, then its span
 def cue_span_id(run_id: str, cue_id: str, attempt: int) -> int:
     """One attempt of one cue (WARNING to completed or failed): a child of the run's span."""
     return _digest("callboard-cue", run_id, cue_id, str(attempt), size=8)

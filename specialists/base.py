@@ -146,7 +146,7 @@ class Specialist:
             if self._transport is None:
                 await transport.close()
             if self.tracer is not None:  # export what is left (it may wait on the network)
-                await asyncio.to_thread(self.tracer.provider.force_flush)
+                await asyncio.to_thread(self.tracer.spans.flush)
 
     async def _reach_redis(self, transport: Transport, stopped: asyncio.Event) -> bool:
         """Wait until Redis answers (False if stopped first): one log line while it does

@@ -9,35 +9,41 @@ and `a2a` kinds pass it on as a W3C `traceparent` header. Made only when tracing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from protocols.codec import Envelope
 from protocols.settings import Settings
-from protocols.telemetry import AGENT, ATTEMPT, CUE_ID, RUN_ID, tracer_provider
+from protocols.telemetry import ATTEMPT, CUE_ID, RUN_ID, Spans, new_span_id, new_trace_id
 from protocols.tracecontext import format_traceparent, parse_traceparent
 
 
-def incoming(message: Envelope) -> Context:
-    """The context the hub sent with `message` (empty when it sent none)."""
-    if message.traceparent is None:  # absent, or malformed and dropped by the codec
-        return Context()
-    trace_id, span_id, sampled = parse_traceparent(message.traceparent)
-    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-    remote = SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags)
-    return trace.set_span_in_context(NonRecordingSpan(remote))
+@dataclass
+class _Work:
+    """The `invoke_agent` span open in this task."""
+
+    traceparent: str
+    error: str | None = None
+
+
+_WORK: ContextVar[_Work | None] = ContextVar("callboard_work", default=None)
 
 
 def current_traceparent() -> str | None:
     """The traceparent of the span open in this task, if any."""
+    work = _WORK.get()
+    if work is not None:
+        return work.traceparent
     ctx = trace.get_current_span().get_span_context()
     if not ctx.is_valid:
         return None
@@ -59,43 +65,63 @@ def request_hooks(tracer: SpecialistTracer | None) -> dict[str, list[Any]]:
 
 
 class SpecialistTracer:
-    def __init__(self, provider: TracerProvider, agent_id: str, replica: str) -> None:
-        self.provider = provider
+    def __init__(self, spans: Spans, agent_id: str, replica: str) -> None:
+        self.spans = spans
         self.agent_id = agent_id
         self.replica = replica
-        self.tracer = provider.get_tracer("callboard.specialist")
 
     @classmethod
     def from_settings(
         cls, settings: Settings, agent_id: str, replica: str, exporter: SpanExporter | None = None
     ) -> SpecialistTracer:
-        return cls(tracer_provider(settings, agent_id, exporter), agent_id, replica)
+        return cls(Spans(settings, agent_id, exporter), agent_id, replica)
 
     @contextmanager
     def invoke(self, message: Envelope, cue_id: str, attempt: int, kind: str) -> Iterator[None]:
-        """The `invoke_agent` span of one execution, current while the block runs."""
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": self.agent_id,
-            "gen_ai.agent.id": f"{self.agent_id}/{self.replica}",
-            AGENT: self.agent_id,
-            "callboard.agent.kind": kind,
-            CUE_ID: cue_id,
-            ATTEMPT: attempt,
-            "messaging.message.id": message.message_id,
-        }
-        if message.run_id is not None:
-            attrs[RUN_ID] = message.run_id
-        with self.tracer.start_as_current_span(
-            f"invoke_agent {self.agent_id}", context=incoming(message), kind=SpanKind.INTERNAL,
-            attributes=attrs,
-        ):  # fmt: skip
+        """The `invoke_agent` span of one execution: current while the block runs (an
+        OpenTelemetry span the author's own code starts is its child, and the propagator
+        puts it on outgoing calls), emitted when the block ends."""
+        sampled = True
+        if message.traceparent is not None:  # absent, or malformed and dropped by the codec
+            trace_id, parent_id, sampled = parse_traceparent(message.traceparent)
+        else:
+            trace_id, parent_id = new_trace_id(), None
+        span_id = new_span_id()
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        ctx = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)
+        work = _Work(format_traceparent(trace_id, span_id, sampled))
+        token = _WORK.set(work)
+        attached = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(ctx)))
+        start = time.time_ns()
+        try:
             yield
+        except BaseException as exc:
+            work.error = work.error or f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            end = time.time_ns()
+            otel_context.detach(attached)
+            _WORK.reset(token)
+            if sampled:
+                attrs: dict[str, Any] = {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": self.agent_id,
+                    CUE_ID: cue_id,
+                    ATTEMPT: attempt,
+                }
+                if message.run_id is not None:
+                    attrs[RUN_ID] = message.run_id
+                self.spans.emit(
+                    f"invoke_agent {self.agent_id}", trace_id, span_id, parent_id,
+                    SpanKind.INTERNAL, start, end, attrs, error=work.error,
+                )  # fmt: skip
 
     @staticmethod
     def failed(error: str) -> None:
         """The work of the open span failed (reported as status.failed)."""
-        trace.get_current_span().set_status(trace.Status(trace.StatusCode.ERROR, error[:500]))
+        work = _WORK.get()
+        if work is not None:
+            work.error = error
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        self.spans.shutdown()

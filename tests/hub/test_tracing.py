@@ -1,4 +1,4 @@
-"""Traces in one process: the hub's run, cue, send and process spans and each specialist's
+"""Traces in one process: the hub's run, cue and send spans and each specialist's
 `invoke_agent` span form one trace, parented by id; with tracing off nothing is traced."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
@@ -32,16 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENTS = ("specialist-code", "specialist-test", "specialist-deploy")
 
 
-class _Nowhere(SpanExporter):
-    def export(self, spans: Any) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
-
-
 @pytest.fixture
 async def running(
-    settings: Settings, request: pytest.FixtureRequest
+    settings: Settings, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Hub, InMemorySpanExporter, InMemorySpanExporter]]:
     traced = getattr(request, "param", True)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")  # ms between exports (default 5 s)
     hub_spans, agent_spans = InMemorySpanExporter(), InMemorySpanExporter()
     hub = Hub(
         HubSettings(**settings.model_dump(), lease_ms=2000),
@@ -54,9 +50,7 @@ async def running(
     for agent in AGENTS:
         echo = Echo(agent, settings=settings)
         if traced:
-            # exported as each span ends (the batch processor waits up to 5 s)
-            echo.tracer = SpecialistTracer.from_settings(settings, agent, "r1", _Nowhere())
-            echo.tracer.provider.add_span_processor(SimpleSpanProcessor(agent_spans))
+            echo.tracer = SpecialistTracer.from_settings(settings, agent, "r1", agent_spans)
         echoes.append(echo)
         tasks.append(asyncio.create_task(echo.run()))
     try:
@@ -97,7 +91,7 @@ async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
     )
     assert (await _run(hub, text, "run-traced"))["status"] == "success"
     assert hub.tracer is not None
-    hub.tracer.provider.force_flush()
+    hub.tracer.spans.flush()
 
     def run_span() -> list[ReadableSpan]:
         return _by_name(list(hub_spans.get_finished_spans()), "run handoff-chain")
@@ -126,22 +120,26 @@ async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
 
     invokes = await eventually(invoked, 10)
     assert sorted(invokes) == sorted(AGENTS)
-    gos = {s.attributes["callboard.cue.id"]: s for s in _by_name(mine, "send coord.go")}
-    assert sorted(gos) == sorted(cues)
+    # what the hub wrote: one PRODUCER `send` span per step and run, under the run's span,
+    # linked to the cue spans whose messages it carried
+    sends = _by_name(mine, "send")
+    assert sends and all(s.kind is SpanKind.PRODUCER for s in sends)
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in sends)
+    assert all(s.attributes["messaging.system"] == "redis" for s in sends)
+    linked = {link.context.span_id for s in sends for link in s.links}
     for cue_id, agent in zip(("CODE-100", "TEST-200", "DEPLOY-300"), AGENTS, strict=True):
-        go, invoke = gos[cue_id], invokes[agent]
-        assert go.parent is not None and go.parent.span_id == cues[cue_id].context.span_id
+        cue, invoke = cues[cue_id], invokes[agent]
+        assert cue.context.span_id in linked
+        # the GO carried its cue's context: the specialist's span is a child of the cue's
         assert invoke.context.trace_id == trace_id
-        assert invoke.parent is not None and invoke.parent.span_id == go.context.span_id
+        assert invoke.parent is not None and invoke.parent.span_id == cue.context.span_id
         assert invoke.attributes["gen_ai.operation.name"] == "invoke_agent"
-        # its completion: processed by the hub under the cue, linked to the specialist's span
-        (done,) = [
-            s for s in _by_name(mine, "process status.completed")
-            if s.attributes["callboard.cue.id"] == cue_id
-        ]  # fmt: skip
-        assert done.parent is not None and done.parent.span_id == cues[cue_id].context.span_id
-        assert [link.context.span_id for link in done.links] == [invoke.context.span_id]
-    assert go.attributes["messaging.system"] == "redis"
+        # what it sent back (acks, completion, handoff) links the cue to the specialist's span
+        assert invoke.context.span_id in [link.context.span_id for link in cue.links]
+        assert all(link.context.trace_id == trace_id for link in cue.links)
+    # the handoffs the hub forwarded: sent in a batch linked to each sender's span
+    assert invokes["specialist-code"].context.span_id in linked
+    assert invokes["specialist-test"].context.span_id in linked
 
 
 @pytest.mark.parametrize("running", [False], indirect=True)
@@ -206,7 +204,8 @@ async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
     assert run is not None and run.status.value == "success"
     assert await hub.transport._client.xlen(hub.keys.dead) == 0
     assert hub.tracer is not None
-    hub.tracer.provider.force_flush()
-    processed = [s for s in hub_spans.get_finished_spans() if s.name.startswith("process ")]
-    assert len(processed) == 3 and all(not s.links for s in processed)
-    assert {s.context.trace_id for s in processed} == {run_trace_id("run-bad-trace")}
+    hub.tracer.spans.flush()
+    (cue,) = [s for s in hub_spans.get_finished_spans() if s.name == "cue ONLY"]
+    assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
+    assert not cue.links  # nothing to link to: every traceparent it sent was ignored
+    assert cue.context.trace_id == run_trace_id("run-bad-trace")

@@ -44,7 +44,7 @@ async def test_an_outgoing_call_carries_the_invoke_agent_span_as_traceparent() -
         with tracer.invoke(_go(), "C", 2, "http"):
             inside = current_traceparent()
             await http.get("http://agent.test/inside")
-    tracer.provider.shutdown()  # exports what the batch processor holds
+    tracer.shutdown()  # exports what the batch processor holds
     (invoke,) = spans.get_finished_spans()
     assert "traceparent" not in seen[0]
     assert seen[1]["traceparent"] == inside
@@ -69,7 +69,7 @@ async def test_the_a2a_kind_hooks_its_client_only_when_tracing() -> None:
     assert off.http.event_hooks["request"] == []
     await on.http.aclose()
     await off.http.aclose()
-    traced.tracer.provider.shutdown()
+    traced.tracer.shutdown()
 
 
 def test_tracing_is_off_unless_configured(monkeypatch: Any) -> None:

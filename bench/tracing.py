@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> None:
     finally:
         sink.close()
     rate = {mode: statistics.median(r["per_s"] for r in rs) for mode, rs in found.items()}
+    best = {mode: max(r["per_s"] for r in rs) for mode, rs in found.items()}
     cpu = {
         mode: (statistics.median(r["hub_cpu_us"] for r in rs),
                statistics.median(r["echo_cpu_us"] for r in rs))
@@ -129,14 +130,20 @@ def main(args: argparse.Namespace) -> None:
           f"{args.rounds} rounds")  # fmt: skip
     for mode in found:
         hub_us, echo_us = cpu[mode]
-        print(f"  {mode:>5}: {rate[mode]:>8,.0f} cues/s   CPU per cue: hub {hub_us:,.0f} us, "
-              f"echo {echo_us:,.0f} us")  # fmt: skip
-    if "today" in rate:
-        print(f"  off / today: {rate['off'] / rate['today']:.3f}x  (target: does not move)")
-    for mode in [m for m in ("on", "otlp") if m in rate]:
-        drop = 1 - rate[mode] / rate["off"]
-        target = "; target < 15%" if mode == "on" else ""
-        print(f"  {mode} / off: {rate[mode] / rate['off']:.3f}x  ({drop:.1%} slower{target})")
+        print(f"  {mode:>5}: {rate[mode]:>8,.0f} cues/s (best {best[mode]:,.0f})   CPU per cue: "
+              f"hub {hub_us:,.0f} us, echo {echo_us:,.0f} us")  # fmt: skip
+    # The rate swings with whatever else the machine runs; the CPU each cue costs the hub and
+    # the echo moves much less, and it is what tracing adds: both ratios are printed.
+    pairs = [("off", "today", "does not move"), ("on", "off", "< 15% slower"),
+             ("otlp", "off", "")]  # fmt: skip
+    for mode, base, target in pairs:
+        if mode not in rate or base not in rate:
+            continue
+        used = sum(cpu[mode]) / sum(cpu[base])
+        ratio, best_ratio = rate[mode] / rate[base], best[mode] / best[base]
+        aim = f"  target: {target}" if target else ""
+        print(f"  {mode} / {base}: rate {ratio:.3f}x (best {best_ratio:.3f}x), "
+              f"CPU per cue (hub + echo) {used:.3f}x{aim}")  # fmt: skip
     print(f"  (the sink took {sink.requests} OTLP exports, {sink.bytes / 1e6:.1f} MB)")
 
 

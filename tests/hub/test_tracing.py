@@ -21,7 +21,7 @@ from protocols.codec import decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
-from protocols.tracecontext import run_span_id, run_trace_id
+from protocols.tracecontext import cue_span_id, run_span_id, run_trace_id
 from protocols.validation import load_cuelist
 from specialists.builtin.echo import Echo
 from specialists.tracing import SpecialistTracer
@@ -209,3 +209,48 @@ async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
     assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
     assert not cue.links  # nothing to link to: every traceparent it sent was ignored
     assert cue.context.trace_id == run_trace_id("run-bad-trace")
+
+
+async def test_a_hub_that_did_not_see_a_cue_start_reopens_its_span_under_its_id(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """A new leadership term forgets the open spans (as a restarted or new leader knows
+    none): the cue's span is re-opened at its next phase with the same id, the phases it
+    missed taken from the cue's state, and ended once."""
+    hub, hub_spans, _ = running
+    assert hub.tracer is not None
+    text = "cuelist: resumed\ncues:\n  - {id: ONLY, target_agents: [rae]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run("resumed", version, "run-resumed", {}, False)
+    answers = {
+        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
+        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
+    }
+    answered: set[str] = set()
+
+    async def answer() -> bool:
+        for _, fields in await hub.transport._client.xrange(hub.keys.inbox("rae")):
+            msg = decode(fields[STREAM_FIELD.encode()])
+            if msg.message_id in answered or msg.message_type not in answers:
+                continue
+            answered.add(msg.message_id)
+            if msg.message_type is T.COORD_STANDBY:
+                hub.tracer.reset()  # what Driver.load does when a term starts
+            mt, payload = answers[msg.message_type]
+            await hub.transport._client.xadd(
+                hub.keys.out("rae"), {STREAM_FIELD: encode(msg.reply(mt, payload))}
+            )
+        run = await hub.store.run("run-resumed")
+        return run is not None and run.status.done
+
+    await eventually(answer, 20)
+    hub.tracer.spans.flush()
+    (cue,) = [s for s in hub_spans.get_finished_spans() if s.name == "cue ONLY"]
+    assert cue.context.span_id == cue_span_id("run-resumed", "ONLY", 1)
+    assert cue.parent is not None and cue.parent.span_id == run_span_id("run-resumed")
+    assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
+    resumed = [e.name for e in cue.events if (e.attributes or {}).get("callboard.resumed")]
+    assert resumed == ["warning", "standby"]
+    assert cue.start_time is not None and cue.start_time == cue.events[0].timestamp

@@ -62,6 +62,7 @@ _CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
 _TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
 _PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
 _RESUMED = {"callboard.resumed": True}
+MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
 
 
 def _ns(seconds: float) -> int:
@@ -78,6 +79,7 @@ class _Cue:
     attributes: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    linked: set[int] = field(default_factory=set)  # span ids in `links`
     error: str | None = None
 
 
@@ -148,14 +150,14 @@ class HubTracer:
         batch = batches.get(run_id)
         if batch is None:
             batch = batches[run_id] = _Batch()
-        if msg.traceparent is not None:  # a forwarded handoff: from the sender's span
-            batch.links.extend(_links(msg))
+        if msg.traceparent is not None and len(batch.links) < MAX_LINKS:
+            batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
         attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
         if msg.cue_id is None or attempt is None:
             span_id = run_span_id(run_id)
         else:
             span_id = cue_span_id(run_id, msg.cue_id, attempt)
-            if span_id not in batch.cues:
+            if span_id not in batch.cues and len(batch.cues) < MAX_LINKS:
                 batch.cues.add(span_id)
                 batch.links.append(Link(SpanContext(run_trace_id(run_id), span_id, False, SAMPLED)))
         traceparent = format_traceparent(run_trace_id(run_id), span_id)
@@ -204,10 +206,14 @@ class HubTracer:
             held = self._cues.get((msg.run_id or "", msg.cue_id or ""))
             if held is None:  # outside a cue, or its span is not open on this hub
                 continue
-            if getattr(msg.payload, "attempt", held.attempt) == held.attempt:  # not late
-                trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-                flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-                held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
+            if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
+                continue  # a late reply to an earlier attempt
+            trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+            if span_id in held.linked or len(held.linked) >= MAX_LINKS:
+                continue  # one link per sender's span (its started, context, completion...)
+            held.linked.add(span_id)
+            flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+            held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
 
     # -- what the step did ----------------------------------------------------------------
     def committed(self, out: Outbox, engine: EngineBase) -> None:

@@ -55,7 +55,7 @@ _PHASE_LEFT: dict[str, tuple[str, str, str]] = {
 
 
 def _tracer(settings: HubSettings, exporter: SpanExporter | None) -> HubTracer | None:
-    """The hub's tracer when tracing is on; off, hub.tracing (and the SDK) is not imported."""
+    """The hub's tracer when tracing is on; off, hub.tracing is not imported."""
     if exporter is None and not settings.tracing_on:
         return None
     from hub.tracing import HubTracer

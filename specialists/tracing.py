@@ -4,7 +4,7 @@ The span (OpenTelemetry GenAI agent conventions: `gen_ai.operation.name=invoke_a
 `gen_ai.agent.name`) is a child of the context the hub put on the GO or task.assign, and
 the replies written while it is open carry its context as their `traceparent`; the `http`
 and `a2a` kinds pass it on as a W3C `traceparent` header. Made only when tracing is on
-(`Settings.tracing_on`): otherwise this module (and the SDK) is not imported.
+(`Settings.tracing_on`): otherwise this module is not imported.
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ class Driver:
             raise StaleLeader("not the leader")
         tracer = self.tracer
         if tracer is not None:
-            tracer.stamp(out, self.engine)  # producer spans; traceparent on each message
+            tracer.stamp(out, self.engine)  # each message's traceparent; the send spans
         try:
             await self.store.commit(out, self.engine, lease)
         except StaleLeader as exc:

@@ -38,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACING_ENV = ("CALLBOARD_TRACING", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")  # fmt: skip
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED")  # fmt: skip
 
 
 class Sink:

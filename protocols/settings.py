@@ -59,9 +59,14 @@ class Settings(BaseSettings):
     otel_service_name: str | None = Field(
         default=None, validation_alias=AliasChoices("OTEL_SERVICE_NAME")
     )
+    otel_sdk_disabled: bool = Field(  # the standard switch: true turns tracing off
+        default=False, validation_alias=AliasChoices("OTEL_SDK_DISABLED")
+    )
 
     @property
     def tracing_on(self) -> bool:
+        if self.otel_sdk_disabled:
+            return False
         if self.tracing is not None:
             return self.tracing
         if self.otel_traces_exporter:

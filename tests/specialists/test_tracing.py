@@ -74,7 +74,7 @@ async def test_the_a2a_kind_hooks_its_client_only_when_tracing() -> None:
 
 def test_tracing_is_off_unless_configured(monkeypatch: Any) -> None:
     for name in ("CALLBOARD_TRACING", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):  # fmt: skip
+                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     assert Settings().tracing_on is False
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
@@ -85,4 +85,7 @@ def test_tracing_is_off_unless_configured(monkeypatch: Any) -> None:
     assert Settings().tracing_on is True
     monkeypatch.setenv("CALLBOARD_TRACING", "0")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    assert Settings().tracing_on is False
+    monkeypatch.setenv("CALLBOARD_TRACING", "1")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert Settings().tracing_on is False

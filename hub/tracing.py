@@ -307,13 +307,18 @@ class HubTracer:
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,
             "callboard.run.cues": len(run.cues),
         }  # fmt: skip
-        if run.rerun_of:
+        links = []
+        if run.rerun_of:  # the run this one reruns: another trace, linked
             attrs["callboard.run.rerun_of"] = run.rerun_of
+            source = SpanContext(
+                run_trace_id(run.rerun_of), run_span_id(run.rerun_of), False, SAMPLED
+            )
+            links.append(Link(source, {"callboard.link": "rerun_of"}))
         events = [Event(run.status.value, dict(run.counts()), end)]
         error = None if run.status is RunStatus.SUCCESS else run.status.value
         self.spans.emit(
             f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
-            SpanKind.INTERNAL, _ns(start), end, attrs, events, error=error,
+            SpanKind.INTERNAL, _ns(start), end, attrs, events, links, error,
         )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from hub import commands as c
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
 from protocols.canonical import canonical_json
@@ -76,6 +77,23 @@ async def _run(hub: Hub, text: str, run_id: str) -> dict[str, Any]:
     return {"status": run.status.value}
 
 
+async def _exported(
+    hub: Hub, spans: InMemorySpanExporter, name: str, trace_id: int
+) -> list[ReadableSpan]:
+    """The spans named `name` of a trace, once exported: a span is emitted just after the
+    write that ended it, so a reader of Redis may see the end first."""
+
+    def found() -> list[ReadableSpan]:
+        assert hub.tracer is not None
+        hub.tracer.spans.flush()
+        return [
+            s for s in spans.get_finished_spans()
+            if s.name == name and s.context.trace_id == trace_id
+        ]  # fmt: skip
+
+    return await eventually(found, 10)
+
+
 def _by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in spans if s.name == name]
 
@@ -90,13 +108,7 @@ async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
         .replace("execute_ms: 100", "execute_ms: 0")
     )
     assert (await _run(hub, text, "run-traced"))["status"] == "success"
-    assert hub.tracer is not None
-    hub.tracer.spans.flush()
-
-    def run_span() -> list[ReadableSpan]:
-        return _by_name(list(hub_spans.get_finished_spans()), "run handoff-chain")
-
-    (run,) = await eventually(run_span, 10)
+    (run,) = await _exported(hub, hub_spans, "run handoff-chain", run_trace_id("run-traced"))
     trace_id = run_trace_id("run-traced")
     assert run.context.trace_id == trace_id and run.context.span_id == run_span_id("run-traced")
     assert run.parent is None
@@ -203,9 +215,7 @@ async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
     run = await hub.store.run("run-bad-trace")
     assert run is not None and run.status.value == "success"
     assert await hub.transport._client.xlen(hub.keys.dead) == 0
-    assert hub.tracer is not None
-    hub.tracer.spans.flush()
-    (cue,) = [s for s in hub_spans.get_finished_spans() if s.name == "cue ONLY"]
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id("run-bad-trace"))
     assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
     assert not cue.links  # nothing to link to: every traceparent it sent was ignored
     assert cue.context.trace_id == run_trace_id("run-bad-trace")
@@ -246,11 +256,33 @@ async def test_a_hub_that_did_not_see_a_cue_start_reopens_its_span_under_its_id(
         return run is not None and run.status.done
 
     await eventually(answer, 20)
-    hub.tracer.spans.flush()
-    (cue,) = [s for s in hub_spans.get_finished_spans() if s.name == "cue ONLY"]
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id("run-resumed"))
     assert cue.context.span_id == cue_span_id("run-resumed", "ONLY", 1)
     assert cue.parent is not None and cue.parent.span_id == run_span_id("run-resumed")
     assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
     resumed = [e.name for e in cue.events if (e.attributes or {}).get("callboard.resumed")]
     assert resumed == ["warning", "standby"]
     assert cue.start_time is not None and cue.start_time == cue.events[0].timestamp
+
+
+async def test_a_rerun_is_a_trace_of_its_own_linked_to_the_run_it_reruns(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, _ = running
+    assert hub.tracer is not None
+    text = "cuelist: again\ncues:\n  - {id: ONLY, target_agents: [specialist-deploy]}\n"
+    assert (await _run(hub, text, "run-first"))["status"] == "success"
+    await hub._rerun(c.Rerun(run_id="run-first", new_run_id="run-second"))
+
+    async def second() -> Any:
+        run = await hub.store.run("run-second")
+        return run is not None and run.status.done
+
+    await eventually(second, 20)
+    (rerun,) = await _exported(hub, hub_spans, "run again", run_trace_id("run-second"))
+    assert rerun.parent is None and rerun.attributes is not None
+    assert rerun.attributes["callboard.run.rerun_of"] == "run-first"
+    (link,) = rerun.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        run_trace_id("run-first"), run_span_id("run-first"),
+    )  # fmt: skip

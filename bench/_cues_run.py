@@ -187,7 +187,10 @@ class Harness:
         self, prefix: str, agent: str, concurrency: int = 1, prefetch: int | None = None
     ) -> AsyncIterator[Any]:
         """A real echo specialist process, as `callboard specialist echo` runs it."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CALLBOARD_")}
+        env = {  # CALLBOARD_TRACING kept: bench/tracing.py turns tracing on with it
+            k: v for k, v in os.environ.items()
+            if not k.startswith("CALLBOARD_") or k == "CALLBOARD_TRACING"
+        }  # fmt: skip
         env.update(REDIS_URL=self.url, CALLBOARD_PREFIX=prefix, CALLBOARD_LOG_LEVEL="WARNING")
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent,
                 "--concurrency", str(concurrency)]  # fmt: skip

@@ -202,6 +202,8 @@ class Router:
             ended = await self._ended_runs(engine_msgs)
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
+            if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
+                self.driver.tracer.received(engine_msgs)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
             await self.transport.publish_many(forwards, ack=batch, group=HUB_GROUP)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -38,6 +38,11 @@ from protocols.settings import Settings
 from protocols.states import CueState, Phase, Severity
 from protocols.transport import Transport
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from hub.tracing import HubTracer
+
 log = logging.getLogger(__name__)
 
 
@@ -48,6 +53,15 @@ _PHASE_LEFT: dict[str, tuple[str, str, str]] = {
     CueState.COMPLETED: (Phase.GO.value, "go_at", "completed_at"),
     CueState.FAILED: (Phase.GO.value, "go_at", "completed_at"),
 }
+
+
+def _tracer(settings: HubSettings, exporter: SpanExporter | None) -> HubTracer | None:
+    """The hub's tracer when tracing is on; off, hub.tracing is not imported."""
+    if exporter is None and not settings.tracing_on:
+        return None
+    from hub.tracing import HubTracer
+
+    return HubTracer.from_settings(settings, exporter)
 
 
 class HubSettings(Settings):
@@ -94,7 +108,8 @@ class HubSettings(Settings):
 
 
 class Hub:
-    def __init__(self, settings: HubSettings) -> None:
+    def __init__(self, settings: HubSettings, span_exporter: SpanExporter | None = None) -> None:
+        """`span_exporter` (tests, benchmarks) turns tracing on with that exporter."""
         self.settings = settings
         self.keys = settings.keys
         self.hub_id = settings.hub_id or f"hub-{socket.gethostname()}-{os.getpid()}"
@@ -110,10 +125,12 @@ class Hub:
         self.registry = Registry(self.transport, self.stores.agents, self.keys)
         self.metrics = Metrics()
         self.leadership = Leadership(self.stores.lease, self.hub_id, settings.lease_ms)
+        self.tracer = _tracer(settings, span_exporter)
         self.driver = Driver(
             self.store, self.cuelists, self.keys, lambda: self.leadership.value,
             contract_of=self.registry.contract_of, on_commit=self._observe,
             early_warning=settings.early_warning, online=self.registry.online,
+            tracer=self.tracer,
         )  # fmt: skip
         budgets = Budgets(settings.deadletter_sender_burst, settings.deadletter_sender_per_s)
         self.router = Router(
@@ -250,6 +267,8 @@ class Hub:
     async def close(self) -> None:
         await self.fanout.close()
         await self.transport.close()
+        if self.tracer is not None:  # export what is left (in a thread: it may wait on I/O)
+            await asyncio.to_thread(self.tracer.shutdown)
 
     def _observe(self, out: Outbox) -> None:
         if out.late:

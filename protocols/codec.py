@@ -10,16 +10,38 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 
 from protocols.errors import DecodeError, OversizedMessage, UnknownMessageType
 from protocols.ids import new_id, utcnow
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS, Payload
+from protocols.tracecontext import TRACEPARENT_PATTERN, valid_traceparent
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
 P = TypeVar("P", bound=Payload)
+# Optional W3C trace context: a malformed value reads as absent (never refuses the message),
+# and an absent one is not written at all, so with tracing off the wire does not change.
+TraceParent = Annotated[
+    str | None,
+    BeforeValidator(valid_traceparent),
+    Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        json_schema_extra={"pattern": TRACEPARENT_PATTERN},
+        description="W3C trace context (version 00), when tracing is on; a malformed "
+        "value is ignored",
+    ),
+]
 
 
 class Envelope(BaseModel):
@@ -37,6 +59,7 @@ class Envelope(BaseModel):
     sent_at: datetime = Field(default_factory=utcnow)
     payload: Payload
     v: Literal[1] = 1  # PROTOCOL_VERSION
+    traceparent: TraceParent = None
 
     def body(self, model: type[P]) -> P:
         """The payload as `model`, checked: how a reader gets a typed payload. Decoding

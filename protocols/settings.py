@@ -45,6 +45,36 @@ class Settings(BaseSettings):
     # a specialist's labels, registered with its contract (`target: {filter: labels.gpu}`):
     # CALLBOARD_LABELS=gpu=true,zone=eu (see protocols.targeting.parse_labels)
     labels: str = ""
+    # Distributed traces (README, "Traces"): CALLBOARD_TRACING=1 turns them on (0: off,
+    # whatever else is set); unset, they are on when the standard OTEL_TRACES_EXPORTER names
+    # an exporter (not `none`) or an OTLP endpoint is set. Off, no span is made and no
+    # message carries a traceparent.
+    tracing: bool | None = None
+    otel_traces_exporter: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_TRACES_EXPORTER")
+    )
+    otel_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
+    otel_service_name: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_SERVICE_NAME")
+    )
+    otel_sdk_disabled: bool = Field(  # the standard switch: true turns tracing off
+        default=False, validation_alias=AliasChoices("OTEL_SDK_DISABLED")
+    )
+
+    @property
+    def tracing_on(self) -> bool:
+        if self.otel_sdk_disabled:
+            return False
+        if self.tracing is not None:
+            return self.tracing
+        if self.otel_traces_exporter:
+            return self.otel_traces_exporter.strip().lower() != "none"
+        return bool(self.otel_endpoint)
 
     @property
     def keys(self) -> Keys:

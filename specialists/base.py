@@ -10,7 +10,7 @@ import re
 import signal
 import socket
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from protocols.codec import Envelope
 from protocols.contracts import Contract
@@ -22,6 +22,9 @@ from protocols.settings import Settings
 from protocols.targeting import parse_labels
 from protocols.transport import Transport
 from specialists.cue import Cue, Result
+
+if TYPE_CHECKING:  # imported only when tracing is on
+    from specialists.tracing import SpecialistTracer
 
 log = logging.getLogger("callboard.specialists")
 
@@ -82,6 +85,9 @@ class Specialist:
         self.concurrency = concurrency
         self._transport = transport
         self._runtime: Any = None
+        # the replica's spans (specialists.tracing), made in `run` when tracing is on; a test
+        # may set one before `run`
+        self.tracer: SpecialistTracer | None = None
         self._stop_reason: str | None = None
         self._stopped: asyncio.Event | None = None
 
@@ -133,6 +139,10 @@ class Specialist:
         self._stopped = stopped = asyncio.Event()
         if self._stop_reason is not None:
             stopped.set()
+        if self.tracer is None and settings.tracing_on:
+            from specialists.tracing import SpecialistTracer
+
+            self.tracer = SpecialistTracer.from_settings(settings, self.agent_id, self.replica)
         try:
             if not await self._reach_redis(transport, stopped):
                 return  # stopped while Redis was out of reach: nothing to drain
@@ -144,6 +154,8 @@ class Specialist:
             self._runtime = None
             if self._transport is None:
                 await transport.close()
+            if self.tracer is not None:  # export what is left (it may wait on the network)
+                await asyncio.to_thread(self.tracer.spans.flush)
 
     async def _reach_redis(self, transport: Transport, stopped: asyncio.Event) -> bool:
         """Wait until Redis answers (False if stopped first): one log line while it does

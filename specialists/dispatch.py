@@ -109,7 +109,15 @@ class Dispatcher:
     def reply(
         self, to: Envelope, message_type: MessageType, payload: Payload, **f: Any
     ) -> Envelope:
+        if self.spec.tracer is not None and "traceparent" not in f:
+            f["traceparent"] = self.trace_context()
         return to.reply(message_type, payload, from_agent=self.spec.agent_id, **f)
+
+    def trace_context(self) -> str | None:
+        """The traceparent of the span open in this task (the work's), if any."""
+        from specialists.tracing import current_traceparent
+
+        return current_traceparent()
 
     async def handle(self, d: Delivery) -> None:
         rt = self.rt

@@ -4,6 +4,7 @@ completion in one atomic write; `Retry`, `Reject` and failures reported as PROTO
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from protocols.codec import Envelope, encode
@@ -34,33 +35,39 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     if again and await cue.already_done(COMPLETED):
         return True
     async with rt.work_slot():
-        started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
-        work = (m.run_id, cue.cue_id, cue.attempt)
-        rt.post(lambda: _reply(dp, m, cue, MessageType.STATUS_STARTED, started), superseded=work)
-        tries = d.deliveries
-        while True:
-            try:
-                result = Result.coerce(await spec.execute(cue))
-                batch = _completion(dp, m, cue, result)
-                break
-            except Retry as exc:
-                if tries < rt.settings.max_deliveries:
-                    tries += 1
-                    await dp.sleep_or_abandon(exc.delay_s)
-                    continue
-                error = f"gave up after {tries} tries: {exc.reason or 'Retry'}"
-                await _fail(dp, m, cue, error)
-                await rt.reject(d, error)
-                return False
-            except Reject as exc:
-                await _fail(dp, m, cue, f"rejected: {exc.reason}")
-                await rt.reject(d, f"rejected: {exc.reason}")
-                return False
-            except Exception as exc:
-                # the hub gets one line; the traceback goes to this replica's own log
-                log.exception("execute of %r failed", cue)
-                await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
-                return True
+        with _invoking(dp, m, cue):
+            started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
+            work = (m.run_id, cue.cue_id, cue.attempt)
+            # built later, by the writer: the span's context is taken now
+            traced = {"traceparent": dp.trace_context()} if spec.tracer is not None else {}
+            rt.post(
+                lambda: _reply(dp, m, cue, MessageType.STATUS_STARTED, started, **traced),
+                superseded=work,
+            )
+            tries = d.deliveries
+            while True:
+                try:
+                    result = Result.coerce(await spec.execute(cue))
+                    batch = _completion(dp, m, cue, result)
+                    break
+                except Retry as exc:
+                    if tries < rt.settings.max_deliveries:
+                        tries += 1
+                        await dp.sleep_or_abandon(exc.delay_s)
+                        continue
+                    error = f"gave up after {tries} tries: {exc.reason or 'Retry'}"
+                    await _fail(dp, m, cue, error)
+                    await rt.reject(d, error)
+                    return False
+                except Reject as exc:
+                    await _fail(dp, m, cue, f"rejected: {exc.reason}")
+                    await rt.reject(d, f"rejected: {exc.reason}")
+                    return False
+                except Exception as exc:
+                    # the hub gets one line; the traceback goes to this replica's own log
+                    log.exception("execute of %r failed", cue)
+                    await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
+                    return True
     marker = rt.markers.set_command(cue.token(COMPLETED))
     rt.settling += 1
     try:
@@ -70,8 +77,18 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     return False
 
 
-def _reply(dp: Dispatcher, m: Envelope, cue: Cue, mt: MessageType, payload: Any) -> Envelope:
-    return dp.reply(m, mt, payload, cue_id=cue.cue_id)
+def _invoking(dp: Dispatcher, m: Envelope, cue: Cue) -> AbstractContextManager[None]:
+    """The `invoke_agent` span of this execution when tracing is on (specialists.tracing)."""
+    tracer = dp.spec.tracer
+    if tracer is None:
+        return nullcontext()
+    return tracer.invoke(m, cue.cue_id, cue.attempt, dp.spec.kind)
+
+
+def _reply(
+    dp: Dispatcher, m: Envelope, cue: Cue, mt: MessageType, payload: Any, **f: Any
+) -> Envelope:
+    return dp.reply(m, mt, payload, cue_id=cue.cue_id, **f)
 
 
 def _context(dp: Dispatcher, m: Envelope, cue: Cue, items: dict[str, Any]) -> list[Envelope]:
@@ -112,6 +129,8 @@ def _completion(dp: Dispatcher, m: Envelope, cue: Cue, result: Result) -> list[b
 
 async def _fail(dp: Dispatcher, m: Envelope, cue: Cue, error: str) -> None:
     """Context written so far, then status.failed (the error cut to a readable size)."""
+    if dp.spec.tracer is not None:  # the work's span (when this runs inside it) failed
+        dp.spec.tracer.failed(error)
     failed = StatusFailed(attempt=cue.attempt, error=error[-4000:], replica=dp.spec.replica)
     messages = [_reply(dp, m, cue, MessageType.STATUS_FAILED, failed)]
     try:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hub.engine import inputs
 from hub.engine.base import CHUNK
@@ -30,6 +30,9 @@ from protocols.contracts import Contract
 from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
 from protocols.targeting import Candidate
+
+if TYPE_CHECKING:  # imported only when tracing is on (hub.service)
+    from hub.tracing import HubTracer
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
@@ -49,8 +52,10 @@ class Driver:
         on_commit: Callable[[Outbox], None] | None = None,
         early_warning: bool = True,
         online: Callable[[], Mapping[str, Candidate]] = dict,
+        tracer: HubTracer | None = None,
     ) -> None:
         self.store = store
+        self.tracer = tracer  # spans around each commit (hub.tracing); None: tracing off
         self.cuelists = cuelists
         self.keys = keys
         self.lease_value = lease_value
@@ -84,6 +89,8 @@ class Driver:
             self._linger_failed, self._quiet_since = None, None
             self.failed = None
             self.broken.clear()
+            if self.tracer is not None:
+                self.tracer.reset()
             previous = self.engine
             self.engine = Engine(self.keys, contract_of=self.engine.contract_of)
             self.engine.early_warning = self.early_warning
@@ -220,14 +227,23 @@ class Driver:
         lease = self.lease_value()
         if lease is None:
             raise StaleLeader("not the leader")
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.stamp(out, self.engine)  # each message's traceparent; the send spans
         try:
             await self.store.commit(out, self.engine, lease)
-        except StaleLeader:
+        except StaleLeader as exc:
+            if tracer is not None:
+                tracer.failed(exc)
             raise
         except Exception as exc:
             self.failed = exc
             self.broken.set()
+            if tracer is not None:
+                tracer.failed(exc)
             raise
+        if tracer is not None:
+            tracer.committed(out, self.engine)
         for timer in out.timers:
             heapq.heappush(self._timers, timer)
         if out.timers:

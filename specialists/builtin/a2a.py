@@ -89,9 +89,14 @@ class A2A(Specialist):
         if url not in self.remotes:
             conf = self.a2a_settings
             secret = conf.tokens.get(url) or conf.token
+            hooks: dict[str, list[Any]] = {}
+            if self.tracer is not None:  # W3C traceparent on every call (specialists.tracing)
+                from specialists.tracing import request_hooks
+
+                hooks = request_hooks(self.tracer)
             self.remotes[url] = Remote(
                 url, secret.get_secret_value() if secret else None,
-                timeout_s=conf.timeout_s, card_ttl_s=conf.card_ttl_s,
+                timeout_s=conf.timeout_s, card_ttl_s=conf.card_ttl_s, event_hooks=hooks,
             )  # fmt: skip
         return self.remotes[url]
 

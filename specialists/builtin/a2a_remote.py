@@ -59,6 +59,8 @@ class Remote:
     token: str | None = None
     timeout_s: float = 30.0
     card_ttl_s: float = 60.0
+    # httpx event hooks (specialists.tracing.request_hooks: the W3C traceparent header)
+    event_hooks: dict[str, list[Any]] = field(default_factory=dict)
     http: httpx.AsyncClient = field(init=False)
     _card: AgentCard | None = field(default=None, init=False)
     _card_at: float = field(default=0.0, init=False)
@@ -66,7 +68,9 @@ class Remote:
 
     def __post_init__(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.AsyncClient(timeout=self.timeout_s, headers=headers)
+        self.http = httpx.AsyncClient(
+            timeout=self.timeout_s, headers=headers, event_hooks=self.event_hooks
+        )
 
     async def card(self, *, fresh: bool = False) -> AgentCard:
         """The agent card at `{url}/.well-known/agent-card.json`."""

@@ -58,7 +58,12 @@ class Http(Specialist):
         self.client: httpx.AsyncClient | None = None
 
     async def setup(self) -> None:
-        self.client = httpx.AsyncClient(timeout=self.http_settings.timeout_s)
+        hooks: dict[str, list[Any]] = {}
+        if self.tracer is not None:  # W3C traceparent on every call (specialists.tracing)
+            from specialists.tracing import request_hooks
+
+            hooks = request_hooks(self.tracer)
+        self.client = httpx.AsyncClient(timeout=self.http_settings.timeout_s, event_hooks=hooks)
 
     async def teardown(self) -> None:
         if self.client is not None:

@@ -1,0 +1,165 @@
+"""Tracing benchmark: the direct-cue rate with tracing off and on, beside the code before it.
+
+The measure is bench/cues.py (d): one run of `--jobs` direct cues through one echo
+specialist process, the hub in its own process, the cuelist's plan already compiled (the
+second run of a version), cues/s from the start to the last completion. Modes:
+
+  today  the same measure on a copy of the code before tracing existed (`--baseline-tree
+         DIR`, e.g. `git archive 8fa30ce | tar -x -C DIR`); skipped without it
+  off    this code, tracing off (the default: nothing configured)
+  on     this code, tracing on in the hub and the echo (CALLBOARD_TRACING=1): every span
+         made, traceparents on the messages, the batch processor, and a no-op exporter
+         (OTEL_TRACES_EXPORTER=none): the cost of tracing in callboard's own processes
+  otlp   the same, exported for real: OTLP over HTTP (protobuf) to a sink this process
+         serves on loopback, which answers 200 and throws the spans away (the protobuf
+         encoding runs in each process's export thread, on the same 2 cores)
+
+Each round runs every mode once, in a fresh worker process with its own server; rounds
+alternate modes so all meet the same load on a shared machine. It prints the median
+cues/s of each mode and the ratios off/today and on/off (targets: off does not move, on
+loses less than 15%).
+
+    python bench/tracing.py [--rounds 3] [--jobs 5000] [--baseline-tree DIR] [--only on,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACING_ENV = ("CALLBOARD_TRACING", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED")  # fmt: skip
+
+
+class Sink:
+    """An OTLP/HTTP endpoint that accepts every export and keeps only the byte count."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length", 0))
+                self.rfile.read(size)
+                sink.requests += 1
+                sink.bytes += size
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def run_worker(mode: str, tree: Path, jobs: int, prefetch: int, sink: Sink) -> dict[str, float]:
+    """One measure in a fresh process importing the code of `tree` (its children too)."""
+    env = {k: v for k, v in os.environ.items() if k not in TRACING_ENV}
+    env["PYTHONPATH"] = str(tree)
+    if mode == "on":
+        env.update(CALLBOARD_TRACING="1", OTEL_TRACES_EXPORTER="none")
+    elif mode == "otlp":
+        env.update(CALLBOARD_TRACING="1", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=sink.url)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree),
+            "--jobs", str(jobs), "--prefetch", str(prefetch)]  # fmt: skip
+    done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} worker failed:\n{done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def worker(tree: Path, jobs: int, prefetch: int) -> dict[str, float]:
+    from bench._cues_run import Harness
+    from bench.cues import direct_cuelist
+    from callboard.embedded import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        async with Harness(server) as h:
+            _, same_version = await h.direct_cues(jobs, 1, direct_cuelist, True, prefetch)
+    return same_version
+
+
+def main(args: argparse.Namespace) -> None:
+    trees = {"off": ROOT, "on": ROOT, "otlp": ROOT}
+    if args.baseline_tree:
+        trees = {"today": Path(args.baseline_tree).resolve(), **trees}
+    if args.only:
+        trees = {m: t for m, t in trees.items() if m in args.only.split(",") or m == "off"}
+    sink = Sink()
+    found: dict[str, list[dict[str, float]]] = {mode: [] for mode in trees}
+    try:
+        for r in range(args.rounds):
+            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+            for mode in order:
+                result = run_worker(mode, trees[mode], args.jobs, args.prefetch, sink)
+                found[mode].append(result)
+                print(f"round {r + 1} {mode:>5}: {result['per_s']:,.0f} cues/s "
+                      f"(hub {result['hub_cpu_us']:,.0f} us, echo {result['echo_cpu_us']:,.0f} "
+                      "us CPU per cue)", file=sys.stderr)  # fmt: skip
+    finally:
+        sink.close()
+    rate = {mode: statistics.median(r["per_s"] for r in rs) for mode, rs in found.items()}
+    best = {mode: max(r["per_s"] for r in rs) for mode, rs in found.items()}
+    cpu = {
+        mode: (statistics.median(r["hub_cpu_us"] for r in rs),
+               statistics.median(r["echo_cpu_us"] for r in rs))
+        for mode, rs in found.items()
+    }  # fmt: skip
+    print(f"direct cues: one run of {args.jobs:,} through 1 echo process, median of "
+          f"{args.rounds} rounds")  # fmt: skip
+    for mode in found:
+        hub_us, echo_us = cpu[mode]
+        print(f"  {mode:>5}: {rate[mode]:>8,.0f} cues/s (best {best[mode]:,.0f})   CPU per cue: "
+              f"hub {hub_us:,.0f} us, echo {echo_us:,.0f} us")  # fmt: skip
+    # The rate swings with whatever else the machine runs; the CPU each cue costs the hub and
+    # the echo moves much less, and it is what tracing adds: both ratios are printed.
+    pairs = [("off", "today", "does not move"), ("on", "off", "< 15% slower"),
+             ("otlp", "off", "")]  # fmt: skip
+    for mode, base, target in pairs:
+        if mode not in rate or base not in rate:
+            continue
+        used = sum(cpu[mode]) / sum(cpu[base])
+        ratio, best_ratio = rate[mode] / rate[base], best[mode] / best[base]
+        aim = f"  target: {target}" if target else ""
+        print(f"  {mode} / {base}: rate {ratio:.3f}x (best {best_ratio:.3f}x), "
+              f"CPU per cue (hub + echo) {used:.3f}x{aim}")  # fmt: skip
+    print(f"  (the sink took {sink.requests} OTLP exports, {sink.bytes / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=5000, help="direct cues per measure")
+    parser.add_argument("--prefetch", type=int, default=64, help="entries the echo may hold")
+    parser.add_argument("--baseline-tree", default=None,
+                        help="a copy of the code before tracing, for the `today` row")  # fmt: skip
+    parser.add_argument("--only", default=None, help="modes to run, e.g. off,on")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ns = parser.parse_args()
+    if ns.worker:
+        tree = Path(ns.worker)
+        sys.path.insert(0, str(tree))
+        print(json.dumps(asyncio.run(worker(tree, ns.jobs, ns.prefetch))))
+    else:
+        main(ns)

@@ -1,0 +1,332 @@
+"""The hub's traces: a span per run and per cue attempt, a PRODUCER span per write it sends.
+
+An observer of the driver's commits; the engine knows nothing of it. Before a step's write
+(`stamp`) each message of a run gets its cue span's context as its `traceparent`, and the
+step's messages of each run one PRODUCER `send` span (OpenTelemetry messaging conventions,
+`messaging.system=redis`: a batch send, linked to the cue spans it carries messages of).
+After the write (`committed`) the step's events open, annotate and end the cue spans, and a
+finished run gets its span. What the router hands the engine (`received`) links its cue
+span to the sender's context: a specialist's `invoke_agent` span.
+
+A run lives across many steps and, maybe, hubs: its trace id and the ids of its run and
+cue spans derive from the run id (protocols.tracecontext), so a message names its cue's
+span before that span ends, and a hub that resumes a run after a restart or a change of
+leader re-opens the span of a cue in flight under the same id, with the phases it missed
+taken from the cue's state. Spans are records here, emitted once they end
+(protocols.telemetry); the run's span is emitted when the run ends, from its start time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from hub.engine.outbox import Outbox
+from hub.engine.state import RunState
+from protocols.codec import Envelope
+from protocols.settings import Settings
+from protocols.states import CueState, RunStatus
+from protocols.telemetry import (
+    ATTEMPT,
+    CUE_ID,
+    MESSAGING_SYSTEM,
+    RUN_ID,
+    SAMPLED,
+    Event,
+    Link,
+    SpanKind,
+    Spans,
+    new_span_id,
+)
+from protocols.tracecontext import (
+    cue_span_id,
+    format_traceparent,
+    parse_traceparent,
+    run_span_id,
+    run_trace_id,
+)
+
+if TYPE_CHECKING:
+    from hub.engine.base import EngineBase
+
+# Phases that are span events of a cue attempt, with the CueRun time each one started at
+# (a re-opened span gets the ones that passed before this hub saw them).
+_PHASES = (("warning", "warned_at"), ("standby", "standby_at"), ("go", "go_at"))
+_ENDS = frozenset({CueState.COMPLETED, CueState.FAILED, CueState.CANCELLED, CueState.BLOCKED})
+_CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
+_TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
+_PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
+_RESUMED = {"callboard.resumed": True}
+MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+@dataclass
+class _Cue:
+    """The span of one cue attempt, open: emitted when the attempt ends."""
+
+    attempt: int
+    span_id: int
+    start_ns: int
+    attributes: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    linked: set[int] = field(default_factory=set)  # span ids in `links`
+    error: str | None = None
+
+
+@dataclass
+class _Batch:
+    """What one step sends for one run: one `send` span."""
+
+    count: int = 0
+    streams: set[str] = field(default_factory=set)
+    cues: set[int] = field(default_factory=set)  # span ids of the cues linked
+    links: list[Link] = field(default_factory=list)
+
+
+class HubTracer:
+    """The hub's spans (see the module doc). One per hub process, made only when tracing is on."""
+
+    def __init__(self, spans: Spans) -> None:
+        self.spans = spans
+        self._cues: dict[tuple[str, str], _Cue] = {}  # (run id, cue id) -> its open span
+        self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, exporter: SpanExporter | None = None
+    ) -> HubTracer | None:
+        """The hub's tracer when tracing is on (or an exporter is given), else None."""
+        if exporter is None and not settings.tracing_on:
+            return None
+        return cls(Spans(settings, "callboard-hub", exporter))
+
+    def reset(self) -> None:
+        """A new term: forget open spans unended (whoever leads re-opens them by their ids)."""
+        self._cues.clear()
+        self._sending.clear()
+
+    def shutdown(self) -> None:
+        self.spans.shutdown()
+
+    # -- sending --------------------------------------------------------------------------
+    def stamp(self, out: Outbox, engine: EngineBase) -> None:
+        """Before the write: each message of a run carries the context of its cue's span
+        (its creation context: the cue's step made it) as its traceparent, and one PRODUCER
+        `send` span per run covers the step's messages (a batch send: its message count,
+        and a link to each cue span it carries messages of). A span per message would cost
+        the hub as much as the message itself (bench/tracing.py)."""
+        if not out.messages:
+            return
+        batches: dict[str, _Batch] = {}
+        stamped: dict[int, Envelope] = {}
+        messages = []
+        for stream, msg in out.messages:
+            done = stamped.get(id(msg))
+            if done is None:
+                done = stamped[id(msg)] = self._stamp(msg, engine, batches)
+            if done.run_id is not None:
+                batch = batches[done.run_id]
+                batch.count += 1
+                batch.streams.add(stream)
+            messages.append((stream, done))
+        out.messages = messages
+        now = time.time_ns()
+        self._sending.extend((run_id, now, batch) for run_id, batch in batches.items())
+
+    def _stamp(self, msg: Envelope, engine: EngineBase, batches: dict[str, _Batch]) -> Envelope:
+        run_id = msg.run_id
+        if run_id is None:  # broadcasts, runless handoffs: outside any trace
+            return msg
+        batch = batches.get(run_id)
+        if batch is None:
+            batch = batches[run_id] = _Batch()
+        if msg.traceparent is not None and len(batch.links) < MAX_LINKS:
+            batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
+        attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
+        if msg.cue_id is None or attempt is None:
+            span_id = run_span_id(run_id)
+        else:
+            span_id = cue_span_id(run_id, msg.cue_id, attempt)
+            if span_id not in batch.cues and len(batch.cues) < MAX_LINKS:
+                batch.cues.add(span_id)
+                batch.links.append(Link(SpanContext(run_trace_id(run_id), span_id, False, SAMPLED)))
+        traceparent = format_traceparent(run_trace_id(run_id), span_id)
+        return msg.model_copy(update={"traceparent": traceparent})
+
+    @staticmethod
+    def _attempt(msg: Envelope, engine: EngineBase) -> int | None:
+        attempt = getattr(msg.payload, "attempt", None)
+        if isinstance(attempt, int) and attempt > 0:
+            return attempt
+        run = engine.runs.get(msg.run_id or "")
+        cr = run.cues.get(msg.cue_id or "") if run is not None else None
+        return cr.attempt if cr is not None and cr.attempt > 0 else None
+
+    def _sent(self, error: str | None = None) -> None:
+        end = time.time_ns()
+        for run_id, start, batch in self._sending:
+            attrs: dict[str, Any] = {
+                "messaging.system": MESSAGING_SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.batch.message_count": batch.count,
+                RUN_ID: run_id,
+            }
+            if len(batch.streams) == 1:
+                attrs["messaging.destination.name"] = next(iter(batch.streams))
+            self.spans.emit(
+                "send", run_trace_id(run_id), new_span_id(), run_span_id(run_id),
+                SpanKind.PRODUCER, start, end, attrs, links=batch.links, error=error,
+            )  # fmt: skip
+        self._sending.clear()
+
+    def failed(self, error: BaseException) -> None:
+        """The write failed: what the send spans would have sent was not sent."""
+        self._sent(f"state write failed: {error}")
+
+    # -- receiving ------------------------------------------------------------------------
+    def received(self, messages: Sequence[Envelope]) -> None:
+        """Messages about to be handed to the engine: the context each came with (the
+        sender's span, e.g. a specialist's `invoke_agent`) becomes a link of its cue's open
+        span (the consumer side as links, not a span per message: see `stamp`). What the
+        message did shows as the cue's phase events."""
+        for msg in messages:
+            if msg.traceparent is None:
+                continue
+            held = self._cues.get((msg.run_id or "", msg.cue_id or ""))
+            if held is None:  # outside a cue, or its span is not open on this hub
+                continue
+            if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
+                continue  # a late reply to an earlier attempt
+            trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+            if span_id in held.linked or len(held.linked) >= MAX_LINKS:
+                continue  # one link per sender's span (its started, context, completion...)
+            held.linked.add(span_id)
+            flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+            held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
+
+    # -- what the step did ----------------------------------------------------------------
+    def committed(self, out: Outbox, engine: EngineBase) -> None:
+        """After the write: the send spans, the cue spans' phases, the finished runs."""
+        if self._sending:
+            self._sent()
+        for run_id, event in out.events:
+            run = engine.runs.get(run_id)
+            if run is not None and not run.dry:
+                self._event(run, event)
+        for run_id in out.finished:
+            run = engine.runs.get(run_id)
+            if run is not None and not run.dry:
+                self._end_run(run)
+
+    def _event(self, run: RunState, event: dict[str, Any]) -> None:
+        kind, cue_id = event["type"], event.get("cue")
+        if kind not in _TRACED or cue_id is None or cue_id not in run.cues:
+            return
+        if kind == "cue" and event["state"] not in _CALLED:
+            return  # pending, waiting, armed: not called yet
+        at = _ns(float(event.get("at", 0.0)))
+        attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
+        if kind == "cue":
+            state = CueState(event["state"])
+            if state in (CueState.WARNING, CueState.STANDBY):
+                span = self._cue(run, cue_id, attempt, at, state.value)
+                span.events.append(Event(state.value, None, at))
+            elif state in _ENDS and attempt > 0:  # called: its span is open here or was
+                span = self._cue(run, cue_id, attempt, at, state.value)
+                if state is CueState.COMPLETED:
+                    span.events.append(Event(state.value, None, at))
+                else:
+                    reason = event.get("reason") or state.value
+                    span.events.append(Event(state.value, {"reason": reason}, at))
+                    span.error = reason
+                    span.attributes["callboard.cue.state"] = state.value
+                self._end_cue(run.run_id, cue_id, at)
+        elif kind == "go":
+            span = self._cue(run, cue_id, attempt, at, "go")
+            span.events.append(Event("go", {"callboard.go.fired_by": event.get("fired_by")}, at))
+        elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
+            span = self._cue(run, cue_id, attempt, at)
+            span.error = str(event.get("error") or "failed")
+            span.events.append(Event("failed", {"error": span.error}, at))
+        elif kind == "handoff" and (run.run_id, cue_id) in self._cues:
+            span = self._cue(run, cue_id, attempt, at)
+            span.events.append(Event("handoff", {"callboard.handoff.to": event.get("to")}, at))
+
+    def _cue(self, run: RunState, cue_id: str, attempt: int, at: int, phase: str = "") -> _Cue:
+        """The span of this attempt: open already, or opened now at `phase` (its first, or
+        a later one when this hub did not see it start: after a restart or a change of
+        leader); an older attempt's span ends here."""
+        key = (run.run_id, cue_id)
+        held = self._cues.get(key)
+        if held is not None:
+            if held.attempt == attempt:
+                return held
+            held.attributes["callboard.cue.state"] = "retried"
+            self._end_cue(run.run_id, cue_id, at)
+        cr = run.cues[cue_id]
+        started: list[Event] = []
+        if cr.attempt == attempt:  # the phases this attempt passed before `phase`
+            for name, field_name in _PHASES:
+                if name == phase:
+                    break
+                if (t := getattr(cr, field_name)) is not None:
+                    started.append(Event(name, _RESUMED, _ns(t)))
+        start = min([at, *(e.timestamp for e in started)])
+        attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
+        span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
+        self._cues[key] = span
+        return span
+
+    def _end_cue(self, run_id: str, cue_id: str, at: int) -> None:
+        span = self._cues.pop((run_id, cue_id))
+        self.spans.emit(
+            f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
+            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events, span.links,
+            span.error,
+        )  # fmt: skip
+
+    def _end_run(self, run: RunState) -> None:
+        start = run.started_at or run.created_at
+        end = _ns(max(run.completed_at or start, start))
+        for key in [k for k in self._cues if k[0] == run.run_id]:
+            self._cues[key].attributes["callboard.cue.state"] = run.cues[key[1]].state.value
+            self._end_cue(run.run_id, key[1], end)
+        attrs: dict[str, Any] = {
+            RUN_ID: run.run_id, "callboard.cuelist": run.cuelist,
+            "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,
+            "callboard.run.cues": len(run.cues),
+        }  # fmt: skip
+        links = []
+        if run.rerun_of:  # the run this one reruns: another trace, linked
+            attrs["callboard.run.rerun_of"] = run.rerun_of
+            source = SpanContext(
+                run_trace_id(run.rerun_of), run_span_id(run.rerun_of), False, SAMPLED
+            )
+            links.append(Link(source, {"callboard.link": "rerun_of"}))
+        events = [Event(run.status.value, dict(run.counts()), end)]
+        error = None if run.status is RunStatus.SUCCESS else run.status.value
+        self.spans.emit(
+            f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
+            SpanKind.INTERNAL, _ns(start), end, attrs, events, links, error,
+        )  # fmt: skip
+
+
+def _links(msg: Envelope) -> list[Link]:
+    """A link to the context the message came with (a specialist's span), if any: a link,
+    not a parent, since a specialist is not trusted to place the hub's spans."""
+    if msg.traceparent is None:  # absent, or malformed and dropped by the codec
+        return []
+    trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    return [Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))]

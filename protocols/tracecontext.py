@@ -1,0 +1,65 @@
+"""W3C trace context on the envelope: the `traceparent` check, and the ids derived from a run.
+
+Pure code. A specialist is untrusted, so a `traceparent` it sends that is not a valid W3C
+version-00 value is dropped (the field reads as absent) instead of refusing the message:
+the field is optional and only ever informs traces, never routing.
+
+A run's trace id and the span ids of its run and cue spans are derived from the run id
+(SHA-256), so any hub, after any restart, names the same spans without storing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from typing import Any
+
+TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+_TRACEPARENT = re.compile(TRACEPARENT_PATTERN)
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+TRACEPARENT_MAX = 55  # len("00-" + 32 + "-" + 16 + "-" + 2)
+
+
+def valid_traceparent(value: Any) -> str | None:
+    """`value` when it is a valid W3C version-00 traceparent, else None (ignored)."""
+    if not isinstance(value, str) or len(value) != TRACEPARENT_MAX:
+        return None
+    if _TRACEPARENT.match(value) is None:
+        return None
+    if value[3:35] == _ZERO_TRACE or value[36:52] == _ZERO_SPAN:
+        return None
+    return value
+
+
+def format_traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
+def parse_traceparent(value: str) -> tuple[int, int, bool]:
+    """(trace id, span id, sampled) of a traceparent that `valid_traceparent` accepted."""
+    return int(value[3:35], 16), int(value[36:52], 16), bool(int(value[53:55], 16) & 1)
+
+
+def _digest(*parts: str, size: int) -> int:
+    hexed = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[: size * 2]
+    return int(hexed, 16) or 1  # all zeros is invalid in W3C
+
+
+@lru_cache(maxsize=4096)  # asked for on every message and span of a run
+def run_trace_id(run_id: str) -> int:
+    """The trace every span of run `run_id` belongs to."""
+    return _digest("callboard-trace", run_id, size=16)
+
+
+@lru_cache(maxsize=4096)
+def run_span_id(run_id: str) -> int:
+    """The run's span: the root of its trace."""
+    return _digest("callboard-run", run_id, size=8)
+
+
+@lru_cache(maxsize=65536)  # each message of a cue, then its span
+def cue_span_id(run_id: str, cue_id: str, attempt: int) -> int:
+    """One attempt of one cue (WARNING to completed or failed): a child of the run's span."""
+    return _digest("callboard-cue", run_id, cue_id, str(attempt), size=8)

@@ -1,0 +1,288 @@
+"""Traces in one process: the hub's run, cue and send spans and each specialist's
+`invoke_agent` span form one trace, parented by id; with tracing off nothing is traced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from hub import commands as c
+from hub.service import Hub, HubSettings
+from protocols import payloads as p
+from protocols.canonical import canonical_json
+from protocols.codec import decode, encode
+from protocols.keys import STREAM_FIELD
+from protocols.messages import MessageType as T
+from protocols.settings import Settings
+from protocols.tracecontext import cue_span_id, run_span_id, run_trace_id
+from protocols.validation import load_cuelist
+from specialists.builtin.echo import Echo
+from specialists.tracing import SpecialistTracer
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = ("specialist-code", "specialist-test", "specialist-deploy")
+
+
+@pytest.fixture
+async def running(
+    settings: Settings, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Hub, InMemorySpanExporter, InMemorySpanExporter]]:
+    traced = getattr(request, "param", True)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")  # ms between exports (default 5 s)
+    hub_spans, agent_spans = InMemorySpanExporter(), InMemorySpanExporter()
+    hub = Hub(
+        HubSettings(**settings.model_dump(), lease_ms=2000),
+        span_exporter=hub_spans if traced else None,
+    )
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(hub.run(stop))]
+    await asyncio.wait_for(hub.leading.wait(), 10)
+    echoes = []
+    for agent in AGENTS:
+        echo = Echo(agent, settings=settings)
+        if traced:
+            echo.tracer = SpecialistTracer.from_settings(settings, agent, "r1", agent_spans)
+        echoes.append(echo)
+        tasks.append(asyncio.create_task(echo.run()))
+    try:
+        yield hub, hub_spans, agent_spans
+    finally:
+        for echo in echoes:
+            echo.stop()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)
+        await hub.close()
+
+
+async def _run(hub: Hub, text: str, run_id: str) -> dict[str, Any]:
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run(parsed.cuelist, version, run_id, {}, False)
+
+    async def done() -> Any:
+        run = await hub.store.run(run_id)
+        return run if run is not None and run.status.done else None
+
+    run = await eventually(done, 20)
+    return {"status": run.status.value}
+
+
+async def _exported(
+    hub: Hub, spans: InMemorySpanExporter, name: str, trace_id: int
+) -> list[ReadableSpan]:
+    """The spans named `name` of a trace, once exported: a span is emitted just after the
+    write that ended it, so a reader of Redis may see the end first."""
+
+    def found() -> list[ReadableSpan]:
+        assert hub.tracer is not None
+        hub.tracer.spans.flush()
+        return [
+            s for s in spans.get_finished_spans()
+            if s.name == name and s.context.trace_id == trace_id
+        ]  # fmt: skip
+
+    return await eventually(found, 10)
+
+
+def _by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, agent_spans = running
+    text = (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+    assert (await _run(hub, text, "run-traced"))["status"] == "success"
+    (run,) = await _exported(hub, hub_spans, "run handoff-chain", run_trace_id("run-traced"))
+    trace_id = run_trace_id("run-traced")
+    assert run.context.trace_id == trace_id and run.context.span_id == run_span_id("run-traced")
+    assert run.parent is None
+    mine = [s for s in hub_spans.get_finished_spans() if s.context.trace_id == trace_id]
+    cues = {s.attributes["callboard.cue.id"]: s for s in mine if s.name.startswith("cue ")}
+    assert sorted(cues) == ["CODE-100", "DEPLOY-300", "TEST-200"]
+    for cue in cues.values():
+        assert cue.parent is not None and cue.parent.span_id == run.context.span_id
+        names = [e.name for e in cue.events]
+        assert names[:3] == ["warning", "standby", "go"] and names[-1] == "completed", names
+    assert [e.name for e in cues["CODE-100"].events].count("handoff") == 1
+
+    # each GO: a producer span under its cue, whose context the specialist continued
+    def invoked() -> dict[str, ReadableSpan]:
+        found = {
+            str(s.attributes["gen_ai.agent.name"]): s
+            for s in agent_spans.get_finished_spans()
+            if s.name.startswith("invoke_agent ")
+        }
+        return found if len(found) == len(AGENTS) else {}
+
+    invokes = await eventually(invoked, 10)
+    assert sorted(invokes) == sorted(AGENTS)
+    # what the hub wrote: one PRODUCER `send` span per step and run, under the run's span,
+    # linked to the cue spans whose messages it carried
+    sends = _by_name(mine, "send")
+    assert sends and all(s.kind is SpanKind.PRODUCER for s in sends)
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in sends)
+    assert all(s.attributes["messaging.system"] == "redis" for s in sends)
+    linked = {link.context.span_id for s in sends for link in s.links}
+    for cue_id, agent in zip(("CODE-100", "TEST-200", "DEPLOY-300"), AGENTS, strict=True):
+        cue, invoke = cues[cue_id], invokes[agent]
+        assert cue.context.span_id in linked
+        # the GO carried its cue's context: the specialist's span is a child of the cue's
+        assert invoke.context.trace_id == trace_id
+        assert invoke.parent is not None and invoke.parent.span_id == cue.context.span_id
+        assert invoke.attributes["gen_ai.operation.name"] == "invoke_agent"
+        # what it sent back (acks, completion, handoff) links the cue to the specialist's span
+        assert invoke.context.span_id in [link.context.span_id for link in cue.links]
+        assert all(link.context.trace_id == trace_id for link in cue.links)
+    # the handoffs the hub forwarded: sent in a batch linked to each sender's span
+    assert invokes["specialist-code"].context.span_id in linked
+    assert invokes["specialist-test"].context.span_id in linked
+
+
+@pytest.mark.parametrize("running", [False], indirect=True)
+async def test_tracing_off_writes_no_traceparent_and_makes_no_span(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, agent_spans = running
+    assert hub.tracer is None and hub.driver.tracer is None
+    text = (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+    assert (await _run(hub, text, "run-dark"))["status"] == "success"
+    streams = [hub.keys.inbox(a) for a in AGENTS] + [hub.keys.out(a) for a in AGENTS]
+    raw = []
+    for stream in streams:
+        for _, fields in await hub.transport._client.xrange(stream):
+            raw.append(fields[STREAM_FIELD.encode()])
+    assert len(raw) > 20
+    assert not [r for r in raw if b"traceparent" in r]
+    assert all(decode(r).traceparent is None for r in raw)
+    assert hub_spans.get_finished_spans() == () and agent_spans.get_finished_spans() == ()
+
+
+async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """A specialist played by the test answers every phase with a broken traceparent: the
+    messages are routed as usual (no dead letter), the run succeeds, nothing is linked."""
+    hub, hub_spans, _ = running
+    text = "cuelist: mallory\ncues:\n  - {id: ONLY, target_agents: [mallory]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run("mallory", version, "run-bad-trace", {}, False)
+    bad = iter(["garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x" * 5000])
+    answers = {
+        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
+        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
+    }
+    answered: set[str] = set()
+
+    async def answer() -> bool:
+        for _, fields in await hub.transport._client.xrange(hub.keys.inbox("mallory")):
+            msg = decode(fields[STREAM_FIELD.encode()])
+            assert msg.traceparent is not None  # tracing is on: the hub sent its context
+            if msg.message_id in answered or msg.message_type not in answers:
+                continue
+            answered.add(msg.message_id)
+            mt, payload = answers[msg.message_type]
+            body = json.loads(encode(msg.reply(mt, payload)))
+            body["traceparent"] = next(bad)
+            await hub.transport._client.xadd(
+                hub.keys.out("mallory"), {STREAM_FIELD: json.dumps(body)}
+            )
+        run = await hub.store.run("run-bad-trace")
+        return run is not None and run.status.done
+
+    await eventually(answer, 20)
+    run = await hub.store.run("run-bad-trace")
+    assert run is not None and run.status.value == "success"
+    assert await hub.transport._client.xlen(hub.keys.dead) == 0
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id("run-bad-trace"))
+    assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
+    assert not cue.links  # nothing to link to: every traceparent it sent was ignored
+    assert cue.context.trace_id == run_trace_id("run-bad-trace")
+
+
+async def test_a_hub_that_did_not_see_a_cue_start_reopens_its_span_under_its_id(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """A new leadership term forgets the open spans (as a restarted or new leader knows
+    none): the cue's span is re-opened at its next phase with the same id, the phases it
+    missed taken from the cue's state, and ended once."""
+    hub, hub_spans, _ = running
+    assert hub.tracer is not None
+    text = "cuelist: resumed\ncues:\n  - {id: ONLY, target_agents: [rae]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run("resumed", version, "run-resumed", {}, False)
+    answers = {
+        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
+        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
+    }
+    answered: set[str] = set()
+
+    async def answer() -> bool:
+        for _, fields in await hub.transport._client.xrange(hub.keys.inbox("rae")):
+            msg = decode(fields[STREAM_FIELD.encode()])
+            if msg.message_id in answered or msg.message_type not in answers:
+                continue
+            answered.add(msg.message_id)
+            if msg.message_type is T.COORD_STANDBY:
+                hub.tracer.reset()  # what Driver.load does when a term starts
+            mt, payload = answers[msg.message_type]
+            await hub.transport._client.xadd(
+                hub.keys.out("rae"), {STREAM_FIELD: encode(msg.reply(mt, payload))}
+            )
+        run = await hub.store.run("run-resumed")
+        return run is not None and run.status.done
+
+    await eventually(answer, 20)
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id("run-resumed"))
+    assert cue.context.span_id == cue_span_id("run-resumed", "ONLY", 1)
+    assert cue.parent is not None and cue.parent.span_id == run_span_id("run-resumed")
+    assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
+    resumed = [e.name for e in cue.events if (e.attributes or {}).get("callboard.resumed")]
+    assert resumed == ["warning", "standby"]
+    assert cue.start_time is not None and cue.start_time == cue.events[0].timestamp
+
+
+async def test_a_rerun_is_a_trace_of_its_own_linked_to_the_run_it_reruns(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, _ = running
+    assert hub.tracer is not None
+    text = "cuelist: again\ncues:\n  - {id: ONLY, target_agents: [specialist-deploy]}\n"
+    assert (await _run(hub, text, "run-first"))["status"] == "success"
+    await hub._rerun(c.Rerun(run_id="run-first", new_run_id="run-second"))
+
+    async def second() -> Any:
+        run = await hub.store.run("run-second")
+        return run is not None and run.status.done
+
+    await eventually(second, 20)
+    (rerun,) = await _exported(hub, hub_spans, "run again", run_trace_id("run-second"))
+    assert rerun.parent is None and rerun.attributes is not None
+    assert rerun.attributes["callboard.run.rerun_of"] == "run-first"
+    (link,) = rerun.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        run_trace_id("run-first"), run_span_id("run-first"),
+    )  # fmt: skip

@@ -1,0 +1,72 @@
+"""The optional `traceparent` on the envelope: checked, ignored when malformed, absent when off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from protocols import payloads as p
+from protocols.codec import decode, encode, make
+from protocols.messages import MessageType as T
+from protocols.tracecontext import (
+    cue_span_id,
+    format_traceparent,
+    parse_traceparent,
+    run_span_id,
+    run_trace_id,
+    valid_traceparent,
+)
+
+GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _ack(**fields: object) -> bytes:
+    return encode(make(T.ACK_WARNING, p.AckWarning(attempt=1), run_id="r1", cue_id="C", **fields))
+
+
+def test_no_traceparent_is_written_when_there_is_none() -> None:
+    raw = _ack()
+    assert b"traceparent" not in raw
+    assert decode(raw).traceparent is None
+
+
+def test_a_valid_traceparent_travels() -> None:
+    raw = _ack(traceparent=GOOD)
+    assert json.loads(raw)["traceparent"] == GOOD
+    assert decode(raw).traceparent == GOOD
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        42,
+        None,
+        "",
+        "garbage",
+        GOOD.upper(),
+        GOOD + "-extra",
+        "01" + GOOD[2:],
+        "ff" + GOOD[2:],
+        "00-" + "0" * 32 + GOOD[35:],
+        GOOD[:36] + "0" * 16 + "-01",
+        GOOD.replace("-", "_"),
+        "x" * 10_000,
+    ],
+)
+def test_a_malformed_traceparent_is_ignored_not_refused(bad: object) -> None:
+    body = json.loads(_ack())
+    body["traceparent"] = bad
+    message = decode(json.dumps(body))  # decodes: the message is routed as usual
+    assert message.traceparent is None
+    assert message.message_type is T.ACK_WARNING and message.run_id == "r1"
+
+
+def test_ids_derived_from_the_run_are_stable_and_distinct() -> None:
+    assert run_trace_id("run-1") == run_trace_id("run-1") != run_trace_id("run-2")
+    ids = {run_span_id("run-1"), cue_span_id("run-1", "A", 1), cue_span_id("run-1", "A", 2)}
+    assert len(ids) == 3 and all(0 < i < 2**64 for i in ids)
+    assert 0 < run_trace_id("run-1") < 2**128
+    text = format_traceparent(run_trace_id("r"), run_span_id("r"))
+    assert valid_traceparent(text) == text
+    assert parse_traceparent(text) == (run_trace_id("r"), run_span_id("r"), True)

@@ -80,9 +80,18 @@ document.addEventListener("submit", async (event) => {
   const form = event.target.closest("form[data-url]");
   if (!form) return;
   event.preventDefault();
-  const name = new FormData(form).get("name");
-  const url = form.dataset.url.replace("{name}", encodeURIComponent(String(name)));
-  const data = await call("POST", url, undefined, `Raise ${name}`, form);
+  let data;
+  if (form.dataset.json !== undefined) { // a JSON body of the numbers filled in (the budget)
+    const body = {};
+    for (const [key, value] of new FormData(form)) {
+      if (String(value).trim() !== "") body[key] = Number(value);
+    }
+    data = await call("POST", form.dataset.url, JSON.stringify(body), form.dataset.label, form);
+  } else {
+    const name = new FormData(form).get("name");
+    const url = form.dataset.url.replace("{name}", encodeURIComponent(String(name)));
+    data = await call("POST", url, undefined, `Raise ${name}`, form);
+  }
   if (data) {
     form.reset();
     refreshSoon(0);

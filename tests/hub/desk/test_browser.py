@@ -87,6 +87,16 @@ cues:
 """
 
 
+BUDGET = """
+cuelist: desk-budget
+budget: {tokens: 100}
+cues:
+  - {id: ONE, target_agents: [specialist-build], action: {usage: {tokens: 80}}, auto_follow: TWO}
+  - {id: TWO, target_agents: [specialist-test], action: {usage: {tokens: 80}}, auto_follow: THREE}
+  - {id: THREE, target_agents: [specialist-deploy], action: {usage: {tokens: 80}}}
+"""
+
+
 class Stage:
     def __init__(self, url: str, api: httpx.Client, redis_url: str, prefix: str) -> None:
         self.url = url
@@ -120,7 +130,8 @@ def stage(
         with httpx.Client(base_url=url, timeout=30) as api:
             wait_online(api, AGENTS)
             sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
-            for text in [*sources, APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY, GHOST, RESULTS]:
+            extra = [APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY, GHOST, RESULTS, BUDGET]
+            for text in [*sources, *extra]:
                 r = api.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
@@ -196,6 +207,19 @@ def test_approve_a_condition_from_the_board(stage: Stage, page: Page) -> None:
     run = wait_done(stage.api, run_id)
     assert "approval_received" in run["conditions"]
     assert run["status"] == "success"
+
+
+def test_raise_a_spent_budget_from_the_run_page(stage: Stage, page: Page) -> None:
+    run_id = stage.start("desk-budget")
+    eventually_sync(lambda: stage.run(run_id)["status"] == "holding", 20)
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(page.locator(".runline .why")).to_contain_text("budget tokens spent 160 / 100")
+    page.locator("#budget-tokens").fill("1000")
+    page.locator("form.budget-form").get_by_role("button", name="Raise").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    run = wait_done(stage.api, run_id)
+    assert run["status"] == "success" and run["budget"]["tokens"] == 1000
+    assert run["usage"]["tokens"] == 240
 
 
 @pytest.mark.parametrize("pick", ["holder", "waiter"])

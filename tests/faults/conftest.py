@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def figure(request: pytest.FixtureRequest) -> Iterator[Figure]:
     """`figure(row=1, fault=..., measured=..., promise=...)`; later calls update the row."""
     row: dict[str, Any] = {}
+    began = time.time()
 
     def record(**fields: Any) -> None:
         row.update(fields)
@@ -44,6 +46,7 @@ def figure(request: pytest.FixtureRequest) -> Iterator[Figure]:
     reports = [getattr(request.node, f"rep_{when}", None) for when in ("setup", "call")]
     row["passed"] = all(r is not None and r.passed for r in reports)
     row["test"] = request.node.nodeid
+    row["began"], row["ended"] = began, time.time()  # the suite's span, for rows kept apart
     with open(out, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, default=str) + "\n")
 

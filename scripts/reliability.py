@@ -118,10 +118,11 @@ smaller size than the issue names; the promise checked is the same.
   runs success; used_memory 2,534 KiB at the start, 8,758 KiB at the peak, 2,585 KiB once
   expired (+2.0%); longest stream 796 entries at a peak (the agent's out stream: entries
   pending with the hub are never trimmed, and up to 0.5 s of arrivals land between two
-  trims), 200 once settled. In both sizes: one echo agent with `CALLBOARD_CONCURRENCY=50`, retention 2 s, done-markers 2 s,
-  upkeep every 0.5 s. The start is measured after 400 warm-up runs have filled the capped
-  streams (agent in/out, audit) and expired, so it is the steady state a long-lived hub
-  sits at; the end once every run, commit id (kept 30 s) and done-marker has expired.
+  trims), 200 once settled. In both sizes: one echo agent with
+  `CALLBOARD_CONCURRENCY=50`, retention 2 s, done-markers 2 s, upkeep every 0.5 s. The
+  start is measured after 400 warm-up runs have filled the capped streams (agent in/out,
+  audit) and expired, so it is the steady state a long-lived hub sits at; the end once
+  every run, commit id (kept 30 s) and done-marker has expired.
 
 ## Durability on a power cut
 

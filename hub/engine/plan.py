@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ class Plan:
     agents: frozenset[str] = frozenset()  # every agent some cue's target_agents names
     debuggers: frozenset[str] = frozenset()  # agents some cue's on_repeated_failure names
     by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
+    ahead: float = 1  # the largest `warn_ahead` of its cues (inf for `all`)
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -45,6 +47,7 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
+        plan.ahead = max(math.inf if c.warn_ahead == "all" else c.warn_ahead for c in cuelist.cues)
         return plan
 
     @property

@@ -1,18 +1,21 @@
-"""Early warning, `warn_ahead` cues ahead: who may be warned once a cue is GO'd.
+"""Early warning, `warn_ahead` cues ahead: who may be warned, and when.
 
-A cue's distance from the GO (its `hops`) is 0 for a cue in GO, and for a cue warned early
-one more than the farthest of its unfinished predecessors; any other unfinished cue (not
-called yet, or in its own call before its GO) is not anchored to a GO at all. A cue not
-called yet is warned early when its conditions are raised and its distance, one more than
-the farthest of its unfinished predecessors, is at most its `warn_ahead` (`all`: any).
-So `warn_ahead: 1` (the default) warns a cue when every unfinished predecessor is GO'd,
-`2` also when they are themselves warned for a GO'd one, and so on down the chain; in a
-DAG a join waits for the farthest of its branches.
+A cue's distance from a GO counts the cues that must still GO before it, itself included:
+0 for a cue in GO; 1 for a cue in its own call (WARNING or STANDBY, its predecessors done:
+the next to GO); for a cue warned early, one more than the farthest of its unfinished
+predecessors. Any other unfinished cue (not called yet, armed for an operator) is not in
+motion: no distance. A cue not called yet is warned early once its conditions are raised
+and it is at most its `warn_ahead` from a GO (one more than its farthest unfinished
+predecessor; `all`: any distance). So `warn_ahead: 1` (the default) warns a cue when
+every unfinished predecessor is GO'd; `2` already when they are in their call or warned
+early for a GO'd one, so a chain's second cue prepares beside its first; and so on down
+the chain. In a DAG a join counts its farthest branch.
 
-Checked when a cue is GO'd (the only moment a distance shrinks), walking its successors
-through the cues warned early, as far as the plan's largest `warn_ahead` reaches. A cue
-warned early still goes to STANDBY only when every predecessor is done, and is stood down
-when one fails (hub.engine.core.evaluate).
+Distances only shrink when a cue enters its call (`fire`), leaves early warning (its
+predecessors are done) or is GO'd; each then walks its successors through the cues in
+motion, as far as the plan's largest `warn_ahead` reaches. A cue warned early still goes
+to STANDBY only when every predecessor is done, and is stood down when one fails
+(hub.engine.core.evaluate).
 """
 
 from __future__ import annotations
@@ -24,32 +27,34 @@ from hub.engine.plan import Plan
 from hub.engine.state import RunState
 from protocols.states import Coordination, CueState, FiredBy, OnFailure
 
-UNANCHORED = math.inf  # the distance of a cue no GO'd cue leads to
+UNANCHORED = math.inf  # the distance of a cue not in motion
+CALLED = (CueState.WARNING, CueState.STANDBY)  # in a call, before its GO
 
 
 class AheadMixin(EngineBase):
     """The engine's part that decides which cues are warned early, and how far ahead."""
 
     def warn_ahead(self, run: RunState, cue_id: str) -> None:
-        """`cue_id` was just GO'd: warn every cue that is now close enough to a GO."""
+        """The cue came closer to its GO (called, no longer early, or GO'd): warn the cues
+        after it that are now close enough."""
         plan = self.plans[run.run_id]
-        if not self.early_warning or not plan.succs[cue_id] or not plan.ahead:
+        if not self.early_warning or not plan.succs[cue_id]:
             return
-        hops: dict[str, float] = {cue_id: 0}
+        hops: dict[str, float] = {}
+        if self._hops(run, plan, cue_id, hops) >= plan.ahead:
+            return
         todo = list(reversed(plan.succs[cue_id]))
         while todo:
             succ = todo.pop()
-            cr = run.cues[succ]
-            if cr.state in (CueState.PENDING, CueState.WAITING):
-                if not self._warn_early(run, plan, succ, hops):
-                    continue
-            elif not (cr.state is CueState.WARNING and cr.early):
-                continue  # in its own call, or done: nothing ahead of it is anchored here
+            uncalled = run.cues[succ].state in (CueState.PENDING, CueState.WAITING)
+            if uncalled and not self._warn_early(run, plan, succ, hops):
+                continue
             if self._hops(run, plan, succ, hops) < plan.ahead:
                 todo.extend(reversed(plan.succs[succ]))
 
     def _warn_early(self, run: RunState, plan: Plan, cue_id: str, hops: dict[str, float]) -> bool:
-        """Warn the cue early if its conditions, kind and distance allow; True if warned."""
+        """Warn the cue early if its conditions, kind and distance allow; True if warned (a
+        cue warned early starts no walk of its own: the walk that warned it goes on)."""
         cue = plan.cues[cue_id]
         if cue.coordination is Coordination.DIRECT or cue.manual or cue.warn_ahead == 0:
             return False
@@ -83,8 +88,10 @@ class AheadMixin(EngineBase):
             cr = run.cues[top]
             if cr.state is CueState.GO:
                 hops[top] = 0
-            elif not (cr.state is CueState.WARNING and cr.early):
+            elif cr.state not in CALLED:
                 hops[top] = UNANCHORED
+            elif not cr.early:
+                hops[top] = 1
             else:
                 unfinished = [d for d in plan.preds[top] if not self._satisfied(run, d)]
                 missing = [d for d in unfinished if d not in hops]

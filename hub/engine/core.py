@@ -201,6 +201,7 @@ class Engine(
             self.mark_dirty(run, cue_id)
             if all(s is TargetState.PREPARED for s in cr.targets.values()):
                 self.to_standby(run, cue_id)
+            self.warn_ahead(run, cue_id)  # the next to GO now: closer, so may those after it
             return
         if cr.state is CueState.ARMED:
             return
@@ -304,6 +305,8 @@ class Engine(
             action=self.action_of(run, cue_id),
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_WARNING, payload)
+        if not early:  # an early one is warned by a walk of warn_ahead, which goes on
+            self.warn_ahead(run, cue_id)
 
     # -- the call -------------------------------------------------------------------------
     def to_standby(self, run: RunState, cue_id: str) -> None:

@@ -39,6 +39,7 @@ def sent_to(sim: Sim, mt: T) -> list[str]:
 def test_default_warns_one_cue_ahead() -> None:
     sim = Sim(plan_of(chain(4)))
     sim.start()
+    assert warned(sim) == []
     go(sim, "C1")
     assert warned(sim) == ["C2"]
     assert sim.cue("C3").state is CueState.WAITING
@@ -47,6 +48,7 @@ def test_default_warns_one_cue_ahead() -> None:
 def test_warn_ahead_two_warns_two_cues_and_slides_with_each_go() -> None:
     sim = Sim(plan_of(chain(5, 2)))
     sim.start()
+    assert warned(sim) == ["C2"]  # two from a GO: prepares beside C1
     go(sim, "C1")
     assert warned(sim) == ["C2", "C3"]
     assert sim.cue("C3").fired_by is FiredBy.AUTO_FOLLOW
@@ -73,12 +75,11 @@ def test_warn_ahead_two_warns_two_cues_and_slides_with_each_go() -> None:
     assert [len(sim.cue(f"C{i}").gos) for i in range(1, 6)] == [1] * 5  # GO recorded once
 
 
-def test_warn_ahead_all_warns_the_whole_chain_at_the_first_go() -> None:
+def test_warn_ahead_all_warns_the_whole_chain_with_its_first_cue() -> None:
     sim = Sim(plan_of(chain(6, "all")))
     sim.start()
-    assert warned(sim) == []  # warned ahead of a GO, not of a WARNING
-    go(sim, "C1")
     assert warned(sim) == ["C2", "C3", "C4", "C5", "C6"]
+    assert sim.cue("C1").state is CueState.WARNING and not sim.cue("C1").early
 
 
 def test_predecessor_failure_stands_down_every_warned_cue() -> None:
@@ -126,6 +127,7 @@ cues:
 def test_dag_join_is_warned_by_its_farthest_branch_and_never_past_a_cue_not_called() -> None:
     sim = Sim(plan_of(DAG))
     sim.start()
+    assert warned(sim) == ["B", "C"]  # A is in its call: B and C are two from a GO
     go(sim, "A")
     # B and C are one from A's GO, D two (through both); E would be three; F also waits
     # for M, an operator's cue not called yet, so no GO leads to it

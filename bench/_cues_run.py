@@ -403,12 +403,12 @@ class Harness:
     # -- (b) ------------------------------------------------------------------------------
     async def chain(
         self, n: int, shapes: list[tuple[int, int]], early_warning: bool,
-        cuelist: Callable[..., dict[str, Any]],
+        cuelist: Callable[..., dict[str, Any]], tag: str | None = None,
     ) -> list[float]:  # fmt: skip
         """Seconds from run start to completion of an n-cue chain, per (prepare, execute)."""
         prefix = self.prefix()
         out = []
-        tag = f"b-{'early' if early_warning else 'late'}"
+        tag = tag or f"b-{'early' if early_warning else 'late'}"
         async with self.hub(prefix, early_warning, tag=tag), self.echo(prefix, "chain"):
             for prepare_ms, execute_ms in shapes:
                 name, version = await self.put(

@@ -12,7 +12,8 @@ each beside a baseline measured in the same run on the same (embedded) server.
       hub run is timed the bench's process sleeps (it learns of the run's end from a
       keyspace notification), as the bare barrier has no observer either.
   (b) a 20-cue auto_follow chain, 200 ms preparation and 100 ms execution per cue (and the
-      reverse), with early warning and without (HubSettings.early_warning=False).
+      reverse), with early warning and without (HubSettings.early_warning=False); then the
+      first shape with `warn_ahead` 2, 3 and all (`--warn-ahead`), against P + N*E.
   (c) 1,000 runs of a 5-cue cuelist started at once, on echo agents with tiny delays (and
       on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU.
   (d) 5,000 `coordination: direct` cues through one echo specialist process, as one run of
@@ -28,13 +29,14 @@ stream the REST API uses. Every process and key the bench creates is removed bef
 exits. `--profile DIR` writes cProfile stats of each hub and agents process.
 
     python bench/cues.py [--only a,b,c,d] [--repeats 60] [--direct-concurrency 1,8]
-                         [--prefetch 64]
+                         [--prefetch 64] [--warn-ahead 2,3,all]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import sys
@@ -57,7 +59,7 @@ def call_cuelist(name: str, agents: list[str]) -> dict[str, object]:
 
 
 def chain_cuelist(
-    name: str, agent: str, n: int, prepare_ms: int, execute_ms: int
+    name: str, agent: str, n: int, prepare_ms: int, execute_ms: int, warn_ahead: int | str = 1
 ) -> dict[str, object]:
     cues = [
         {
@@ -67,7 +69,7 @@ def chain_cuelist(
         }
         for i in range(1, n + 1)
     ]  # fmt: skip
-    return {"cuelist": name, "cues": cues}
+    return {"cuelist": name, "defaults": {"warn_ahead": warn_ahead}, "cues": cues}
 
 
 def five_cuelist(name: str) -> dict[str, object]:
@@ -138,9 +140,11 @@ def _p90(calls: list[tuple[float, float]], i: int) -> float:
 # -- (b) --------------------------------------------------------------------------------------
 
 
-async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]:
-    """Early warning looks one cue ahead (the hub warns a cue when its last predecessor is
-    GO'd), so a chain takes P + (N-1)*max(P, E) + E: P + N*E only when P <= E."""
+async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]], aheads: list[str]) -> list[Row]:
+    """Early warning one cue ahead (the default: the hub warns a cue when its last
+    predecessor is GO'd) makes a chain P + (N-1)*max(P, E) + E: P + N*E only when P <= E.
+    `warn_ahead` k overlaps k preparations with the executions before them, so with
+    k >= P/E the chain reaches P + N*E (shown for the first shape)."""
     rows = []
     with_early = await h.chain(n, shapes, True, chain_cuelist)
     without = await h.chain(n, shapes, False, chain_cuelist)
@@ -155,6 +159,19 @@ async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]
                 f"{ahead:.1f} s +{(early - ahead) * 1000 / n:.1f} ms/cue",
                 f"{serial:.1f} s +{(late - serial) * 1000 / n:.1f} ms/cue", "", "", None),
         ]  # fmt: skip
+    prepare_ms, execute_ms = shapes[0]
+    p, e = prepare_ms / 1000, execute_ms / 1000
+    floor = p + n * e
+    for warn_ahead in aheads:
+        value: int | str = int(warn_ahead) if warn_ahead.isdigit() else warn_ahead
+        shaped = functools.partial(chain_cuelist, warn_ahead=value)
+        (took,) = await h.chain(n, [shapes[0]], True, shaped, tag=f"b-ahead-{warn_ahead}")
+        ratio, one_ahead = took / floor, f"{with_early[0]:.2f} s"
+        rows.append(
+            Row(f"(b) {n}-cue chain P={prepare_ms} E={execute_ms} ms, warn_ahead {warn_ahead}: "
+                "vs P+N*E", f"{took:.2f} s", f"P+N*E={floor:.1f} s (one ahead: {one_ahead})",
+                f"{ratio:.3f}x", "<= 1.050x", ratio <= 1.05),
+        )  # fmt: skip
     return rows
 
 
@@ -250,7 +267,8 @@ async def main(args: argparse.Namespace) -> None:
                 sizes = [int(n) for n in args.agents.split(",")]
                 rows += await part_a(h, sizes, args.repeats)
             if "b" in parts:
-                rows += await part_b(h, 20, [(200, 100), (100, 200)])
+                aheads = args.warn_ahead.split(",")
+                rows += await part_b(h, 20, [(200, 100), (100, 200)], aheads)
             if "c" in parts:
                 rows += await part_c(h, args.runs)
             if "d" in parts:
@@ -276,6 +294,8 @@ if __name__ == "__main__":
     parser.add_argument("--only", default="a,b,c,d", help="parts to run, e.g. a,d")
     parser.add_argument("--repeats", type=int, default=60, help="cue calls per size in (a)")
     parser.add_argument("--agents", default="10,50", help="agent counts in (a)")
+    parser.add_argument("--warn-ahead", default="2,3,all",
+                        help="warn_ahead values of the chain in (b)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in (c)")
     parser.add_argument("--jobs", type=int, default=5000, help="direct cues / Celery tasks (d)")
     parser.add_argument("--direct-concurrency", default="1", help="echo slots in (d), e.g. 1,8")

@@ -44,6 +44,7 @@ from protocols.codec import encode, make
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
+from protocols.process import UVLOOP_ENV
 from protocols.states import RunStatus
 from protocols.transport import Redis, Storage, connect
 from protocols.validation import load_cuelist
@@ -189,6 +190,8 @@ class Harness:
         """A real echo specialist process, as `callboard specialist echo` runs it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALLBOARD_")}
         env.update(REDIS_URL=self.url, CALLBOARD_PREFIX=prefix, CALLBOARD_LOG_LEVEL="WARNING")
+        if UVLOOP_ENV in os.environ:  # the bench's --asyncio reaches the specialist too
+            env[UVLOOP_ENV] = os.environ[UVLOOP_ENV]
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent,
                 "--concurrency", str(concurrency)]  # fmt: skip
         if prefetch is not None:
@@ -441,10 +444,12 @@ class Harness:
             sampling = asyncio.create_task(sample_rss(hub.pid, peak))
             run_ids = [new_id() for _ in range(count)]
             cpu0 = (cpu_s(hub.pid), cpu_s(box.pid), time.monotonic())
+            client0 = cpu_s(os.getpid())  # this process sends the start commands
             t0 = time.time()
             await self.start_many(prefix, name, version, run_ids)
             await self.wait_idle(prefix, 300)
             wall = time.monotonic() - cpu0[2]
+            client_cpu = cpu_s(os.getpid()) - client0
             hub_cpu, agents_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(box.pid) - cpu0[1]
             sampling.cancel()
             peak.append(rss_mb(hub.pid, "VmHWM"))
@@ -457,6 +462,9 @@ class Harness:
             "rss_peak_mb": max(peak),
             "hub_cpu": hub_cpu / wall,
             "agents_cpu": agents_cpu / wall,
+            "hub_us": hub_cpu / count * 1e6,
+            "agents_us": agents_cpu / count * 1e6,
+            "client_us": client_cpu / count * 1e6,
         }
 
     # -- (d) ------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ each beside a baseline measured in the same run on the same (embedded) server.
       reverse), with early warning and without (HubSettings.early_warning=False); then the
       first shape with `warn_ahead` 2, 3 and all (`--warn-ahead`), against P + N*E.
   (c) 1,000 runs of a 5-cue cuelist started at once, on echo agents with tiny delays (and
-      on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU.
+      on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU,
+      and CPU per run of the hub, the agents and the client (this process, which sends
+      the start commands and waits for their answers, as POST /v1/runs would).
   (d) 5,000 `coordination: direct` cues through one echo specialist process, as one run of
       5,000 entry cues and as one run per job (what a user replacing `task.delay()` does:
       POST /v1/runs per job), against Celery (solo pool, Redis broker on the same server,
@@ -26,16 +28,18 @@ each beside a baseline measured in the same run on the same (embedded) server.
 
 The hub runs in its own process (its RSS is its own) and is driven through the command
 stream the REST API uses. Every process and key the bench creates is removed before it
-exits. `--profile DIR` writes cProfile stats of each hub and agents process.
+exits. `--profile DIR` writes cProfile stats of each hub and agents process. Every process
+(the bench's own, the hub, the agents, the echo) runs on uvloop when it is installed (the
+`fast` extra), as `callboard hub` and specialists do; `--asyncio` runs them all on
+asyncio's own loop instead.
 
     python bench/cues.py [--only a,b,c,d] [--repeats 60] [--direct-concurrency 1,8]
-                         [--prefetch 64] [--warn-ahead 2,3,all]
+                         [--prefetch 64] [--warn-ahead 2,3,all] [--asyncio]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import os
 import statistics
@@ -49,6 +53,7 @@ if __package__ in (None, ""):
 from bench._cues_host import celery_noops
 from bench._cues_run import Harness, Row
 from callboard.embedded import EmbeddedServer
+from protocols.process import UVLOOP_ENV, loop_name, run
 from protocols.states import Coordination
 from protocols.transport import connect
 
@@ -188,6 +193,9 @@ async def part_c(h: Harness, runs: int) -> list[Row]:
             Row("(c)   median run latency; CPU busy: hub | agents process",
                 f"{r['latency_p50_s']:.2f} s",
                 f"hub {r['hub_cpu']:.0%} | agents {r['agents_cpu']:.0%}", "", "", None),
+            Row("(c)   CPU per run: hub | agents process | client (the bench sending starts)",
+                f"hub {r['hub_us']:,.0f} us",
+                f"agents {r['agents_us']:,.0f} us | client {r['client_us']:,.0f} us", "", "", None),
             Row("(c)   hub RSS: idle -> peak during",
                 f"{r['rss_idle_mb']:.0f} -> {r['rss_peak_mb']:.0f} MB",
                 f"+{r['rss_peak_mb'] - r['rss_idle_mb']:.0f} MB", "", "", None),
@@ -262,7 +270,8 @@ async def main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     with EmbeddedServer() as server:
         async with Harness(server, args.profile) as h:
-            print(f"server {server.binary} on {server.url}", file=sys.stderr)
+            print(f"server {server.binary} on {server.url}; event loops: {loop_name()}",
+                  file=sys.stderr)  # fmt: skip
             if "a" in parts:
                 sizes = [int(n) for n in args.agents.split(",")]
                 rows += await part_a(h, sizes, args.repeats)
@@ -276,7 +285,8 @@ async def main(args: argparse.Namespace) -> None:
                 rows += await part_d(h, args.jobs, concurrencies, args.prefetch)
         left = await leftover_keys(server)
     print_table(rows)
-    print(f"\n(total {time.monotonic() - started:.0f} s; keys left behind: {left})")
+    took = time.monotonic() - started
+    print(f"\n(event loops: {loop_name()}; total {took:.0f} s; keys left behind: {left})")
 
 
 async def leftover_keys(server: EmbeddedServer) -> int:
@@ -302,4 +312,9 @@ if __name__ == "__main__":
     parser.add_argument("--prefetch", type=int, default=64,
                         help="messages the echo and the Celery worker may hold in (d)")  # fmt: skip
     parser.add_argument("--profile", default=None, help="dump the hub's cProfile stats here")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--asyncio", action="store_true",
+                        help="every process on asyncio's loop, not uvloop")  # fmt: skip
+    cli = parser.parse_args()
+    if cli.asyncio:
+        os.environ[UVLOOP_ENV] = "0"  # inherited by every process the bench starts
+    run(main(cli))

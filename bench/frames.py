@@ -7,6 +7,7 @@ sampled) and its top frames: by self time (the function on top of the stack) and
 total time (anywhere on the stack, callboard's own code only).
 
     python bench/frames.py [--top 15] [--rate 250] [--raw FILE] -- --only d --jobs 5000
+    python bench/frames.py --summarise FILE       # the top frames of stacks kept with --raw
 
 py-spy comes with the dev extra; it samples from outside the process (no tracing hooks),
 so the figures the bench prints under it are a little lower than without it.
@@ -35,10 +36,10 @@ def role(stack: list[str]) -> str:
         return "echo"
     if "hub_process" in joined:
         return "hub"
-    if "agents_process" in joined:
-        return "agents (SDK echo host)"
     if "raw_agents_process" in joined:
         return "raw agents"
+    if "agents_process" in joined:
+        return "agents (SDK echo host)"
     if "celery" in (procs[-1] if procs else ""):
         return "celery worker"
     return "bench (client)" if len(procs) == 1 else "other"
@@ -87,7 +88,11 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--raw", default=None, help="keep py-spy's raw stacks in this file")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- then bench/cues.py's args")
+    parser.add_argument("--summarise", default=None, help="only summarise this --raw file")
     args = parser.parse_args()
+    if args.summarise:
+        print(summarise(Path(args.summarise), args.top))
+        return
     bench_args = [a for a in args.bench if a != "--"] or ["--only", "d"]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(args.raw) if args.raw else Path(tmp) / "stacks.txt"

@@ -29,9 +29,9 @@ each beside a baseline measured in the same run on the same (embedded) server.
 The hub runs in its own process (its RSS is its own) and is driven through the command
 stream the REST API uses. Every process and key the bench creates is removed before it
 exits. `--profile DIR` writes cProfile stats of each hub and agents process. Every process
-(the bench's own, the hub, the agents, the echo) runs on uvloop when it is installed (the
-`fast` extra), as `callboard hub` and specialists do; `--asyncio` runs them all on
-asyncio's own loop instead.
+(the bench's own, the hub, the agents, the echo) runs on uvloop when it is installed
+(`pip install uvloop`), as `callboard hub` and specialists do; `--asyncio` runs them all
+on asyncio's own loop instead.
 
     python bench/cues.py [--only a,b,c,d] [--repeats 60] [--direct-concurrency 1,8]
                          [--prefetch 64] [--warn-ahead 2,3,all] [--asyncio]

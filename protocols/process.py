@@ -30,8 +30,8 @@ T = TypeVar("T")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop when it is installed (the `fast` extra) and not turned off with
-    CALLBOARD_UVLOOP=0; None (asyncio's own loop) otherwise."""
+    """uvloop's event loop when it is installed (`pip install uvloop`: not a dependency) and
+    not turned off with CALLBOARD_UVLOOP=0; None (asyncio's own loop) otherwise."""
     if os.environ.get(UVLOOP_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:

@@ -36,20 +36,26 @@ class AheadMixin(EngineBase):
 
     def warn_ahead(self, run: RunState, cue_id: str) -> None:
         """The cue came closer to its GO (called, no longer early, or GO'd): warn the cues
-        after it that are now close enough."""
+        after it that are now close enough. The walk goes on past a cue it warned, and past
+        one already in motion only while that is nearer a GO than some cue's numeric
+        `warn_ahead`: an `all` cue left behind was not held back by its distance (that
+        keeps a GO in a long `all` chain from walking the rest of the chain again)."""
         plan = self.plans[run.run_id]
         if not self.early_warning or not plan.succs[cue_id]:
             return
         hops: dict[str, float] = {}
-        if self._hops(run, plan, cue_id, hops) >= plan.ahead:
+        if not plan.ahead_all and self._hops(run, plan, cue_id, hops) >= plan.ahead:
             return
         todo = list(reversed(plan.succs[cue_id]))
         while todo:
             succ = todo.pop()
-            uncalled = run.cues[succ].state in (CueState.PENDING, CueState.WAITING)
-            if uncalled and not self._warn_early(run, plan, succ, hops):
-                continue
-            if self._hops(run, plan, succ, hops) < plan.ahead:
+            if run.cues[succ].state in (CueState.PENDING, CueState.WAITING):
+                if not self._warn_early(run, plan, succ, hops):
+                    continue
+                further = plan.ahead_all or hops[succ] < plan.ahead
+            else:
+                further = self._hops(run, plan, succ, hops) < plan.ahead
+            if further:
                 todo.extend(reversed(plan.succs[succ]))
 
     def _warn_early(self, run: RunState, plan: Plan, cue_id: str, hops: dict[str, float]) -> bool:

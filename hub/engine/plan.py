@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,8 @@ class Plan:
     agents: frozenset[str] = frozenset()  # every agent some cue's target_agents names
     debuggers: frozenset[str] = frozenset()  # agents some cue's on_repeated_failure names
     by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
-    ahead: float = 1  # the largest `warn_ahead` of its cues (inf for `all`)
+    ahead: int = 1  # the largest numeric `warn_ahead` of its cues
+    ahead_all: bool = False  # some cue has `warn_ahead: all`
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -47,7 +47,9 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
-        plan.ahead = max(math.inf if c.warn_ahead == "all" else c.warn_ahead for c in cuelist.cues)
+        numbers = [c.warn_ahead for c in cuelist.cues if isinstance(c.warn_ahead, int)]
+        plan.ahead = max(numbers, default=0)
+        plan.ahead_all = len(numbers) < len(cuelist.cues)
         return plan
 
     @property

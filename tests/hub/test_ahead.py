@@ -185,3 +185,20 @@ def test_a_retried_early_cue_is_early_still_no_standby_before_its_predecessor() 
     sim.ack_standby("a", "C2")
     sim.complete("a", "C2")
     assert sim.cue("C3").state is CueState.STANDBY
+
+
+def test_a_cue_waiting_for_a_condition_is_warned_once_raised_and_a_predecessor_moves() -> None:
+    text = chain(4, "all").replace(
+        "{id: C1, target_agents: [a]", "{id: C1, target_agents: [a], raises: [built]"
+    )
+    text = text.replace(
+        "{id: C3, target_agents: [a]", "{id: C3, target_agents: [a], conditions: [built]"
+    )
+    sim = Sim(plan_of(text))
+    sim.start()
+    assert warned(sim) == ["C2"]  # C3 waits for its condition, so C4 has no GO ahead
+    go(sim, "C1")
+    assert warned(sim) == ["C2"]
+    sim.complete("a", "C1")  # raises `built`; C2, the next to GO now, walks on
+    assert warned(sim) == ["C3", "C4"]
+    assert sim.cue("C2").state is CueState.WARNING and not sim.cue("C2").early

@@ -47,9 +47,12 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
-        numbers = [c.warn_ahead for c in cuelist.cues if isinstance(c.warn_ahead, int)]
+        # a distance never exceeds the number of cues: a `warn_ahead` that large is `all`
+        count = len(cuelist.cues)
+        numbers = [c.warn_ahead for c in cuelist.cues
+                   if isinstance(c.warn_ahead, int) and c.warn_ahead < count]  # fmt: skip
         plan.ahead = max(numbers, default=0)
-        plan.ahead_all = len(numbers) < len(cuelist.cues)
+        plan.ahead_all = len(numbers) < count
         return plan
 
     @property

@@ -202,3 +202,29 @@ def test_a_cue_waiting_for_a_condition_is_warned_once_raised_and_a_predecessor_m
     sim.complete("a", "C1")  # raises `built`; C2, the next to GO now, walks on
     assert warned(sim) == ["C3", "C4"]
     assert sim.cue("C2").state is CueState.WARNING and not sim.cue("C2").early
+
+
+JOIN = """
+cuelist: join
+start: [A, B]
+cues:
+  - {id: A, target_agents: [a]}
+  - {id: B, target_agents: [b]}
+  - {id: C, target_agents: [a], depends_on: [A, B]}
+"""
+
+
+def test_by_default_a_join_is_warned_once_every_unfinished_predecessor_had_its_go() -> None:
+    sim = Sim(plan_of(JOIN))
+    sim.start()
+    go(sim, "A")
+    assert warned(sim) == []  # B is in its call, not GO'd
+    sim.ack_warning("b", "B")
+    sim.ack_standby("b", "B")
+    assert warned(sim) == ["C"]
+    sim.complete("a", "A")
+    assert warned(sim) == ["C"]  # B runs still: no STANDBY
+    sim.ack_warning("a", "C")
+    assert sim.cue("C").state is CueState.WARNING
+    sim.complete("b", "B")
+    assert sim.cue("C").state is CueState.STANDBY

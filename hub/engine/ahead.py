@@ -13,9 +13,9 @@ the chain. In a DAG a join counts its farthest branch.
 
 Distances only shrink when a cue enters its call (`fire`), leaves early warning (its
 predecessors are done) or is GO'd; each then walks its successors through the cues in
-motion, as far as the plan's largest `warn_ahead` reaches. A cue warned early still goes
-to STANDBY only when every predecessor is done, and is stood down when one fails
-(hub.engine.core.evaluate).
+motion, as far as a `warn_ahead` of the plan could still reach (`AheadMixin.warn_ahead`).
+A cue warned early still goes to STANDBY only when every predecessor is done, and is
+stood down when one fails (hub.engine.core.evaluate).
 """
 
 from __future__ import annotations

@@ -38,14 +38,17 @@ async def _until(stop: Any) -> None:
 
 
 def _profiled(main: Any, profile: str | None) -> None:
-    """asyncio.run(main()), under cProfile when `profile` names a file for the stats."""
+    """Run main() on the loop a hub or specialist would (uvloop when installed, unless
+    CALLBOARD_UVLOOP=0), under cProfile when `profile` names a file for the stats."""
+    from protocols.process import run
+
     if profile is None:
-        asyncio.run(main())
+        run(main())
         return
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        asyncio.run(main())
+        run(main())
     finally:
         profiler.disable()
         profiler.dump_stats(profile)
@@ -221,6 +224,6 @@ def raw_agents_process(
         await asyncio.gather(*tasks)
         await client.aclose()
 
-    asyncio.run(main())
+    _profiled(main, None)
     conn.send(received)
     conn.close()

@@ -44,6 +44,7 @@ from protocols.codec import encode, make
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
+from protocols.process import UVLOOP_ENV
 from protocols.states import RunStatus
 from protocols.transport import Redis, Storage, connect
 from protocols.validation import load_cuelist
@@ -192,6 +193,8 @@ class Harness:
             if not k.startswith("CALLBOARD_") or k == "CALLBOARD_TRACING"
         }  # fmt: skip
         env.update(REDIS_URL=self.url, CALLBOARD_PREFIX=prefix, CALLBOARD_LOG_LEVEL="WARNING")
+        if UVLOOP_ENV in os.environ:  # the bench's --asyncio reaches the specialist too
+            env[UVLOOP_ENV] = os.environ[UVLOOP_ENV]
         argv = [sys.executable, "-m", "callboard.specialist_cmd", "echo", "--agent", agent,
                 "--concurrency", str(concurrency)]  # fmt: skip
         if prefetch is not None:
@@ -406,12 +409,12 @@ class Harness:
     # -- (b) ------------------------------------------------------------------------------
     async def chain(
         self, n: int, shapes: list[tuple[int, int]], early_warning: bool,
-        cuelist: Callable[..., dict[str, Any]],
+        cuelist: Callable[..., dict[str, Any]], tag: str | None = None,
     ) -> list[float]:  # fmt: skip
         """Seconds from run start to completion of an n-cue chain, per (prepare, execute)."""
         prefix = self.prefix()
         out = []
-        tag = f"b-{'early' if early_warning else 'late'}"
+        tag = tag or f"b-{'early' if early_warning else 'late'}"
         async with self.hub(prefix, early_warning, tag=tag), self.echo(prefix, "chain"):
             for prepare_ms, execute_ms in shapes:
                 name, version = await self.put(
@@ -444,10 +447,12 @@ class Harness:
             sampling = asyncio.create_task(sample_rss(hub.pid, peak))
             run_ids = [new_id() for _ in range(count)]
             cpu0 = (cpu_s(hub.pid), cpu_s(box.pid), time.monotonic())
+            client0 = cpu_s(os.getpid())  # this process sends the start commands
             t0 = time.time()
             await self.start_many(prefix, name, version, run_ids)
             await self.wait_idle(prefix, 300)
             wall = time.monotonic() - cpu0[2]
+            client_cpu = cpu_s(os.getpid()) - client0
             hub_cpu, agents_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(box.pid) - cpu0[1]
             sampling.cancel()
             peak.append(rss_mb(hub.pid, "VmHWM"))
@@ -460,6 +465,9 @@ class Harness:
             "rss_peak_mb": max(peak),
             "hub_cpu": hub_cpu / wall,
             "agents_cpu": agents_cpu / wall,
+            "hub_us": hub_cpu / count * 1e6,
+            "agents_us": agents_cpu / count * 1e6,
+            "client_us": client_cpu / count * 1e6,
         }
 
     # -- (d) ------------------------------------------------------------------------------

@@ -12,9 +12,12 @@ each beside a baseline measured in the same run on the same (embedded) server.
       hub run is timed the bench's process sleeps (it learns of the run's end from a
       keyspace notification), as the bare barrier has no observer either.
   (b) a 20-cue auto_follow chain, 200 ms preparation and 100 ms execution per cue (and the
-      reverse), with early warning and without (HubSettings.early_warning=False).
+      reverse), with early warning and without (HubSettings.early_warning=False); then the
+      first shape with `warn_ahead` 2, 3 and all (`--warn-ahead`), against P + N*E.
   (c) 1,000 runs of a 5-cue cuelist started at once, on echo agents with tiny delays (and
-      on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU.
+      on raw protocol agents, to show the hub's own limit): runs/s, the hub's RSS and CPU,
+      and CPU per run of the hub, the agents and the client (this process, which sends
+      the start commands and waits for their answers, as POST /v1/runs would).
   (d) 5,000 `coordination: direct` cues through one echo specialist process, as one run of
       5,000 entry cues and as one run per job (what a user replacing `task.delay()` does:
       POST /v1/runs per job), against Celery (solo pool, Redis broker on the same server,
@@ -25,16 +28,19 @@ each beside a baseline measured in the same run on the same (embedded) server.
 
 The hub runs in its own process (its RSS is its own) and is driven through the command
 stream the REST API uses. Every process and key the bench creates is removed before it
-exits. `--profile DIR` writes cProfile stats of each hub and agents process.
+exits. `--profile DIR` writes cProfile stats of each hub and agents process. Every process
+(the bench's own, the hub, the agents, the echo) runs on uvloop when it is installed
+(`pip install uvloop`), as `callboard hub` and specialists do; `--asyncio` runs them all
+on asyncio's own loop instead.
 
     python bench/cues.py [--only a,b,c,d] [--repeats 60] [--direct-concurrency 1,8]
-                         [--prefetch 64]
+                         [--prefetch 64] [--warn-ahead 2,3,all] [--asyncio]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import functools
 import os
 import statistics
 import sys
@@ -47,6 +53,7 @@ if __package__ in (None, ""):
 from bench._cues_host import celery_noops
 from bench._cues_run import Harness, Row
 from callboard.embedded import EmbeddedServer
+from protocols.process import UVLOOP_ENV, loop_name, run
 from protocols.states import Coordination
 from protocols.transport import connect
 
@@ -57,7 +64,7 @@ def call_cuelist(name: str, agents: list[str]) -> dict[str, object]:
 
 
 def chain_cuelist(
-    name: str, agent: str, n: int, prepare_ms: int, execute_ms: int
+    name: str, agent: str, n: int, prepare_ms: int, execute_ms: int, warn_ahead: int | str = 1
 ) -> dict[str, object]:
     cues = [
         {
@@ -67,7 +74,7 @@ def chain_cuelist(
         }
         for i in range(1, n + 1)
     ]  # fmt: skip
-    return {"cuelist": name, "cues": cues}
+    return {"cuelist": name, "defaults": {"warn_ahead": warn_ahead}, "cues": cues}
 
 
 def five_cuelist(name: str) -> dict[str, object]:
@@ -138,9 +145,11 @@ def _p90(calls: list[tuple[float, float]], i: int) -> float:
 # -- (b) --------------------------------------------------------------------------------------
 
 
-async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]:
-    """Early warning looks one cue ahead (the hub warns a cue when its last predecessor is
-    GO'd), so a chain takes P + (N-1)*max(P, E) + E: P + N*E only when P <= E."""
+async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]], aheads: list[str]) -> list[Row]:
+    """Early warning one cue ahead (the default: the hub warns a cue when its last
+    predecessor is GO'd) makes a chain P + (N-1)*max(P, E) + E: P + N*E only when P <= E.
+    `warn_ahead` k overlaps k preparations with the executions before them, so with
+    k >= P/E the chain reaches P + N*E (shown for the first shape)."""
     rows = []
     with_early = await h.chain(n, shapes, True, chain_cuelist)
     without = await h.chain(n, shapes, False, chain_cuelist)
@@ -155,6 +164,19 @@ async def part_b(h: Harness, n: int, shapes: list[tuple[int, int]]) -> list[Row]
                 f"{ahead:.1f} s +{(early - ahead) * 1000 / n:.1f} ms/cue",
                 f"{serial:.1f} s +{(late - serial) * 1000 / n:.1f} ms/cue", "", "", None),
         ]  # fmt: skip
+    prepare_ms, execute_ms = shapes[0]
+    p, e = prepare_ms / 1000, execute_ms / 1000
+    floor = p + n * e
+    for warn_ahead in aheads:
+        value: int | str = int(warn_ahead) if warn_ahead.isdigit() else warn_ahead
+        shaped = functools.partial(chain_cuelist, warn_ahead=value)
+        (took,) = await h.chain(n, [shapes[0]], True, shaped, tag=f"b-ahead-{warn_ahead}")
+        ratio, one_ahead = took / floor, f"{with_early[0]:.2f} s"
+        rows.append(
+            Row(f"(b) {n}-cue chain P={prepare_ms} E={execute_ms} ms, warn_ahead {warn_ahead}: "
+                "vs P+N*E", f"{took:.2f} s", f"P+N*E={floor:.1f} s (one ahead: {one_ahead})",
+                f"{ratio:.3f}x", "<= 1.050x", ratio <= 1.05),
+        )  # fmt: skip
     return rows
 
 
@@ -171,6 +193,9 @@ async def part_c(h: Harness, runs: int) -> list[Row]:
             Row("(c)   median run latency; CPU busy: hub | agents process",
                 f"{r['latency_p50_s']:.2f} s",
                 f"hub {r['hub_cpu']:.0%} | agents {r['agents_cpu']:.0%}", "", "", None),
+            Row("(c)   CPU per run: hub | agents process | client (the bench sending starts)",
+                f"hub {r['hub_us']:,.0f} us",
+                f"agents {r['agents_us']:,.0f} us | client {r['client_us']:,.0f} us", "", "", None),
             Row("(c)   hub RSS: idle -> peak during",
                 f"{r['rss_idle_mb']:.0f} -> {r['rss_peak_mb']:.0f} MB",
                 f"+{r['rss_peak_mb'] - r['rss_idle_mb']:.0f} MB", "", "", None),
@@ -245,12 +270,14 @@ async def main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     with EmbeddedServer() as server:
         async with Harness(server, args.profile) as h:
-            print(f"server {server.binary} on {server.url}", file=sys.stderr)
+            print(f"server {server.binary} on {server.url}; event loops: {loop_name()}",
+                  file=sys.stderr)  # fmt: skip
             if "a" in parts:
                 sizes = [int(n) for n in args.agents.split(",")]
                 rows += await part_a(h, sizes, args.repeats)
             if "b" in parts:
-                rows += await part_b(h, 20, [(200, 100), (100, 200)])
+                aheads = args.warn_ahead.split(",")
+                rows += await part_b(h, 20, [(200, 100), (100, 200)], aheads)
             if "c" in parts:
                 rows += await part_c(h, args.runs)
             if "d" in parts:
@@ -258,7 +285,8 @@ async def main(args: argparse.Namespace) -> None:
                 rows += await part_d(h, args.jobs, concurrencies, args.prefetch)
         left = await leftover_keys(server)
     print_table(rows)
-    print(f"\n(total {time.monotonic() - started:.0f} s; keys left behind: {left})")
+    took = time.monotonic() - started
+    print(f"\n(event loops: {loop_name()}; total {took:.0f} s; keys left behind: {left})")
 
 
 async def leftover_keys(server: EmbeddedServer) -> int:
@@ -276,10 +304,17 @@ if __name__ == "__main__":
     parser.add_argument("--only", default="a,b,c,d", help="parts to run, e.g. a,d")
     parser.add_argument("--repeats", type=int, default=60, help="cue calls per size in (a)")
     parser.add_argument("--agents", default="10,50", help="agent counts in (a)")
+    parser.add_argument("--warn-ahead", default="2,3,all",
+                        help="warn_ahead values of the chain in (b)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=1000, help="concurrent runs in (c)")
     parser.add_argument("--jobs", type=int, default=5000, help="direct cues / Celery tasks (d)")
     parser.add_argument("--direct-concurrency", default="1", help="echo slots in (d), e.g. 1,8")
     parser.add_argument("--prefetch", type=int, default=64,
                         help="messages the echo and the Celery worker may hold in (d)")  # fmt: skip
     parser.add_argument("--profile", default=None, help="dump the hub's cProfile stats here")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--asyncio", action="store_true",
+                        help="every process on asyncio's loop, not uvloop")  # fmt: skip
+    cli = parser.parse_args()
+    if cli.asyncio:
+        os.environ[UVLOOP_ENV] = "0"  # inherited by every process the bench starts
+    run(main(cli))

@@ -15,7 +15,7 @@ import uvicorn
 
 from hub.api import create_app
 from hub.service import Hub, HubSettings
-from protocols.process import tune_gc
+from protocols.process import loop_name, tune_gc
 
 LOOPBACK_NAMES = ("localhost",)
 GRACEFUL_S = 5
@@ -50,7 +50,7 @@ def serve(settings: HubSettings, log_level: str = "info") -> None:
     app = create_app(Hub(settings))
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level.lower(),
-        timeout_graceful_shutdown=GRACEFUL_S, lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_S, lifespan="on", loop=loop_name(),
     )  # fmt: skip
     _Server(config, app.state.stopping.set).run()
 

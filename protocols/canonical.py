@@ -17,7 +17,8 @@ from protocols.cuelist import Cuelist
 def canonical_data(cuelist: Cuelist) -> dict[str, object]:
     # Keys added later are left out while unused, so a cuelist that does not use them
     # keeps the version it had before they existed: `budget:`, a cue's `target` (when it
-    # names `target_agents`) and `on_repeated_failure`, an inline contract's `labels`.
+    # names `target_agents`) and `on_repeated_failure`, an inline contract's `labels`, a
+    # cue's `warn_ahead` when it is the default (1).
     exclude = {"defaults"} if cuelist.budget is not None else {"defaults", "budget"}
     data = cuelist.model_dump(mode="json", exclude=exclude)
     for cue in data["cues"]:
@@ -27,6 +28,8 @@ def canonical_data(cuelist: Cuelist) -> dict[str, object]:
             cue.pop("target_agents", None)
         if cue.get("on_repeated_failure") is None:
             cue.pop("on_repeated_failure", None)
+        if cue.get("warn_ahead") == 1:
+            cue.pop("warn_ahead", None)
     for contract in data["specialists"].values():
         if not contract.get("labels"):
             contract.pop("labels", None)

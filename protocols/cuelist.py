@@ -8,12 +8,13 @@ in `protocols.validation`, which is what callers should use.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from croniter import croniter
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -68,6 +69,22 @@ CueIds = Annotated[list[CueId], AfterValidator(_unique)]
 Texts = Annotated[list[Text], Field(max_length=100)]
 
 
+# how many cues ahead of a GO a WARNING may go: 1 (the default) warns a cue when its
+# predecessor is GO'd, 2 when the one before that is, `all` down the whole chain; 0 never
+# early (the cue is warned once every predecessor is done)
+def _warn_ahead(value: Any) -> Any:
+    """One clear error for a bad `warn_ahead` (not one per member of the union)."""
+    number = isinstance(value, int) and not isinstance(value, bool)
+    if value == "all" or (number and 0 <= value <= MAX_CUES):
+        return value
+    raise PydanticCustomError("bad_warn_ahead", "should be a number of cues (0 or more) or 'all'")
+
+
+WarnAhead = Annotated[
+    Annotated[StrictInt, Field(ge=0, le=MAX_CUES)] | Literal["all"], BeforeValidator(_warn_ahead)
+]
+
+
 class Handoff(BaseModel):
     """On completion the cue's agent hands off to `to`, declaring the `context` keys it sends."""
 
@@ -116,6 +133,7 @@ class CueDefaults(BaseModel):
     retries: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
     group: Name | None = None
     on_repeated_failure: OnRepeatedFailure | None = None
+    warn_ahead: WarnAhead | None = None
 
 
 class Cue(BaseModel):
@@ -151,6 +169,7 @@ class Cue(BaseModel):
     # with it, `after` attempts in a row fail before the debugger decides (not `retries`)
     on_repeated_failure: OnRepeatedFailure | None = None
     target: Target | None = Field(default=None, validate_default=True)
+    warn_ahead: WarnAhead = 1  # how many cues ahead a WARNING may go (or all)
 
     @field_validator("target")
     @classmethod

@@ -17,7 +17,7 @@ from protocols.contracts import Contract
 from protocols.keys import is_agent_id
 from protocols.outage import Outage, is_unreachable, one_line, redacted
 from protocols.payloads import BroadcastNotice, TaskHandoff, TaskInput
-from protocols.process import tune_gc
+from protocols.process import run, tune_gc
 from protocols.settings import Settings
 from protocols.targeting import parse_labels
 from protocols.transport import Transport
@@ -232,7 +232,7 @@ def main(specialist: Specialist) -> int:
         await specialist.run()
 
     try:
-        asyncio.run(_run())
+        run(_run())  # on uvloop when installed (protocols.process)
     except asyncio.CancelledError:
         log.warning("%s/%s stopped without draining", specialist.agent_id, specialist.replica)
         return 1

@@ -74,6 +74,7 @@ class Runtime:
         self.waiting = 0  # work items read but waiting for a slot or for resume
         self.settling = 0  # work items done, their outcome being written
         self.paused = False
+        self.starved = False  # the reader waits for room to read (see read_budget)
         self.in_flight: dict[str, Delivery] = {}  # entry id -> delivery still ours to ack
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = asyncio.Event()  # stop taking work, drain
@@ -228,6 +229,8 @@ class Runtime:
             await self.dispatch.handle(delivery)
         finally:
             self.in_flight.pop(delivery.entry_id, None)
+            if self.starved:  # the reader waits for room: this entry made some
+                self.changed()
 
     # -- the loops -----------------------------------------------------------------------
 
@@ -300,7 +303,11 @@ class Runtime:
         while not self.stopping.is_set():
             count = self.read_budget()
             if count == 0:
-                await self.wait_change(self.settings.block_ms / 1000)
+                self.starved = True
+                try:
+                    await self.wait_change(self.settings.block_ms / 1000)
+                finally:
+                    self.starved = False
                 continue
             try:
                 got = await self.transport.read_group(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hub.engine.again import AgainMixin
+from hub.engine.ahead import AheadMixin
 from hub.engine.alerts import AlertsMixin
 from hub.engine.base import ACTIVE, CHUNK, MOVING, _missing, _waiting_reason
 from hub.engine.budgets import BudgetMixin
@@ -34,7 +35,9 @@ from protocols.states import (
 )
 
 
-class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, TargetsMixin):
+class Engine(
+    AheadMixin, ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, TargetsMixin
+):
     """Every active run on the leading hub, the resource book, and the escalation book."""
 
     # -- run lifecycle --------------------------------------------------------------------
@@ -198,6 +201,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
             self.mark_dirty(run, cue_id)
             if all(s is TargetState.PREPARED for s in cr.targets.values()):
                 self.to_standby(run, cue_id)
+            self.warn_ahead(run, cue_id)  # the next to GO now: closer, so may those after it
             return
         if cr.state is CueState.ARMED:
             return
@@ -220,13 +224,6 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
         if cue.depends_on:
             return FiredBy.DEPENDENCIES
         return None
-
-    def _satisfied(self, run: RunState, pred: str) -> bool:
-        cr = run.cues[pred]
-        if cr.state is CueState.COMPLETED:
-            return True
-        on_failure = self.plans[run.run_id].cues[pred].on_failure
-        return cr.state is CueState.FAILED and on_failure is OnFailure.CONTINUE
 
     def _block_root(self, run: RunState, cue_id: str) -> str | None:
         """The root-cause cue when a predecessor failed (block) or was blocked."""
@@ -288,7 +285,9 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
                 self.go(run, cue_id, assign=True)
             return
         cr.attempt += 1
-        cr.early = early
+        # a new attempt of a cue warned early (a retry) is early still: no STANDBY before
+        # its predecessors are done
+        cr.early = early or self._unfinished(run, cue_id)
         cr.warned_at = self.clock()
         cr.standby_at = cr.go_at = None
         targets = self.targets_of(run, cue_id)
@@ -297,7 +296,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
         cr.dead_replies = {}
         cr.result = {}
         cr.handoff_ok = False
-        reason = "early warning: preparing while a predecessor runs" if early else None
+        reason = "early warning: preparing while a predecessor runs" if cr.early else None
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
         self._deadline(run, cue_id, Phase.WARNING, cue.ack_timeout_s)
         payload = p.CoordWarning(
@@ -306,6 +305,8 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
             action=self.action_of(run, cue_id),
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_WARNING, payload)
+        if not early:  # an early one is warned by a walk of warn_ahead, which goes on
+            self.warn_ahead(run, cue_id)
 
     # -- the call -------------------------------------------------------------------------
     def to_standby(self, run: RunState, cue_id: str) -> None:
@@ -363,34 +364,7 @@ class Engine(ContestMixin, AlertsMixin, AgainMixin, BudgetMixin, DebugMixin, Tar
                 description=cue.description,
             )  # fmt: skip
             self._send_all(run, cue_id, T.COORD_GO, payload)
-        self._warn_successors_early(run, cue_id)
-
-    def _warn_successors_early(self, run: RunState, cue_id: str) -> None:
-        """Warn a successor whose last unfinished predecessor has just been GO'd."""
-        if not self.early_warning:
-            return
-        plan = self.plans[run.run_id]
-        for succ in plan.succs[cue_id]:
-            scr, scue = run.cues[succ], plan.cues[succ]
-            if scr.state not in (CueState.PENDING, CueState.WAITING):
-                continue
-            if scue.coordination is Coordination.DIRECT or scue.manual:
-                continue
-            others = [d for d in plan.preds[succ] if d != cue_id]
-            if not all(self._satisfied(run, d) for d in others):
-                continue
-            if any(c not in run.conditions for c in scue.conditions):
-                continue
-            trigger = FiredBy.AUTO_FOLLOW if plan.followed_by.get(cue_id) == succ else None
-            trigger = trigger or self._trigger_when_done(run, succ)
-            if trigger is not None:
-                self.fire(run, succ, trigger, early=True)
-
-    def _trigger_when_done(self, run: RunState, cue_id: str) -> FiredBy | None:
-        plan = self.plans[run.run_id]
-        if plan.auto_followed_by(cue_id):
-            return FiredBy.AUTO_FOLLOW
-        return FiredBy.DEPENDENCIES if plan.cues[cue_id].depends_on else None
+        self.warn_ahead(run, cue_id)
 
     def complete(self, run: RunState, cue_id: str) -> None:
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]

@@ -23,6 +23,8 @@ class Plan:
     agents: frozenset[str] = frozenset()  # every agent some cue's target_agents names
     debuggers: frozenset[str] = frozenset()  # agents some cue's on_repeated_failure names
     by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
+    ahead: int = 1  # the largest numeric `warn_ahead` of its cues
+    ahead_all: bool = False  # some cue has `warn_ahead: all`
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -45,6 +47,12 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
+        # a distance never exceeds the number of cues: a `warn_ahead` that large is `all`
+        count = len(cuelist.cues)
+        numbers = [c.warn_ahead for c in cuelist.cues
+                   if isinstance(c.warn_ahead, int) and c.warn_ahead < count]  # fmt: skip
+        plan.ahead = max(numbers, default=0)
+        plan.ahead_all = len(numbers) < count
         return plan
 
     @property

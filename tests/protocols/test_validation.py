@@ -289,3 +289,20 @@ cues:
     assert fine.cuelist.cue("B").on_repeated_failure is not None
     plain = validate_text("cuelist: p\ncues:\n  - {id: A, target_agents: [a]}\n")
     assert not plain.warnings  # a cue without it is as before (and so is its version)
+
+
+def test_warn_ahead_is_a_count_or_all_and_the_default_keeps_the_version() -> None:
+    base = validate_text(GOOD).version
+    one = GOOD.replace("  retries: 1\n", "  retries: 1\n  warn_ahead: 1\n")
+    assert validate_text(one).version == base  # written or not, 1 is the default
+    two = validate_text(GOOD.replace("  retries: 1\n", "  retries: 1\n  warn_ahead: 2\n"))
+    assert two.cuelist is not None and two.cuelist.cues[0].warn_ahead == 2
+    assert two.version != base
+    every = validate_text(GOOD + "    warn_ahead: all\n")
+    assert every.cuelist is not None and every.cuelist.cue("CUE-200").warn_ahead == "all"
+    assert every.cuelist.cue("CUE-100").warn_ahead == 1
+    for bad in ("-1", "three", "true", "1.5"):
+        report = validate_text(GOOD + f"    warn_ahead: {bad}\n")
+        (issue,) = report.errors
+        assert (issue.cue, issue.key, issue.line) == ("CUE-200", "warn_ahead", 10)
+        assert issue.message.startswith("should be a number of cues (0 or more) or 'all'")

@@ -406,3 +406,19 @@ async def test_a_replica_holds_at_most_prefetch_entries(
 
 async def _held(hub: HubSide, n: int) -> bool:
     return await hub.pending() >= n
+
+
+async def test_a_reader_waiting_for_room_wakes_when_a_warning_is_answered(
+    start: Starter, hub: HubSide, settings: Settings
+) -> None:
+    """The one slot busy and the prefetched WARNINGs still being answered leave no room to
+    read: answering them makes room, and wakes the reader (not its block_ms later)."""
+    from specialists.builtin.echo import Echo
+
+    slow = settings.model_copy(update={"prefetch": 4, "block_ms": 3_000})
+    await start(Echo, settings_=slow)
+    await hub.go("LONG", execute_ms=2_500, block=True)
+    await eventually(lambda: _held(hub, 1), message="the GO is read")
+    for n in range(8):
+        await hub.warning(f"CUE-{n}")
+    await hub.wait(M.ACK_WARNING, n=8, timeout_s=1.5)  # the GO takes 2.5 s

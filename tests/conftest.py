@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols.keys import Keys
 from protocols.settings import Settings
 
@@ -18,6 +19,14 @@ def redis_server() -> Iterator[EmbeddedServer]:
     """A real Redis-compatible server on a free loopback port, for the whole session."""
     with EmbeddedServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    """A real Redis Cluster (3 masters, no replicas) on free loopback ports, for the whole
+    session: started on first use (about 2 s), with the embedded server's binary."""
+    with EmbeddedCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

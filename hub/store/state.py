@@ -63,6 +63,10 @@ class StateStore:
         """One engine step, atomically under the fencing token (see hub.store.commit)."""
         await self._commit(out, engine, lease_value)
 
+    async def replay(self, lease_value: str) -> int:
+        """Apply the steps an earlier term journaled but did not finish (a cluster's)."""
+        return await self._commit.replay(lease_value)
+
     # -- runs -----------------------------------------------------------------------------
     async def run(self, run_id: str) -> RunState | None:
         return read_run(await self.db.hgetall(self.keys.run(run_id)))

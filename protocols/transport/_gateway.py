@@ -12,7 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 
 from protocols.errors import OutOfMemory, ReadOnly
-from protocols.transport._client import DEFAULT_RETRY_S, Redis, T, connect, retry_transient
+from protocols.transport._client import (
+    DEFAULT_RETRY_S,
+    Redis,
+    T,
+    connect,
+    is_cluster,
+    retry_transient,
+)
 from protocols.transport._errors import translated
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
@@ -26,6 +33,11 @@ class Gateway:
         self._client = client
         self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
         self._owns_client = False
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the client talks to a Redis Cluster (see protocols.transport._slots)."""
+        return is_cluster(self._client)
 
     @classmethod
     def dedicated(cls, url: str, *, max_connections: int) -> Self:

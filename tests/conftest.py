@@ -69,3 +69,15 @@ async def real_redis(redis_server: EmbeddedServer, prefix: str) -> AsyncIterator
     async for key in client.scan_iter(match=f"{prefix}*", count=1000):
         await client.delete(key)
     await client.aclose()
+
+
+@pytest.fixture
+async def cluster_redis(redis_cluster: EmbeddedCluster, prefix: str) -> AsyncIterator[object]:
+    """An asyncio RedisCluster client on the session cluster; deletes this test's keys."""
+    from protocols.transport import connect
+
+    client = connect(redis_cluster.url)
+    yield client
+    async for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        await client.delete(key)
+    await client.aclose()

@@ -8,15 +8,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import redis
 
-from callboard.embedded import EmbeddedServer
 from protocols.keys import Keys
 from protocols.messages import MessageType
 from tests.e2e.procs import Procs
 from tests.faults.agents import EXIT_CODE, execs_key
-from tests.faults.conftest import Figure
-from tests.faults.tools import assign, dead_letters, messages, of_type, spawn_agent
+from tests.faults.conftest import ON_BOTH, Figure, Server
+from tests.faults.tools import assign, dead_letters, messages, of_type, spawn_agent, sync_client
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -27,11 +25,12 @@ MAX_DELIVERIES = 3
 DEADLINE_S = 60
 
 
+@ON_BOTH
 def test_poison_is_dead_lettered_after_max_deliveries_and_healthy_work_completes(
-    procs: Procs, redis_server: EmbeddedServer, figure: Figure
+    procs: Procs, server: Server, figure: Figure
 ) -> None:
     keys = Keys(procs.env["CALLBOARD_PREFIX"])
-    r = redis.Redis.from_url(redis_server.url)
+    r = sync_client(server)
     procs.hub()  # a replica asks the hub to dead-letter (it may write only its out stream)
     env = {"CALLBOARD_MAX_DELIVERIES": str(MAX_DELIVERIES), "CALLBOARD_CONCURRENCY": "50"}
     live = {name: spawn_agent(procs, AGENT, name, **env) for name in ("r0", "r1")}

@@ -50,7 +50,7 @@ class LeaseStore:
 
     async def writes_refused(self) -> TransportError | None:
         """The error Redis would answer a write with now (OutOfMemory, ReadOnly), or None."""
-        return await self.db.write_refusal()
+        return await self.db.write_refusal(self.leader_key)
 
     async def holder(self) -> str | None:
         raw = await self.db.get(self.leader_key)

@@ -75,12 +75,20 @@ class Gateway:
         """True when the server answers (no retry: a health check wants the truth now)."""
         return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
 
-    async def write_refusal(self) -> OutOfMemory | ReadOnly | None:
+    async def write_refusal(self, key: str | None = None) -> OutOfMemory | ReadOnly | None:
         """The error a write would get now (full with `noeviction`: OutOfMemory; a
-        replica: ReadOnly), None when it takes writes. One INFO call, no retry, no write."""
-        info = await self._call(
-            "INFO", lambda: self._client.info("memory", "replication"), retry_s=0
-        )
+        replica: ReadOnly), None when it takes writes. One INFO call, no retry, no write;
+        on a cluster, INFO of the node that holds `key` (else of the default node)."""
+        if self.is_cluster and key is not None:
+            cluster: Any = self._client
+            node = cluster.get_node_from_key(key)
+            info = await self._call(
+                "INFO", lambda: cluster.info("memory", "replication", target_nodes=node), retry_s=0
+            )
+        else:
+            info = await self._call(
+                "INFO", lambda: self._client.info("memory", "replication"), retry_s=0
+            )
         if str(info.get("role", "master")) != "master":
             return ReadOnly("Redis refuses writes: it is a read-only replica (READONLY)")
         limit, used = int(info.get("maxmemory", 0) or 0), int(info.get("used_memory", 0) or 0)

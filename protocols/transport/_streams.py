@@ -127,7 +127,7 @@ class Transport(_Upkeep):
         if block_ms is None:  # nothing waits: each slot's read once, at once
             found = await asyncio.gather(*(start(g) for g in groups))
             return [delivery for part in found for delivery in part]
-        wait_s = None if block_ms == 0 else block_ms / 1000 + 5.0
+        wait_s = None if block_ms == 0 else block_ms / 1000  # reads go on after it
         return await self._in_flight.read((group, consumer), groups, start, wait_s)
 
     async def _read_group(

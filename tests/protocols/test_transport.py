@@ -199,6 +199,26 @@ async def test_blocking_read_wakes_on_publish(transport: Transport, keys: Keys) 
     assert len(got) == 1
 
 
+async def test_blocking_read_over_many_streams_loses_nothing(
+    transport: Transport, keys: Keys
+) -> None:
+    """On a cluster, one blocking read per slot: a publish to any stream wakes the read,
+    and a read still waiting when another answered is kept for the next call (its
+    entries come then: none is lost, none delivered twice)."""
+    streams = [keys.out(f"agent-{i}") for i in range(12)]
+    for stream in streams:
+        await transport.ensure_group(stream, GROUP)
+    got: list[Delivery] = []
+    for i, stream in enumerate(streams):
+        reader = asyncio.create_task(transport.read_group(streams, GROUP, "c1", block_ms=3000))
+        await transport.publish(stream, notice(f"n{i}"))
+        got.extend(await asyncio.wait_for(reader, 5))
+    got.extend(await transport.read_group(streams, GROUP, "c1", block_ms=100))
+    assert sorted(d.stream for d in got) == sorted(streams)
+    assert len({(d.stream, d.entry_id) for d in got}) == len(streams)
+    assert [await transport.pending_count(s, GROUP) for s in streams] == [1] * len(streams)
+
+
 # -- groups ---------------------------------------------------------------------------
 
 

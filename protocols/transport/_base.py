@@ -44,6 +44,11 @@ class _TransportBase(Gateway):
         self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
         self._in_flight = InFlightReads()  # a cluster's blocking reads, one per slot
 
+    def abandon_reads(self) -> None:
+        """Cancel a cluster's blocking reads still in flight (a reader that stops, e.g. the
+        router when its term ends): what they took stays pending, for a reclaim."""
+        self._in_flight.abandon()
+
     async def close(self) -> None:
         await self._in_flight.close()
         await super().close()

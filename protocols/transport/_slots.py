@@ -104,6 +104,12 @@ class InFlightReads:
             raise error
         return out
 
+    def abandon(self) -> None:
+        """Cancel every read in flight (their entries stay pending, for a reclaim)."""
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+
     async def close(self) -> None:
         tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:

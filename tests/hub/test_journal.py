@@ -7,13 +7,17 @@ from typing import Any
 
 import pytest
 
+from hub.engine.driver import Driver
+from hub.store import CuelistStore, StateStore
 from hub.store.commit import FencedCommit
 from hub.store.journal import JournaledCommit
 from hub.store.layout import Op
 from hub.store.ops import by_slot
+from protocols.canonical import canonical_json
 from protocols.errors import StaleLeader
-from protocols.keys import Keys
+from protocols.keys import Keys, key_slot
 from protocols.transport import Storage
+from protocols.validation import load_cuelist
 
 pytestmark = pytest.mark.redis
 
@@ -121,6 +125,42 @@ async def test_an_old_leaders_late_apply_is_refused(cluster_redis: Any, keys: Ke
             await old._apply_group(slot, commit_id, groups[slot], 7)
     assert await lengths(cluster_redis, keys) == [1] * 6
     assert not await cluster_redis.exists(keys.run("r0"))  # not written back by the old one
+
+
+async def test_a_new_leader_replays_before_it_loads(cluster_redis: Any, keys: Keys) -> None:
+    """The old leader journaled a run's start but its apply failed where the run's state
+    lives: the run is nowhere yet. The next leader's load replays it first, so it resumes
+    the run, and the WARNING went to each inbox once."""
+    cuelists = CuelistStore(Storage(cluster_redis), keys)
+    model, version = load_cuelist(
+        {"cuelist": "two", "cues": [{"id": "A", "target_agents": ["a", "b"]}]}
+    )
+    await cuelists.put(model, version, canonical_json(model), None)
+    await cluster_redis.set(keys.leader(), "hub-a:1")
+    old_store = StateStore(Storage(cluster_redis), keys)
+    old = Driver(old_store, cuelists, keys, lambda: "hub-a:1")
+    journal = old_store._commit.journal
+    assert journal is not None
+    real = journal._apply_group
+    run_slot = key_slot(keys.run("r1"))
+
+    async def flaky(slot: int, *args: Any) -> Any:
+        if slot == run_slot:
+            raise ConnectionError("node lost mid-apply")
+        return await real(slot, *args)
+
+    journal._apply_group = flaky  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        await old.start_run("two", None, "r1", {}, False)
+    assert not await cluster_redis.exists(keys.run("r1"))
+    assert len(await cluster_redis.xrange(keys.journal())) == 1
+
+    await cluster_redis.set(keys.leader(), "hub-b:2")
+    new = Driver(StateStore(Storage(cluster_redis), keys), cuelists, keys, lambda: "hub-b:2")
+    assert await new.load() == 1  # the run the journal held, resumed
+    assert "r1" in new.engine.runs
+    assert [await cluster_redis.xlen(keys.inbox(a)) for a in ("a", "b")] == [1, 1]
+    assert await leftovers(cluster_redis, keys) == []
 
 
 async def test_one_server_keeps_its_one_script(real_redis: Any, keys: Keys) -> None:

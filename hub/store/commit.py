@@ -13,6 +13,10 @@ TYPE and XINFO STREAM, cut bench/cues.py (c) from 418 to 170 runs/s). An operati
 cannot take it (a stream whose ids were exhausted by an explicit maximum id, a key of
 another type) is skipped and logged, and the rest of the step lands: one broken stream
 must not stop the engine for everyone else.
+
+On a Redis Cluster no one script may touch the keys of a step (many slots): the same
+operations go through the journaled commit instead (hub/store/journal.py): journaled
+under the fence in the `{p0}` slot, then applied slot by slot, once.
 """
 
 from __future__ import annotations
@@ -28,16 +32,13 @@ from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
 from hub.store.journal import JournaledCommit
 from hub.store.layout import Op, owner_fields, run_fields
-from hub.store.ops import OPS_LUA, flat
+from hub.store.ops import COMMIT_ID_TTL_MS, COMMIT_RETRY_S, OPS_LUA, flat
 from protocols.codec import encode
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.transport import Storage
 
 EVENTS_MAXLEN = 5_000
-COMMIT_RETRY_S = 10.0
-# a commit's id outlives every retry of it (they all fall within COMMIT_RETRY_S)
-COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
 log = logging.getLogger(__name__)
 
 _COMMIT = (

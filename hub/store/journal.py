@@ -28,15 +28,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from hub.store.layout import Op
-from hub.store.ops import OPS_LUA, by_slot, flat, pack, unpack
+from hub.store.ops import (
+    COMMIT_ID_TTL_MS,
+    COMMIT_RETRY_S,
+    OPS_LUA,
+    by_slot,
+    flat,
+    pack,
+    unpack,
+)
 from protocols.ids import new_id
 from protocols.keys import Keys
 from protocols.transport import Storage
 
 log = logging.getLogger(__name__)
 
-COMMIT_RETRY_S = 10.0
-COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
 # An applied marker is deleted once its step is done; the TTL only reclaims the markers
 # of a step whose entry was deleted but whose markers were not (the hub died between).
 APPLIED_TTL_MS = 7 * 24 * 3600 * 1000

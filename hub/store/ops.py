@@ -10,6 +10,9 @@ from typing import Any
 from hub.store.layout import Op
 from protocols.keys import key_slot
 
+COMMIT_RETRY_S = 10.0  # a commit (any of its scripts) is retried this long on a lost link
+# a commit's id outlives every retry of it (they all fall within COMMIT_RETRY_S)
+COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
 # The commands an operation may be: each takes exactly one key, its second word.
 SINGLE_KEY = frozenset(
     {"HSET", "SADD", "SREM", "ZADD", "XADD", "XACK", "SET", "DEL", "PEXPIRE", "PERSIST"}
@@ -65,6 +68,8 @@ def pack(ops: Sequence[Op]) -> bytes:
     """Operations as bytes: per op its word count, then each word as `length\\n` bytes."""
     out = bytearray()
     for op in ops:
+        if op[0] not in SINGLE_KEY:  # refused before it is journaled, not at its replay
+            raise ValueError(f"{op[0]} is not a one-key command the commit script can run")
         out += b"%d\n" % len(op)
         for word in op:
             data = word if isinstance(word, bytes) else str(word).encode()

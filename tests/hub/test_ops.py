@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hub.store.ops import by_slot, pack, unpack
 from protocols.keys import Keys, key_slot
 
@@ -34,3 +36,8 @@ def test_ops_group_by_slot_in_order() -> None:
     groups = by_slot(ops)
     assert groups[key_slot(keys.run("r1"))] == [ops[0], ops[2], ops[3]]
     assert groups[key_slot(keys.inbox("a"))] == [ops[1]]
+
+
+def test_an_op_the_scripts_cannot_run_is_refused_before_it_is_journaled() -> None:
+    with pytest.raises(ValueError, match="MSET is not a one-key command"):
+        pack([["MSET", "a", "1", "b", "2"]])

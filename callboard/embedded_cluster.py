@@ -64,12 +64,12 @@ def _line(sock: socket.socket) -> str:
     return data.decode().rstrip("\r\n")
 
 
-def _cluster_args() -> list[str]:
+def _cluster_args(bus_port: int) -> list[str]:
     # The bus port is named: the default (port + 10000) may be taken, or past 65535 for a
     # free port from the ephemeral range.
     return [
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-        "--cluster-port", str(free_port()), "--cluster-node-timeout", "2000",
+        "--cluster-port", str(bus_port), "--cluster-node-timeout", "2000",
     ]  # fmt: skip
 
 
@@ -80,9 +80,10 @@ class EmbeddedCluster:
         self, *, masters: int = 3, binary: str | None = None, appendonly: bool = False
     ) -> None:
         self.binary = binary or server_binary()
+        self.bus_ports = [free_port() for _ in range(masters)]
         self.nodes = [
-            EmbeddedServer(binary=self.binary, appendonly=appendonly, extra_args=_cluster_args())
-            for _ in range(masters)
+            EmbeddedServer(binary=self.binary, appendonly=appendonly, extra_args=_cluster_args(bus))
+            for bus in self.bus_ports
         ]
 
     @property
@@ -114,8 +115,9 @@ class EmbeddedCluster:
         for i, port in enumerate(self.ports):
             last = SLOTS - 1 if i == len(self.nodes) - 1 else (i + 1) * share - 1
             command(port, "CLUSTER", "ADDSLOTSRANGE", str(i * share), str(last))
-        for port in self.ports[1:]:
-            command(port, "CLUSTER", "MEET", "127.0.0.1", str(self.ports[0]))
+        for port in self.ports[1:]:  # the bus port said, as it is not port + 10000
+            meet = ("127.0.0.1", str(self.ports[0]), str(self.bus_ports[0]))
+            command(port, "CLUSTER", "MEET", *meet)
 
     def state_ok(self) -> bool:
         """Every master answers and says `cluster_state:ok`."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -28,16 +27,13 @@ from protocols.transport._errors import is_transient
 T = TypeVar("T")
 DEFAULT_RETRY_S = 10.0
 _FIELD = STREAM_FIELD.encode()
-CLUSTER_ENV = "CALLBOARD_REDIS_CLUSTER"  # "1": the URL names a node of a Redis Cluster
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def wants_cluster(url: str) -> bool:
-    """Whether `url` is a Redis Cluster: its scheme says so (`redis+cluster://`), or the
-    setting CALLBOARD_REDIS_CLUSTER does."""
-    scheme = url.partition("://")[0].lower()
-    flag = os.environ.get(CLUSTER_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
-    return scheme in CLUSTER_SCHEMES or flag
+    """Whether `url` names a Redis Cluster: its scheme says so (`redis+cluster://`; the
+    setting CALLBOARD_REDIS_CLUSTER=1 writes the URL so, see protocols.settings)."""
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
 
 
 def is_cluster(client: object) -> bool:

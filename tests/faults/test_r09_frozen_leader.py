@@ -16,6 +16,7 @@ import redis
 
 from callboard.embedded import EmbeddedServer, free_port
 from hub.store.commit import _COMMIT
+from hub.store.journal import JOURNAL_LUA
 from protocols.keys import Keys
 from tests.e2e.procs import Procs, wait_done, wait_online
 from tests.faults.conftest import ON_BOTH, Figure, Server
@@ -88,6 +89,11 @@ def test_frozen_leader_is_replaced_and_fenced(procs: Procs, server: Server, figu
         with pytest.raises(redis.ResponseError, match="STALE"):
             r.eval(_COMMIT, 1, keys.leader(), stale_value, json.dumps([["SET", probe, "stale"]]))
         assert not r.exists(probe)
+        if not isinstance(server, EmbeddedServer):  # the cluster's commit: its journal script
+            journaled = [keys.leader(), keys.commit("stale-probe"), keys.journal()]
+            with pytest.raises(redis.ResponseError, match="STALE"):
+                r.eval(JOURNAL_LUA, 3, *journaled, stale_value, 30_000, "stale-probe", b"")
+            assert not r.exists(keys.commit("stale-probe"))
         run = wait_done(api, run_id, timeout_s=60)
         log_name = f"hub-{leader_url.rsplit(':', 1)[1]}"
         eventually_sync(

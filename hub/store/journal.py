@@ -1,5 +1,6 @@
-"""The journaled commit of a Redis Cluster: a fenced step journaled in one slot, then
-applied slot by slot, each slot's share exactly once.
+"""The fenced commit on a Redis Cluster: journal a step in one slot, apply it slot by slot.
+
+Each slot's share of a step is applied exactly once.
 
 A step's operations touch keys of many runs and agents, so many slots: no one script may
 run them on a cluster. Instead (the single server keeps its one script, hub/store/commit):

@@ -1,6 +1,8 @@
-"""A step's operations as the commit scripts take them: one-key commands, their words
-flat in ARGV with each key's index in KEYS; packed into bytes for the cluster's journal,
-and grouped by slot."""
+"""A step's operations: flat for the commit scripts, packed for the journal, by slot.
+
+One-key commands, their words flat in ARGV with each key's index in KEYS (`flat`, run by
+`OPS_LUA`); packed into bytes for the cluster's journal (`pack`, `unpack`); grouped by the
+slot of their key (`by_slot`)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
 A command or MULTI may only touch keys of one slot. `by_slot` groups keys (order kept);
 `SlotTransaction` runs what a caller queued for one MULTI as one MULTI per slot, in the
 order of their first command; `first_answers` runs one blocking read per slot group and
-returns with the first that answers; `InFlightReads` does the same for XREADGROUP, whose
-reads that lose the race are kept for the next call rather than cancelled (a cancelled
-XREADGROUP may have delivered entries whose reply is lost: they would wait for a reclaim).
+returns with the first that answers (Storage.xread_many, for a few slots);
+`InFlightReads` does the same for XREADGROUP, whose reads that lose the race are kept for
+the next call rather than cancelled (a cancelled XREADGROUP may have delivered entries
+whose reply is lost: they would wait for a reclaim).
 """
 
 from __future__ import annotations

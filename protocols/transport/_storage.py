@@ -8,7 +8,9 @@ hang); a caller that must get through (the engine's commit) passes its own `retr
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
@@ -21,6 +23,10 @@ from protocols.transport._gateway import Gateway
 from protocols.transport._slots import SlotTransaction, by_slot, first_answers
 
 Value = str | bytes | int | float
+# XREAD over many slots (a cluster): up to this many slots are raced as blocking reads
+# (a connection each); more are read again every XREAD_POLL_S, on one connection per node
+XREAD_RACE_MAX = 1000
+XREAD_POLL_S = 0.05
 Entry = tuple[str, dict[bytes, bytes]]  # a stream entry: (id, fields)
 
 
@@ -168,23 +174,53 @@ class Storage(Gateway):
         self, after: Mapping[str, str], count: int, block_ms: int
     ) -> list[tuple[str, list[Entry]]]:
         """XREAD BLOCK over several streams at once: (stream, entries) for those with new
-        entries after their id in `after`. On a cluster, one XREAD per slot, at once,
-        returning with the first that answers."""
+        entries after their id in `after`. On a cluster streams of different slots cannot
+        share one XREAD: see `_xread_slots`."""
         groups = by_slot(after) if self.is_cluster else [list(after)]
-
-        def read(group: list[str]) -> Callable[[], Any]:
-            streams: dict[Any, Any] = {stream: after[stream] for stream in group}
-            return lambda: self._call(
+        if len(groups) == 1:
+            streams: dict[Any, Any] = dict(after)
+            reply = await self._call(
                 "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
             )
-
-        if len(groups) == 1:
-            replies = [await read(groups[0])()]
+            replies = [reply]
         else:
-            replies = await first_answers([read(group) for group in groups])
+            replies = await self._xread_slots(after, groups, count, block_ms)
         return [
             (stream, _entries(rows)) for reply in replies for stream, rows in _stream_replies(reply)
         ]
+
+    async def _xread_slots(
+        self, after: Mapping[str, str], groups: list[list[str]], count: int, block_ms: int
+    ) -> list[Any]:
+        """XREAD over streams of many slots, on a few connections: one XREAD per slot,
+        pipelined (one round trip per node); when none has anything new, a few slots are
+        raced as blocking reads (the first answer wins, the others are cancelled: XREAD
+        changes nothing), and more than that are read again every XREAD_POLL_S until
+        `block_ms` has passed."""
+
+        def sweep(pipe: Pipeline) -> None:
+            for group in groups:
+                pipe.xread({stream: after[stream] for stream in group}, count=count)
+
+        replies = [r for r in await self.pipeline("XREAD", sweep) if r]
+        if replies or block_ms <= 0:
+            return replies
+        if len(groups) <= XREAD_RACE_MAX:
+
+            def read(group: list[str]) -> Callable[[], Any]:
+                streams: dict[Any, Any] = {stream: after[stream] for stream in group}
+                return lambda: self._call(
+                    "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+                )
+
+            return await first_answers([read(group) for group in groups])
+        deadline = time.monotonic() + block_ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(XREAD_POLL_S, left))
+            replies = [r for r in await self.pipeline("XREAD", sweep) if r]
+            if replies:
+                return replies
+        return []
 
     async def create_group(self, stream: str, group: str, start_id: str = "$") -> bool:
         """XGROUP CREATE ... MKSTREAM; False (not an error) when the group exists."""

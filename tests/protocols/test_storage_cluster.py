@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols.keys import Keys, key_slot
 from protocols.transport import Pipeline, Storage
 
@@ -43,20 +44,29 @@ async def test_a_multi_over_many_slots_is_one_per_slot(cluster_redis: Any, keys:
     assert await db.zrange(b, 0, -1) == [b"build"]
 
 
-async def test_xread_over_many_slots_wakes_on_any(cluster_redis: Any, keys: Keys) -> None:
-    """One XREAD per slot, the first answer wins and the others are cancelled: repeated,
-    the client's connections stay sound."""
-    db = Storage(cluster_redis)
-    streams = [keys.run_events(f"r{i}") for i in range(8)]
-    last = {stream: "0-0" for stream in streams}
-    for round_ in range(6):
-        target = streams[(round_ * 3) % len(streams)]
-        reader = asyncio.create_task(db.xread_many(dict(last), 10, 3000))
-        await asyncio.sleep(0.05)
-        await db.xadd(target, {"e": f"{round_}"})
-        found = await asyncio.wait_for(reader, 5)
-        assert [(stream, [f[b"e"] for _, f in entries]) for stream, entries in found] == [
-            (target, [str(round_).encode()])
-        ]
-        last[target] = found[0][1][-1][0]
-    assert await db.xread_many(dict(last), 10, 50) == []
+@pytest.mark.parametrize("runs", [2, 60], ids=["raced", "polled"])
+async def test_xread_over_many_slots_wakes_on_any(
+    redis_cluster: EmbeddedCluster, keys: Keys, runs: int
+) -> None:
+    """A few slots are raced as blocking reads (the others cancelled), many are polled on a
+    pipeline: either way a new event in any slot wakes the read, on a pool as small as the
+    event fanout's (4 connections a node), and the connections stay sound."""
+    db = Storage.dedicated(redis_cluster.url, max_connections=4)
+    streams = [keys.run_events(f"r{i}") for i in range(runs)]
+    assert len({key_slot(s) for s in streams}) == runs
+    last = dict.fromkeys(streams, "0-0")
+    try:
+        for round_ in range(6):
+            target = streams[(round_ * 7) % len(streams)]
+            reader = asyncio.create_task(db.xread_many(dict(last), 10, 3000))
+            await asyncio.sleep(0.1)
+            await db.xadd(target, {"e": f"{round_}"})
+            found = await asyncio.wait_for(reader, 5)
+            assert [(stream, [f[b"e"] for _, f in entries]) for stream, entries in found] == [
+                (target, [str(round_).encode()])
+            ]
+            last[target] = found[0][1][-1][0]
+        assert await db.xread_many(dict(last), 10, 50) == []
+    finally:
+        await db.delete(*streams)
+        await db.close()

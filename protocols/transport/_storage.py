@@ -25,7 +25,7 @@ from protocols.transport._slots import SlotTransaction, by_slot, first_answers
 Value = str | bytes | int | float
 # XREAD over many slots (a cluster): up to this many slots are raced as blocking reads
 # (a connection each); more are read again every XREAD_POLL_S, on one connection per node
-XREAD_RACE_MAX = 1000
+XREAD_RACE_MAX = 3
 XREAD_POLL_S = 0.05
 Entry = tuple[str, dict[bytes, bytes]]  # a stream entry: (id, fields)
 

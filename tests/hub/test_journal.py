@@ -12,6 +12,7 @@ from hub.store import CuelistStore, StateStore
 from hub.store.commit import FencedCommit
 from hub.store.journal import JournaledCommit
 from hub.store.layout import Op
+from hub.store.lease import LeaseStore
 from hub.store.ops import by_slot
 from protocols.canonical import canonical_json
 from protocols.errors import StaleLeader
@@ -161,6 +162,27 @@ async def test_a_new_leader_replays_before_it_loads(cluster_redis: Any, keys: Ke
     assert "r1" in new.engine.runs
     assert [await cluster_redis.xlen(keys.inbox(a)) for a in ("a", "b")] == [1, 1]
     assert await leftovers(cluster_redis, keys) == []
+
+
+async def test_tokens_outgrow_the_slot_fences_after_the_counter_is_lost(
+    cluster_redis: Any, keys: Keys
+) -> None:
+    """The fence counter's node lost its data (no persistence): the slots' fences still hold
+    the old tokens. The next token is still above them (at least the time in ms), so the
+    next leader's writes are not refused for ever."""
+    lease = LeaseStore(Storage(cluster_redis), keys)
+    first = await lease.next_token()
+    second = await lease.next_token()
+    assert first >= 1_700_000_000_000 and second > first  # the time in ms, or one more
+    journal = JournaledCommit(Storage(cluster_redis), keys)
+    await cluster_redis.set(keys.leader(), f"hub-a:{second}")
+    await journal(step(keys), f"hub-a:{second}")
+    await cluster_redis.delete(keys.fence(), keys.leader())  # the {p0} node came back empty
+    token = await lease.next_token()
+    assert token > second
+    await cluster_redis.set(keys.leader(), f"hub-b:{token}")
+    await journal(step(keys), f"hub-b:{token}")  # not refused by the slots' fences
+    assert await lengths(cluster_redis, keys) == [2] * 6
 
 
 async def test_one_server_keeps_its_one_script(real_redis: Any, keys: Keys) -> None:

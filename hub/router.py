@@ -87,6 +87,7 @@ class Router:
         the idle limit, and handled again (its effects were not durable)."""
         self._seen.clear()
         self._absent.clear()
+        self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
         self._claim_all = True
 
@@ -101,6 +102,12 @@ class Router:
         self._last_discover = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._run(stop)
+        finally:  # reads a cluster keeps in flight end with the term (see `reset`)
+            self.transport.abandon_reads()
+
+    async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if time.monotonic() - self._last_discover > DISCOVER_EVERY_S:
                 await self.discover()

@@ -7,15 +7,21 @@ picks the slot, so keys that must be touched together share it.
   atomic write (XADD out + XACK in + SET done-marker in one MULTI) stays in one slot.
 - Run-tagged: `{p}run:{RUN}` (header, order, one field per cue), `{p}run:{RUN}:events`,
   `{p}run:{RUN}:context`. A run's state lives together, on any node.
-- Partition-tagged: `{p}hub:{pN}:leader`, `:fence`, `:commands`, `:commit:ID`, `:active`.
-  The engine's fenced state of partition N stays together (N=0 with one partition).
+- Partition-tagged: `{p}hub:{pN}:leader`, `:fence`, `:commands`, `:commit:ID`, `:active`,
+  `:journal`. The engine's fenced state of partition N stays together (N=0 with one
+  partition).
+- Slot-tagged (Redis Cluster only): `{p}hub:{TAG}:fence:pN`, `{p}hub:{TAG}:applied:ID`, where
+  TAG is a short string hashing to one given slot (`slot_tag`): what the journaled commit
+  keeps per slot it applies to (see hub/store/journal.py).
 - Global streams `{p}broadcast`, `{p}dead`, `{p}audit`, and untagged hub keys.
 """
 
 from __future__ import annotations
 
 import re
+from binascii import crc_hqx
 from dataclasses import dataclass
+from functools import cache
 
 DEFAULT_PREFIX = "cb:"
 HUB_GROUP = "hub"  # the consumer group every hub process reads `out` streams in
@@ -43,6 +49,40 @@ def is_entry_id(text: str) -> bool:
         return False
     ms, seq = text.split("-")
     return int(ms) < 1 << 64 and int(seq) < 1 << 64
+
+
+SLOTS = 16384  # Redis Cluster hash slots
+
+
+def key_slot(key: str | bytes) -> int:
+    """The Redis Cluster slot of `key`: CRC16 of its hash tag (the text between the first
+    `{` and the next `}`, when not empty), else of the whole key."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return crc_hqx(raw, 0) % SLOTS
+
+
+@cache
+def _slot_tags() -> tuple[str, ...]:
+    """For each slot, the shortest decimal string hashing to it (found once, ~0.1 s)."""
+    tags: list[str | None] = [None] * SLOTS
+    missing, n = SLOTS, 0
+    while missing:
+        slot = crc_hqx(str(n).encode(), 0) % SLOTS
+        if tags[slot] is None:
+            tags[slot] = str(n)
+            missing -= 1
+        n += 1
+    return tuple(t for t in tags if t is not None)
+
+
+def slot_tag(slot: int) -> str:
+    """A hash tag whose keys land in `slot`."""
+    return _slot_tags()[slot]
 
 
 def _tag(name: str) -> str:
@@ -125,6 +165,20 @@ class Keys:
     def active_runs(self, partition: int = 0) -> str:
         """The ids of the partition's runs that are not finished (a set)."""
         return self._hub(partition, "active")
+
+    def journal(self, partition: int = 0) -> str:
+        """On a Redis Cluster: the fenced steps written but not yet applied everywhere
+        (a stream: one entry per step, in commit order)."""
+        return self._hub(partition, "journal")
+
+    # -- slot-tagged (Redis Cluster): what the journaled commit keeps per slot -----------
+    def slot_fence(self, slot: int, partition: int = 0) -> str:
+        """The highest fencing token of partition N that applied a step in `slot`."""
+        return f"{self.prefix}hub:{_tag(slot_tag(slot))}:fence:p{partition}"
+
+    def applied(self, slot: int, commit_id: str) -> str:
+        """Marks a journaled step as applied in `slot` (so a replay applies it once)."""
+        return f"{self.prefix}hub:{_tag(slot_tag(slot))}:applied:{commit_id}"
 
     # -- run-tagged: a run's state, events and context share a slot ----------------------
     def run(self, run_id: str) -> str:

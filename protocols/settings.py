@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
@@ -21,6 +21,8 @@ class Settings(BaseSettings):
         default="redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("REDIS_URL", "CALLBOARD_REDIS_URL"),
     )
+    # the URL names a node of a Redis Cluster (as `redis+cluster://` says it too)
+    redis_cluster: bool = False
     prefix: str = DEFAULT_PREFIX
     api_key: str | None = None
     api_url: str = "http://127.0.0.1:8080"  # where specialists read a run's shared context
@@ -75,6 +77,15 @@ class Settings(BaseSettings):
         if self.otel_traces_exporter:
             return self.otel_traces_exporter.strip().lower() != "none"
         return bool(self.otel_endpoint)
+
+    @model_validator(mode="after")
+    def _cluster_url(self) -> Settings:
+        """CALLBOARD_REDIS_CLUSTER=1 turns `redis://` into `redis+cluster://`: the URL
+        alone tells the transport which client to make."""
+        scheme, sep, rest = self.redis_url.partition("://")
+        if self.redis_cluster and sep and scheme.lower() in ("redis", "rediss"):
+            self.redis_url = f"{scheme}+cluster://{rest}"
+        return self
 
     @property
     def keys(self) -> Keys:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols.keys import Keys
 from protocols.settings import Settings
 
@@ -18,6 +19,14 @@ def redis_server() -> Iterator[EmbeddedServer]:
     """A real Redis-compatible server on a free loopback port, for the whole session."""
     with EmbeddedServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    """A real Redis Cluster (3 masters, no replicas) on free loopback ports, for the whole
+    session: started on first use (about 2 s), with the embedded server's binary."""
+    with EmbeddedCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture
@@ -56,6 +65,18 @@ async def real_redis(redis_server: EmbeddedServer, prefix: str) -> AsyncIterator
     from protocols.transport import connect
 
     client = connect(redis_server.url)
+    yield client
+    async for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        await client.delete(key)
+    await client.aclose()
+
+
+@pytest.fixture
+async def cluster_redis(redis_cluster: EmbeddedCluster, prefix: str) -> AsyncIterator[object]:
+    """An asyncio RedisCluster client on the session cluster; deletes this test's keys."""
+    from protocols.transport import connect
+
+    client = connect(redis_cluster.url)
     yield client
     async for key in client.scan_iter(match=f"{prefix}*", count=1000):
         await client.delete(key)

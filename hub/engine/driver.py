@@ -84,6 +84,9 @@ class Driver:
     async def load(self) -> int:
         """Resume every active run from Redis (after a restart or a leader change)."""
         async with self._commit_lock, self._lock:
+            lease = self.lease_value()
+            if lease is not None:  # a cluster's journaled steps land before any is read
+                await self.store.replay(lease)
             if self._linger is not None:  # what it would have written is read back instead
                 self._linger.cancel()
             self._linger_failed, self._quiet_since = None, None

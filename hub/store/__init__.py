@@ -6,6 +6,8 @@ protocols.errors once). No other hub module touches Redis except through the Tra
 
     state.StateStore      runs, events, context, escalations, resources; the fenced commit
     commit.FencedCommit   the commit script (every key in KEYS) and the ops of a step
+    journal               on a Redis Cluster, the commit journaled, then applied by slot
+    ops                   a step's operations: flat for the scripts, packed, by slot
     layout                how a run lies in its hash (header, order, one field per cue)
     cuelists.CuelistStore cuelist versions by content hash
     agents.AgentStore     the registry's records

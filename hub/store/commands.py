@@ -38,7 +38,7 @@ class CommandStore:
     async def writes_refused(self) -> TransportError | None:
         """Why Redis would refuse the leader's writes now (out of memory, read-only)."""
         try:
-            return await self.db.write_refusal()
+            return await self.db.write_refusal(self.stream)
         except TransportError:
             return None
 

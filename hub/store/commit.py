@@ -13,36 +13,36 @@ TYPE and XINFO STREAM, cut bench/cues.py (c) from 418 to 170 runs/s). An operati
 cannot take it (a stream whose ids were exhausted by an explicit maximum id, a key of
 another type) is skipped and logged, and the rest of the step lands: one broken stream
 must not stop the engine for everyone else.
+
+On a Redis Cluster no one script may touch the keys of a step (many slots): the same
+operations go through the journaled commit instead (hub/store/journal.py): journaled
+under the fence in the `{p0}` slot, then applied slot by slot, once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from pydantic_core import to_json
 
 from hub.engine.outbox import Outbox
 from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
+from hub.store.journal import JournaledCommit
 from hub.store.layout import Op, owner_fields, run_fields
+from hub.store.ops import COMMIT_ID_TTL_MS, COMMIT_RETRY_S, OPS_LUA, flat
 from protocols.codec import encode
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.transport import Storage
 
 EVENTS_MAXLEN = 5_000
-COMMIT_RETRY_S = 10.0
-# a commit's id outlives every retry of it (they all fall within COMMIT_RETRY_S)
-COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
-# The commands an operation may be: each takes exactly one key, its second word.
-SINGLE_KEY = frozenset(
-    {"HSET", "SADD", "SREM", "ZADD", "XADD", "XACK", "SET", "DEL", "PEXPIRE", "PERSIST"}
-)
 log = logging.getLogger(__name__)
 
-_COMMIT = """#!lua
+_COMMIT = (
+    """#!lua
 -- KEYS: 1 the leader lease, 2 this commit's id, 3.. every key an operation touches.
 -- ARGV: 1 the fencing value, 2 the commit id's TTL (ms), then the operations, flat:
 --   a word count n, the command, the index in KEYS of its key, its n - 2 other words.
@@ -56,28 +56,9 @@ end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
   return -1  -- this commit was applied before its reply was lost: never apply it twice
 end
-local i, last, done, names, named = 3, #ARGV, 0, {}, {}
-while i <= last do
-  local n = tonumber(ARGV[i])
-  local key = KEYS[tonumber(ARGV[i + 2])]
-  ARGV[i + 2] = key
-  local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
-  if type(reply) == 'table' and reply.err then
-    if not named[key] then
-      named[key] = true
-      names[#names + 1] = key
-    end
-  else
-    done = done + 1
-  end
-  i = i + n + 1
-end
-if #names > 0 then
-  table.insert(names, 1, done)
-  return names
-end
-return done
 """
+    + OPS_LUA
+)
 
 
 class EngineState(Protocol):
@@ -95,34 +76,14 @@ def _log_retry(exc: BaseException, wait_s: float) -> None:
     log.warning("state write: %s; retrying in %.2fs", exc, wait_s)
 
 
-def flat(ops: Sequence[Op], keys: list[str]) -> list[Any]:
-    """The script's operation words, each op's key replaced by its index in `keys` (1-based,
-    as Lua counts), which gains every key not yet in it. Values go as they are, packed by
-    hiredis: no JSON to build here and to decode in Lua. (About 0.1 us per op more than
-    the words alone: the commit's hot path.)"""
-    index = {key: i for i, key in enumerate(keys, 1)}
-    words: list[Any] = []
-    append, extend, get = words.append, words.extend, index.get
-    for op in ops:
-        key = op[1]
-        at = get(key)
-        if at is None:
-            keys.append(key)
-            at = index[key] = len(keys)
-        if op[0] not in SINGLE_KEY:
-            raise ValueError(f"{op[0]} is not a one-key command the commit script can run")
-        append(len(op))
-        extend(op)
-        words[-len(op) + 1] = at  # the key's place: its index in KEYS
-    return words
-
-
 class FencedCommit:
     """Writes engine steps under the leader's fencing token."""
 
     def __init__(self, db: Storage, keys: Keys, retention_s: float | None = None) -> None:
         self.keys = keys
         self.script = db.script(_COMMIT)
+        # a Redis Cluster cannot run one script over many slots: the journaled commit
+        self.journal = JournaledCommit(db, keys) if db.is_cluster else None
         # a finished run's keys expire this long after its end (None: kept for ever)
         self.retention_ms = None if retention_s is None else str(int(retention_s * 1000))
 
@@ -135,12 +96,20 @@ class FencedCommit:
         ops = self.ops(out, engine)
         if not ops:
             return
+        if self.journal is not None:
+            await self.journal(ops, lease_value)
+            return
         keys = [self.keys.leader(), self.keys.commit(new_id())]
         args = [lease_value, COMMIT_ID_TTL_MS, *flat(ops, keys)]
         reply = await self.script(keys, args, retry_s=COMMIT_RETRY_S, on_retry=_log_retry)
         if isinstance(reply, list):  # keys that could not take their operation (skipped)
             names = ", ".join(k.decode() if isinstance(k, bytes) else str(k) for k in reply[1:])
             log.error("state write skipped the operations on %s (Redis refused them)", names)
+
+    async def replay(self, lease_value: str) -> int:
+        """A new term's first write: on a cluster, the journaled steps not yet applied
+        everywhere are applied (see hub.store.journal); on one server there are none."""
+        return 0 if self.journal is None else await self.journal.replay(lease_value)
 
     def _lifetime(self, run_id: str, done: bool, reopened: bool) -> list[Op]:
         """A run's keys expire `retention_ms` after it ends (each write of an ended run

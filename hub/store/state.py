@@ -65,6 +65,10 @@ class StateStore:
         """One engine step, atomically under the fencing token (see hub.store.commit)."""
         await self._commit(out, engine, lease_value)
 
+    async def replay(self, lease_value: str) -> int:
+        """Apply the steps an earlier term journaled but did not finish (a cluster's)."""
+        return await self._commit.replay(lease_value)
+
     # -- runs -----------------------------------------------------------------------------
     async def run(self, run_id: str) -> RunState | None:
         """The run as Redis holds it. A big one (thousands of cues: hundreds of ms to parse)

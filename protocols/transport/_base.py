@@ -6,8 +6,15 @@ from typing import Any, Self
 
 from protocols.keys import Keys
 from protocols.settings import DEADLETTER_MAXLEN, DEADLETTER_RAW_BYTES
-from protocols.transport._client import DEFAULT_RETRY_S, OnStateLost, Redis, connect
+from protocols.transport._client import (
+    DEFAULT_RETRY_S,
+    OnStateLost,
+    Redis,
+    connect,
+    socket_timeout_of,
+)
 from protocols.transport._gateway import Gateway
+from protocols.transport._slots import InFlightReads
 
 
 class _TransportBase(Gateway):
@@ -35,6 +42,16 @@ class _TransportBase(Gateway):
         self.deadletter_maxlen = deadletter_maxlen
         self.on_state_lost = on_state_lost
         self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
+        self._in_flight = InFlightReads()  # a cluster's blocking reads, one per slot
+
+    def abandon_reads(self) -> None:
+        """Cancel a cluster's blocking reads still in flight (a reader that stops, e.g. the
+        router when its term ends): what they took stays pending, for a reclaim."""
+        self._in_flight.abandon()
+
+    async def close(self) -> None:
+        await self._in_flight.close()
+        await super().close()
 
     @classmethod
     def from_url(cls, url: str, keys: Keys, **options: Any) -> Self:
@@ -49,9 +66,8 @@ class _TransportBase(Gateway):
 
     def _block(self, block_ms: int | None) -> int | None:
         """`block_ms`, kept under the client's read timeout if it has one (0 is forever)."""
-        kwargs = getattr(self._client.connection_pool, "connection_kwargs", {})
-        timeout_s = kwargs.get("socket_timeout")
-        if block_ms is None or not isinstance(timeout_s, (int, float)):
+        timeout_s = socket_timeout_of(self._client)
+        if block_ms is None or timeout_s is None:
             return block_ms
         limit_ms = max(1, int(timeout_s * 1000) - 500)
         return limit_ms if block_ms == 0 else min(block_ms, limit_ms)

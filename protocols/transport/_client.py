@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio import Redis as Redis  # re-exported: the client type, for callers
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from tenacity import (
@@ -26,10 +27,58 @@ from protocols.transport._errors import is_transient
 T = TypeVar("T")
 DEFAULT_RETRY_S = 10.0
 _FIELD = STREAM_FIELD.encode()
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def wants_cluster(url: str) -> bool:
+    """Whether `url` names a Redis Cluster: its scheme says so (`redis+cluster://`; the
+    setting CALLBOARD_REDIS_CLUSTER=1 writes the URL so, see protocols.settings)."""
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def is_cluster(client: object) -> bool:
+    """Whether `client` talks to a Redis Cluster (a RedisCluster, not a Redis)."""
+    return isinstance(client, RedisCluster)
+
+
+def socket_timeout_of(client: object) -> float | None:
+    """The read timeout of the client's connections (None: none)."""
+    if isinstance(client, RedisCluster):
+        kwargs: dict[str, Any] = client.connection_kwargs
+    else:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    timeout = kwargs.get("socket_timeout")
+    return float(timeout) if isinstance(timeout, (int, float)) else None
+
+
+class _Cluster(RedisCluster):
+    """A RedisCluster that finishes learning the cluster (slots, nodes) before it sends a
+    command. Without this, concurrent first commands of a new client race its set-up:
+    some see their connection closed after the server ran them, and redis-py sends them
+    again (seen: a HINCRBY applied twice by 100 concurrent first calls)."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
+def _connect_cluster(url: str, options: dict[str, Any]) -> Redis:
+    """A RedisCluster client for a cluster one of whose nodes `url` names. Typed as Redis:
+    the commands callboard sends are the same, and the few places where a cluster
+    differs (slots, transactions, scripts) ask `is_cluster`."""
+    scheme, _, rest = url.partition("://")
+    url = f"{CLUSTER_SCHEMES.get(scheme.lower(), scheme)}://{rest}"
+    for single_only in ("timeout", "connection_class", "retry"):
+        options.pop(single_only, None)  # the cluster client retries on MOVED/ASK itself
+    options.setdefault("max_connections", 512)  # per node
+    cluster = _Cluster.from_url(url, **options)
+    return cast(Redis, cluster)
 
 
 def connect(url: str, **options: Any) -> Redis:
-    """An asyncio Redis client (hiredis parser when installed), bytes responses."""
+    """An asyncio Redis client (hiredis parser when installed), bytes responses; a
+    RedisCluster client when the URL or CALLBOARD_REDIS_CLUSTER says cluster."""
     options["decode_responses"] = False
     # No read timeout: blocking reads hold their socket for `block_ms` (redis-py's
     # default of 5 s would cut them off). Keepalive and resets detect a dead server.
@@ -48,6 +97,8 @@ def connect(url: str, **options: Any) -> Redis:
     # on every new connection (a visible cost when replicas open many).
     if _DriverInfo is not None:
         options.setdefault("driver_info", _DriverInfo(name="callboard", lib_version="1"))
+    if wants_cluster(url):
+        return _connect_cluster(url, options)
     if _pack_command is not None and url.startswith("redis://"):
         options.setdefault("connection_class", _PackedConnection)
     pool = aioredis.BlockingConnectionPool.from_url(url, **options)

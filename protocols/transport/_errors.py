@@ -33,6 +33,9 @@ _BY_CLASS: dict[type[BaseException], type[CallboardError]] = {
     rx.ReadOnlyError: ReadOnly,
 }
 _NOT_RETRIED = (rx.AuthenticationError, rx.AuthorizationError, rx.ExternalAuthProviderError)
+# A Redis Cluster between states (a master down and not yet failed over or back, slots
+# moving): worth retrying, as a lost connection is. Never raised by a single server.
+_CLUSTER_PASSING = (rx.ClusterDownError, rx.TryAgainError, rx.SlotNotCoveredError)
 
 
 def _code(exc: BaseException) -> str:
@@ -60,11 +63,15 @@ def is_transient(exc: BaseException) -> bool:
     """A lost or refused connection, worth retrying (an authentication error is not)."""
     if isinstance(exc, _NOT_RETRIED):
         return False
-    return isinstance(exc, (rx.ConnectionError, rx.TimeoutError, ConnectionError))
+    return isinstance(
+        exc, (rx.ConnectionError, rx.TimeoutError, ConnectionError, *_CLUSTER_PASSING)
+    )
 
 
 def translate(exc: BaseException, op: str) -> CallboardError | None:
     """The protocols.errors exception for a redis-py (or socket) error; None for others."""
+    if isinstance(exc, _CLUSTER_PASSING):
+        return Unreachable(f"{op}: Redis Cluster unavailable: {exc}")
     if isinstance(exc, rx.ResponseError):
         if is_group_missing(exc):
             return GroupMissing(f"{op}: {exc}")

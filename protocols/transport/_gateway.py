@@ -12,7 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 
 from protocols.errors import OutOfMemory, ReadOnly
-from protocols.transport._client import DEFAULT_RETRY_S, Redis, T, connect, retry_transient
+from protocols.transport._client import (
+    DEFAULT_RETRY_S,
+    Redis,
+    T,
+    connect,
+    is_cluster,
+    retry_transient,
+)
 from protocols.transport._errors import translated
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
@@ -26,6 +33,11 @@ class Gateway:
         self._client = client
         self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
         self._owns_client = False
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the client talks to a Redis Cluster (see protocols.transport._slots)."""
+        return is_cluster(self._client)
 
     @classmethod
     def dedicated(cls, url: str, *, max_connections: int) -> Self:
@@ -63,12 +75,20 @@ class Gateway:
         """True when the server answers (no retry: a health check wants the truth now)."""
         return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
 
-    async def write_refusal(self) -> OutOfMemory | ReadOnly | None:
+    async def write_refusal(self, key: str | None = None) -> OutOfMemory | ReadOnly | None:
         """The error a write would get now (full with `noeviction`: OutOfMemory; a
-        replica: ReadOnly), None when it takes writes. One INFO call, no retry, no write."""
-        info = await self._call(
-            "INFO", lambda: self._client.info("memory", "replication"), retry_s=0
-        )
+        replica: ReadOnly), None when it takes writes. One INFO call, no retry, no write;
+        on a cluster, INFO of the node that holds `key` (else of the default node)."""
+        if self.is_cluster and key is not None:
+            cluster: Any = self._client
+            node = cluster.get_node_from_key(key)
+            info = await self._call(
+                "INFO", lambda: cluster.info("memory", "replication", target_nodes=node), retry_s=0
+            )
+        else:
+            info = await self._call(
+                "INFO", lambda: self._client.info("memory", "replication"), retry_s=0
+            )
         if str(info.get("role", "master")) != "master":
             return ReadOnly("Redis refuses writes: it is a read-only replica (READONLY)")
         limit, used = int(info.get("maxmemory", 0) or 0), int(info.get("used_memory", 0) or 0)

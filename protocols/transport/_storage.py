@@ -8,18 +8,25 @@ hang); a caller that must get through (the engine's commit) passes its own `retr
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio.client import Pipeline
 
 from protocols.transport._client import Redis, _bytes, _stream_replies, _text
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._gateway import Gateway
+from protocols.transport._slots import SlotTransaction, by_slot, first_answers
 
 Value = str | bytes | int | float
+# XREAD over many slots (a cluster): up to this many slots are raced as blocking reads
+# (a connection each); more are read again every XREAD_POLL_S, on one connection per node
+XREAD_RACE_MAX = 3
+XREAD_POLL_S = 0.05
 Entry = tuple[str, dict[bytes, bytes]]  # a stream entry: (id, fields)
 
 
@@ -48,7 +55,12 @@ class Storage(Gateway):
     async def mget(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-        return [_opt(v) for v in await self._call("MGET", lambda: self._client.mget(keys))]
+        if self.is_cluster:  # one MGET per slot (the client splits them)
+            cluster: Any = self._client
+            values = await self._call("MGET", lambda: cluster.mget_nonatomic(list(keys)))
+        else:
+            values = await self._call("MGET", lambda: self._client.mget(keys))
+        return [_opt(v) for v in values]
 
     async def set(
         self, key: str, value: Value, *, nx: bool = False, ex_s: int | None = None,
@@ -140,6 +152,11 @@ class Storage(Gateway):
         data: dict[Any, Any] = dict(fields)
         return _text(await self._call("XADD", lambda: self._client.xadd(stream, data)))
 
+    async def xdel(self, stream: str, entry_ids: Sequence[str]) -> int:
+        if not entry_ids:
+            return 0
+        return int(await self._call("XDEL", lambda: self._client.xdel(stream, *entry_ids)))
+
     async def xrange(self, stream: str, after: str = "-", count: int | None = None) -> list[Entry]:
         """Entries after `after` (exclusive; "-" from the start), oldest first."""
         low = after if after == "-" else f"({after}"
@@ -157,12 +174,53 @@ class Storage(Gateway):
         self, after: Mapping[str, str], count: int, block_ms: int
     ) -> list[tuple[str, list[Entry]]]:
         """XREAD BLOCK over several streams at once: (stream, entries) for those with new
-        entries after their id in `after`."""
-        streams: dict[Any, Any] = dict(after)
-        reply = await self._call(
-            "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
-        )
-        return [(stream, _entries(rows)) for stream, rows in _stream_replies(reply)]
+        entries after their id in `after`. On a cluster streams of different slots cannot
+        share one XREAD: see `_xread_slots`."""
+        groups = by_slot(after) if self.is_cluster else [list(after)]
+        if len(groups) == 1:
+            streams: dict[Any, Any] = dict(after)
+            reply = await self._call(
+                "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+            )
+            replies = [reply]
+        else:
+            replies = await self._xread_slots(after, groups, count, block_ms)
+        return [
+            (stream, _entries(rows)) for reply in replies for stream, rows in _stream_replies(reply)
+        ]
+
+    async def _xread_slots(
+        self, after: Mapping[str, str], groups: list[list[str]], count: int, block_ms: int
+    ) -> list[Any]:
+        """XREAD over streams of many slots, on a few connections: one XREAD per slot,
+        pipelined (one round trip per node); when none has anything new, a few slots are
+        raced as blocking reads (the first answer wins, the others are cancelled: XREAD
+        changes nothing), and more than that are read again every XREAD_POLL_S until
+        `block_ms` has passed."""
+
+        def sweep(pipe: Pipeline) -> None:
+            for group in groups:
+                pipe.xread({stream: after[stream] for stream in group}, count=count)
+
+        replies = [r for r in await self.pipeline("XREAD", sweep) if r]
+        if replies or block_ms <= 0:
+            return replies
+        if len(groups) <= XREAD_RACE_MAX:
+
+            def read(group: list[str]) -> Callable[[], Any]:
+                streams: dict[Any, Any] = {stream: after[stream] for stream in group}
+                return lambda: self._call(
+                    "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+                )
+
+            return await first_answers([read(group) for group in groups])
+        deadline = time.monotonic() + block_ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(XREAD_POLL_S, left))
+            replies = [r for r in await self.pipeline("XREAD", sweep) if r]
+            if replies:
+                return replies
+        return []
 
     async def create_group(self, stream: str, group: str, start_id: str = "$") -> bool:
         """XGROUP CREATE ... MKSTREAM; False (not an error) when the group exists."""
@@ -230,4 +288,26 @@ class Storage(Gateway):
                 build(pipe)
                 return await pipe.execute(raise_on_error=raise_on_error)
 
+        if transaction and self.is_cluster:
+            return await self._call(op, lambda: self._multi_per_slot(build, raise_on_error))
         return await self._call(op, send)
+
+    async def _multi_per_slot(
+        self, build: Callable[[Pipeline], object], raise_on_error: bool
+    ) -> list[Any]:
+        """A cluster's MULTI may not span slots: the commands `build` queues go as one
+        MULTI per slot, one after another in the order of their first command (each
+        slot's share atomic, the whole not); replies come back in the order queued."""
+        recorder = SlotTransaction()
+        build(cast(Pipeline, recorder))
+        replies: list[Any] = [None] * len(recorder.commands)
+        for group in recorder.groups():
+            async with self._client.pipeline(transaction=True) as pipe:
+                for i in group:
+                    name, args, kwargs = recorder.commands[i]
+                    getattr(pipe, name)(*args, **kwargs)
+                for i, reply in zip(
+                    group, await pipe.execute(raise_on_error=raise_on_error), strict=True
+                ):
+                    replies[i] = reply
+        return replies

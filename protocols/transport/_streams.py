@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -22,6 +23,7 @@ from protocols.transport._client import (
     _text,
 )
 from protocols.transport._errors import is_busy_group, translated
+from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
 
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
@@ -110,11 +112,30 @@ class Transport(_Upkeep):
         count: int = 100,
         block_ms: int | None = 1000,
     ) -> list[Delivery]:
-        """New entries for `consumer` (XREADGROUP >), decoded. Recreates missing groups."""
+        """New entries for `consumer` (XREADGROUP >), decoded. Recreates missing groups.
+        On a cluster, one XREADGROUP per slot (see protocols.transport._slots)."""
         if not streams:
             return []
-        wanted: dict[Any, Any] = dict.fromkeys(streams, ">")
         block_ms = self._block(block_ms)
+        groups = by_slot(streams) if self.is_cluster else [list(streams)]
+        if len(groups) == 1:
+            return await self._read_group(groups[0], group, consumer, count, block_ms)
+
+        def start(slot_streams: Sequence[str]) -> Awaitable[list[Delivery]]:
+            return self._read_group(slot_streams, group, consumer, count, block_ms)
+
+        if block_ms is None:  # nothing waits: each slot's read once, at once
+            found = await asyncio.gather(*(start(g) for g in groups))
+            return [delivery for part in found for delivery in part]
+        wait_s = None if block_ms == 0 else block_ms / 1000  # reads go on after it
+        return await self._in_flight.read((group, consumer), groups, start, wait_s)
+
+    async def _read_group(
+        self, streams: Sequence[str], group: str, consumer: str, count: int,
+        block_ms: int | None,
+    ) -> list[Delivery]:  # fmt: skip
+        """One XREADGROUP over `streams` (one slot on a cluster)."""
+        wanted: dict[Any, Any] = dict.fromkeys(streams, ">")
 
         def send() -> Awaitable[Any]:
             return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)

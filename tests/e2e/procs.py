@@ -15,14 +15,18 @@ from pathlib import Path
 import httpx
 
 from callboard.embedded import EmbeddedServer, free_port
+from callboard.embedded_cluster import EmbeddedCluster
 from tests.helpers import eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 
 
-def child_env(server: EmbeddedServer, prefix: str | None = None, **extra: str) -> dict[str, str]:
-    """Environment for a hub or specialist on `server` under its own key prefix."""
+def child_env(
+    server: EmbeddedServer | EmbeddedCluster, prefix: str | None = None, **extra: str
+) -> dict[str, str]:
+    """Environment for a hub or specialist on `server` (one server or a cluster) under its
+    own key prefix."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLBOARD_")}
     env.pop("REDIS_URL", None)
     env.update(

@@ -1,4 +1,5 @@
-"""Every example cuelist in cuelists/ runs as shipped: submit, run, follow its events, complete.
+"""Every example cuelist in cuelists/ runs as shipped (on one server, then on a Redis Cluster):
+submit, run, follow its events, complete.
 
 Echo specialists serve every agent the examples name (the built-in debugger, each one named
 as a debugger); armed cues get an operator GO and
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from callboard.up import agents_of, contracts_of, debuggers_of, echo_argv
 from tests.e2e.procs import ROOT, child_env, processes, sse_events, wait_online
 from tests.helpers import eventually_sync
@@ -25,14 +27,17 @@ EXAMPLES = sorted((ROOT / "cuelists").glob("*.yaml"))
 DONE = ("success", "partial", "failed", "cancelled")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["single", "cluster"])
 def api(
-    redis_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
+    """A hub and echo specialists on one server, then on a 3-master Redis Cluster."""
+    name = "redis_cluster" if request.param == "cluster" else "redis_server"
+    server: EmbeddedServer | EmbeddedCluster = request.getfixturevalue(name)
     agents, contracts = agents_of(EXAMPLES), contracts_of(EXAMPLES)
     debuggers = debuggers_of(EXAMPLES)
     folder = tmp_path_factory.mktemp("examples")
-    with processes(child_env(redis_server), folder) as procs:
+    with processes(child_env(server), folder) as procs:
         url = procs.hub()
         for agent in agents:  # with its inline contract, as `callboard up` starts it
             if agent in debuggers:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from tests.e2e.procs import Procs, child_env
 
 OUT_ENV = "CALLBOARD_RELIABILITY_OUT"
@@ -51,10 +52,24 @@ def figure(request: pytest.FixtureRequest) -> Iterator[Figure]:
         fh.write(json.dumps(row, default=str) + "\n")
 
 
+Server = EmbeddedServer | EmbeddedCluster
+ON_BOTH = pytest.mark.parametrize("server", ["single", "cluster"], indirect=True)
+
+
 @pytest.fixture
-def procs(redis_server: EmbeddedServer, tmp_path: Path) -> Iterator[Procs]:
-    """Processes on the session server under a fresh key prefix; all stopped afterwards."""
-    env = child_env(redis_server, CALLBOARD_MIN_IDLE_MS="1000", CALLBOARD_LEASE_MS="1500")
+def server(request: pytest.FixtureRequest) -> Server:
+    """The session's one server; the 3-master cluster for a row marked `ON_BOTH` (its
+    cluster variant)."""
+    kind = getattr(request, "param", "single")
+    name = "redis_cluster" if kind == "cluster" else "redis_server"
+    found: Server = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture
+def procs(server: Server, tmp_path: Path) -> Iterator[Procs]:
+    """Processes on `server` under a fresh key prefix; all stopped afterwards."""
+    env = child_env(server, CALLBOARD_MIN_IDLE_MS="1000", CALLBOARD_LEASE_MS="1500")
     group = Procs(env, tmp_path)
     try:
         yield group

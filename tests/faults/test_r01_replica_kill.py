@@ -9,15 +9,13 @@ import time
 from collections import Counter
 
 import pytest
-import redis
 
-from callboard.embedded import EmbeddedServer
 from protocols.keys import Keys
 from protocols.messages import MessageType
 from tests.e2e.procs import Procs
 from tests.faults.agents import effects_key
-from tests.faults.conftest import Figure
-from tests.faults.tools import assign, entry_ms, messages, of_type, spawn_agent
+from tests.faults.conftest import ON_BOTH, Figure, Server
+from tests.faults.tools import assign, entry_ms, messages, of_type, spawn_agent, sync_client
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -29,11 +27,12 @@ CLAIM_MS = 200
 SLACK_MS = 300  # scheduling on a busy 2-core box
 
 
+@ON_BOTH
 def test_kill_one_of_three_replicas_with_100_tasks_in_flight(
-    procs: Procs, redis_server: EmbeddedServer, figure: Figure
+    procs: Procs, server: Server, figure: Figure
 ) -> None:
     keys = Keys(procs.env["CALLBOARD_PREFIX"])
-    r = redis.Redis.from_url(redis_server.url)
+    r = sync_client(server)
     out = keys.out(AGENT)
     replicas = {
         name: spawn_agent(procs, AGENT, name, CALLBOARD_CONCURRENCY=str(TASKS))
@@ -87,5 +86,6 @@ def test_kill_one_of_three_replicas_with_100_tasks_in_flight(
     assert set(completed) == {f"T{i:03}" for i in range(TASKS)}
     assert set(reclaimed_ms) == orphans, "every orphan was picked up by a live replica"
     assert worst_ms <= limit_ms, reclaimed_ms
-    assert len(effects) == TASKS and set(effects.values()) == {1}, effects
+    twice = {k: v for k, v in effects.items() if v != 1}
+    assert len(effects) == TASKS and not twice, (twice, orphans, victim)
     r.close()

@@ -16,10 +16,11 @@ import redis
 
 from callboard.embedded import EmbeddedServer, free_port
 from hub.store.commit import _COMMIT
+from hub.store.journal import JOURNAL_LUA
 from protocols.keys import Keys
 from tests.e2e.procs import Procs, wait_done, wait_online
-from tests.faults.conftest import Figure
-from tests.faults.tools import get_run, gos, start, submit
+from tests.faults.conftest import ON_BOTH, Figure, Server
+from tests.faults.tools import get_run, gos, start, submit, sync_client
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -45,11 +46,13 @@ def _leads(url: str) -> bool:
         return False
 
 
-def test_frozen_leader_is_replaced_and_fenced(
-    procs: Procs, redis_server: EmbeddedServer, figure: Figure
-) -> None:
+@ON_BOTH
+def test_frozen_leader_is_replaced_and_fenced(procs: Procs, server: Server, figure: Figure) -> None:
     keys = Keys(procs.env["CALLBOARD_PREFIX"])
-    r = redis.Redis.from_url(redis_server.url)
+    r = sync_client(server)
+    # on the cluster, frozen for 4 leases (the 20 s of the single-server row add nothing
+    # the journaled commit's fences would see differently)
+    freeze_s = FREEZE_S if isinstance(server, EmbeddedServer) else 4 * LEASE_MS / 1000
     leader_url = procs.hub()
     leader = procs.procs[-1]
     port = free_port()
@@ -77,7 +80,7 @@ def test_frozen_leader_is_replaced_and_fenced(
             new_value = r.get(keys.leader()).decode()
             # freeze on past the takeover, 20 s in all, before the stale one wakes
             eventually_sync(
-                lambda: time.monotonic() - frozen_at >= FREEZE_S, FREEZE_S + 1, interval_s=0.05
+                lambda: time.monotonic() - frozen_at >= freeze_s, freeze_s + 1, interval_s=0.05
             )
         finally:
             leader.send_signal(signal.SIGCONT)
@@ -86,6 +89,11 @@ def test_frozen_leader_is_replaced_and_fenced(
         with pytest.raises(redis.ResponseError, match="STALE"):
             r.eval(_COMMIT, 1, keys.leader(), stale_value, json.dumps([["SET", probe, "stale"]]))
         assert not r.exists(probe)
+        if not isinstance(server, EmbeddedServer):  # the cluster's commit: its journal script
+            journaled = [keys.leader(), keys.commit("stale-probe"), keys.journal()]
+            with pytest.raises(redis.ResponseError, match="STALE"):
+                r.eval(JOURNAL_LUA, 3, *journaled, stale_value, 30_000, "stale-probe", b"")
+            assert not r.exists(keys.commit("stale-probe"))
         run = wait_done(api, run_id, timeout_s=60)
         log_name = f"hub-{leader_url.rsplit(':', 1)[1]}"
         eventually_sync(
@@ -106,7 +114,7 @@ def test_frozen_leader_is_replaced_and_fenced(
     after_expiry_s = took_over_s - lease_left_s
     figure(
         row=9,
-        fault=f"two hubs; SIGSTOP the leader for {FREEZE_S:g} s (lease {LEASE_MS} ms), SIGCONT",
+        fault=f"two hubs; SIGSTOP the leader for {freeze_s:g} s (lease {LEASE_MS} ms), SIGCONT",
         promise="new leader within one lease period of the old lease's expiry; stale "
         "leader's writes refused; no cue GO'd twice",
         measured=f"takeover {took_over_s:.2f} s after the freeze ({after_expiry_s:.2f} s after "

@@ -8,11 +8,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis
 
+from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols.codec import encode, make
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType
@@ -21,6 +23,15 @@ from tests.e2e.procs import Procs
 
 AGENT_CLASS = "tests.faults.agents:Effects"
 _FIELD = STREAM_FIELD.encode()
+
+
+def sync_client(server: EmbeddedServer | EmbeddedCluster) -> redis.Redis:
+    """A blocking client for a test's own reads: a RedisCluster on a cluster (typed as
+    Redis: the tests send one-key commands)."""
+    if isinstance(server, EmbeddedCluster):
+        host, port = "127.0.0.1", server.ports[0]
+        return cast(redis.Redis, redis.RedisCluster(host=host, port=port))
+    return redis.Redis.from_url(server.url)
 
 
 def assign(agent: str, run_id: str, cue_id: str, **action: Any) -> bytes:

@@ -63,3 +63,23 @@ def test_agent_of_a_stream(agent: str) -> None:
 )  # fmt: skip
 def test_agent_of_out_refuses_what_is_not_an_out_stream(key: str) -> None:
     assert K.agent_of_out(key) is None
+
+
+def test_key_slot_is_redis_clusters() -> None:
+    from protocols.keys import key_slot
+
+    assert key_slot("123456789") == 12739  # CRC16/XMODEM check value 0x31C3
+    assert key_slot("foo") == 12182  # CLUSTER KEYSLOT foo
+    for key in ["cb:run:{r1}:events", "{}x", "x{}{y}", "{a", "}a{b}", "cb:runs:all", "é{ü}"]:
+        assert key_slot(key) == slot(key), key
+    assert key_slot(K.run("r1")) == key_slot(K.run_events("r1")) == key_slot(K.run_context("r1"))
+
+
+def test_slot_tagged_keys_land_in_their_slot() -> None:
+    from protocols.keys import SLOTS, key_slot, slot_tag
+
+    assert all(slot(slot_tag(s)) == s for s in range(SLOTS))
+    for s in (0, 1, 8000, SLOTS - 1):
+        assert key_slot(K.slot_fence(s)) == key_slot(K.applied(s, "c1")) == s
+    assert K.journal() == "cb:hub:{p0}:journal"
+    assert slot(K.journal()) == slot(K.leader())  # journaled under the lease's slot

@@ -1,4 +1,5 @@
-"""Transport contract suite: every test runs on fakeredis and on the real server.
+"""Transport contract suite: every test runs on fakeredis, on the real server and on a
+real 3-master Redis Cluster.
 
 Cases fakeredis cannot reproduce use the `real_transport` fixture and say why.
 """
@@ -14,6 +15,7 @@ import fakeredis
 import pytest
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols import payloads as p
 from protocols.codec import Envelope, encode, make
 from protocols.errors import DecodeError, OversizedMessage, TransportError, UnknownMessageType
@@ -45,7 +47,19 @@ async def _cleanup(client: Any, prefix: str) -> None:
         await client.delete(key)
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.redis)])
+REAL = [
+    pytest.param("real", marks=pytest.mark.redis),
+    pytest.param("cluster", marks=pytest.mark.redis),
+]
+
+
+def _server(request: pytest.FixtureRequest) -> EmbeddedServer | EmbeddedCluster:
+    name = "redis_cluster" if request.param == "cluster" else "redis_server"
+    server: EmbeddedServer | EmbeddedCluster = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture(params=["fake", *REAL])
 async def transport(
     request: pytest.FixtureRequest, keys: Keys, lost: StateLostLog
 ) -> AsyncIterator[Transport]:
@@ -53,21 +67,22 @@ async def transport(
     if request.param == "fake":
         client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     else:
-        server: EmbeddedServer = request.getfixturevalue("redis_server")
-        client = connect(server.url)
+        client = connect(_server(request).url)
     t = Transport(client, keys, max_deliveries=3, on_state_lost=lost, retry_s=2.0)
     yield t
+    await t.close()
     await _cleanup(client, keys.prefix)
     await client.aclose()
 
 
-@pytest.fixture
+@pytest.fixture(params=REAL)
 async def real_transport(
-    redis_server: EmbeddedServer, keys: Keys, lost: StateLostLog
+    request: pytest.FixtureRequest, keys: Keys, lost: StateLostLog
 ) -> AsyncIterator[Transport]:
-    client = connect(redis_server.url)
+    client = connect(_server(request).url)
     t = Transport(client, keys, max_deliveries=3, on_state_lost=lost, retry_s=2.0)
     yield t
+    await t.close()
     await _cleanup(client, keys.prefix)
     await client.aclose()
 
@@ -140,7 +155,7 @@ async def test_publish_many_keeps_order_in_one_round_trip(
         real_execute = pipe.execute
 
         async def execute(*a: Any, **kw: Any) -> Any:
-            executions.append(len(pipe.command_stack))
+            executions.append(len(pipe))  # queued commands (a cluster pipeline too)
             return await real_execute(*a, **kw)
 
         setattr(pipe, "execute", execute)  # noqa: B010
@@ -182,6 +197,26 @@ async def test_blocking_read_wakes_on_publish(transport: Transport, keys: Keys) 
     await transport.publish(stream, notice())
     got = await asyncio.wait_for(reader, 5)
     assert len(got) == 1
+
+
+async def test_blocking_read_over_many_streams_loses_nothing(
+    transport: Transport, keys: Keys
+) -> None:
+    """On a cluster, one blocking read per slot: a publish to any stream wakes the read,
+    and a read still waiting when another answered is kept for the next call (its
+    entries come then: none is lost, none delivered twice)."""
+    streams = [keys.out(f"agent-{i}") for i in range(12)]
+    for stream in streams:
+        await transport.ensure_group(stream, GROUP)
+    got: list[Delivery] = []
+    for i, stream in enumerate(streams):
+        reader = asyncio.create_task(transport.read_group(streams, GROUP, "c1", block_ms=3000))
+        await transport.publish(stream, notice(f"n{i}"))
+        got.extend(await asyncio.wait_for(reader, 5))
+    got.extend(await transport.read_group(streams, GROUP, "c1", block_ms=100))
+    assert sorted(d.stream for d in got) == sorted(streams)
+    assert len({(d.stream, d.entry_id) for d in got}) == len(streams)
+    assert [await transport.pending_count(s, GROUP) for s in streams] == [1] * len(streams)
 
 
 # -- groups ---------------------------------------------------------------------------
@@ -250,6 +285,10 @@ async def test_stream_deleted_under_a_blocked_reader(
 
 
 async def _blocked_clients(t: Transport) -> bool:
+    if t.is_cluster:  # every node's answer, by node
+        client: Any = t._client
+        per_node = await client.info("clients", target_nodes=client.ALL_NODES)
+        return sum(int(info["blocked_clients"]) for info in per_node.values()) > 0
     info = await t._client.info("clients")
     return int(info["blocked_clients"]) > 0
 

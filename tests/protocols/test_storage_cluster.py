@@ -1,0 +1,72 @@
+"""Storage on a real Redis Cluster: commands over keys of many slots (MGET, DEL, a MULTI
+sent per slot, XREAD over many streams) answer as on one server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from callboard.embedded_cluster import EmbeddedCluster
+from protocols.keys import Keys, key_slot
+from protocols.transport import Pipeline, Storage
+
+pytestmark = pytest.mark.redis
+
+
+async def test_mget_and_delete_over_many_slots(cluster_redis: Any, keys: Keys) -> None:
+    db = Storage(cluster_redis)
+    names = [keys.escalation(f"e{i}") for i in range(20)]
+    assert len({key_slot(k) for k in names}) > 10
+    for i, name in enumerate(names[::2]):
+        await db.set(name, f"v{i}")
+    assert await db.mget(names) == [
+        f"v{i // 2}".encode() if i % 2 == 0 else None for i in range(len(names))
+    ]
+    assert await db.delete(*names) == 10
+    assert await db.mget(names) == [None] * len(names)
+
+
+async def test_a_multi_over_many_slots_is_one_per_slot(cluster_redis: Any, keys: Keys) -> None:
+    db = Storage(cluster_redis)
+    a, a2, b = keys.cuelist("build"), keys.cuelist_versions("build"), keys.cuelists
+
+    def build(pipe: Pipeline) -> None:
+        pipe.hsetnx(a, "v1", "doc")
+        pipe.zadd(b, {"build": 1.0})
+        pipe.zadd(a2, {"v1": 1.0}, nx=True)
+        pipe.hsetnx(a, "v1", "again")
+
+    assert key_slot(a) == key_slot(a2) != key_slot(b)
+    assert await db.pipeline("STORE", build, transaction=True) == [1, 1, 1, 0]
+    assert await db.hget(a, "v1") == b"doc"
+    assert await db.zrange(b, 0, -1) == [b"build"]
+
+
+@pytest.mark.parametrize("runs", [2, 60], ids=["raced", "polled"])
+async def test_xread_over_many_slots_wakes_on_any(
+    redis_cluster: EmbeddedCluster, keys: Keys, runs: int
+) -> None:
+    """A few slots are raced as blocking reads (the others cancelled), many are polled on a
+    pipeline: either way a new event in any slot wakes the read, on a pool as small as the
+    event fanout's (4 connections a node), and the connections stay sound."""
+    db = Storage.dedicated(redis_cluster.url, max_connections=4)
+    streams = [keys.run_events(f"r{i}") for i in range(runs)]
+    assert len({key_slot(s) for s in streams}) == runs
+    last = dict.fromkeys(streams, "0-0")
+    try:
+        for round_ in range(6):
+            target = streams[(round_ * 7) % len(streams)]
+            reader = asyncio.create_task(db.xread_many(dict(last), 10, 3000))
+            await asyncio.sleep(0.1)
+            await db.xadd(target, {"e": f"{round_}"})
+            found = await asyncio.wait_for(reader, 5)
+            assert [(stream, [f[b"e"] for _, f in entries]) for stream, entries in found] == [
+                (target, [str(round_).encode()])
+            ]
+            last[target] = found[0][1][-1][0]
+        assert await db.xread_many(dict(last), 10, 50) == []
+    finally:
+        await db.delete(*streams)
+        await db.close()

@@ -8,6 +8,7 @@ raised as its class in protocols.errors.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 
@@ -23,6 +24,7 @@ from protocols.transport._client import (
 from protocols.transport._errors import translated
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
+RECENT_REFUSAL_S = 10.0  # a write refused this recently is still the likely why
 ScriptArg = str | bytes | int | float
 
 
@@ -33,6 +35,7 @@ class Gateway:
         self._client = client
         self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
         self._owns_client = False
+        self._refused: tuple[float, OutOfMemory | ReadOnly] | None = None  # the last, and when
 
     @property
     def is_cluster(self) -> bool:
@@ -66,10 +69,14 @@ class Gateway:
         """`await fn()`: retried on connection loss (`retry_s`, else the gateway's), its
         errors translated. The common case costs one call."""
         total_s = self.retry_s if retry_s is None else retry_s
-        with translated(op):
-            if total_s <= 0:
-                return await fn()
-            return await retry_transient(fn, total_s, on_retry)
+        try:
+            with translated(op):
+                if total_s <= 0:
+                    return await fn()
+                return await retry_transient(fn, total_s, on_retry)
+        except (OutOfMemory, ReadOnly) as exc:
+            self._refused = (time.monotonic(), exc)  # for `write_refusal`: what was seen
+            raise
 
     async def ping(self) -> bool:
         """True when the server answers (no retry: a health check wants the truth now)."""
@@ -99,6 +106,11 @@ class Gateway:
                 f"Redis is out of memory (OOM): {used / mib:.1f} of {limit / mib:.1f} MiB "
                 "used, and it evicts nothing"
             )
+        if self._refused is not None:  # memory hovering at the limit: a write refused lately
+            at, refused = self._refused
+            ago = time.monotonic() - at
+            if ago < RECENT_REFUSAL_S:
+                return type(refused)(f"{refused} ({ago:.1f} s ago)")
         return None
 
     def script(self, source: str) -> Script:

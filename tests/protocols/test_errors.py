@@ -62,3 +62,25 @@ def test_refused_writes_get_their_class(
     assert type(mapped) is expected
     if expected is e.OutOfMemory:
         assert "Redis is out of memory" in str(mapped)
+
+
+class _FullThenFreed:
+    """A client whose writes were refused (OOM) and whose INFO now shows room: memory
+    hovering at the limit, as Redis under `noeviction` does while keys expire."""
+
+    async def set(self, *args: object) -> None:
+        raise rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'")
+
+    async def info(self, *sections: str) -> dict[str, object]:
+        return {"role": "master", "maxmemory": 0, "used_memory": 1}
+
+
+async def test_a_write_refused_lately_is_still_the_reason_given() -> None:
+    from protocols.transport import Gateway
+
+    gateway = Gateway(_FullThenFreed(), retry_s=0)  # type: ignore[arg-type]
+    assert await gateway.write_refusal() is None  # nothing refused yet
+    with pytest.raises(e.OutOfMemory):
+        await gateway._call("SET", lambda: gateway._client.set("k", "v"))
+    refusal = await gateway.write_refusal()
+    assert isinstance(refusal, e.OutOfMemory) and "s ago)" in str(refusal)

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     min_idle_ms: int = 30_000  # an entry idle this long in a dead replica is reclaimed
     claim_interval_ms: int = 1_000
     max_deliveries: int = 5  # then the entry is dead-lettered as poison
+    # a specialist's write Redis refuses whole (out of memory, read-only) is tried again for
+    # this long before its handler fails: the input is not at fault, so it must not be
+    # redelivered towards its poison limit meanwhile
+    refused_write_retry_s: float = 60.0
     # an operator command whose serving ended the leader's term this many times is then
     # answered with an error, not served again by every next leader
     command_max_tries: int = Field(default=3, ge=1)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocols import codec
 from protocols.codec import Envelope
-from protocols.errors import TransportError
+from protocols.errors import OutOfMemory, ReadOnly, TransportError
 from protocols.messages import MessageType
 from protocols.outage import Outage
 from protocols.payloads import StatusOffline, StatusOnline, StatusRejected
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("callboard.specialists")
 MAX_REASON_CHARS = 1000  # of a rejection's reason (the hub cuts it there too)
+REFUSED_FIRST_PAUSE_S = 0.05  # backoff of a write Redis refused (see Runtime._write)
+REFUSED_MAX_PAUSE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +129,30 @@ class Runtime:
         self.writes.post(Write(later=make, superseded=superseded))
 
     async def _write(self, batch: list[Write]) -> list[None]:
+        """One atomic write of the batch. One Redis refuses whole (out of memory, read-only:
+        the MULTI applies nothing) is tried again, backing off, for up to
+        `refused_write_retry_s`: the entries stay in flight (renewed) instead of failing and
+        being redelivered until they count as poison, which they are not."""
         settled = {w.settles for w in batch if w.settles is not None}
-        await self.transport.publish_many(
-            [(self.out, m) for w in batch for m in w.out(settled)],
-            ack=[d for w in batch for d in w.ack],
-            group=self.group,
-            then=[c for w in batch for c in w.then],
-            atomic=True,
-        )
-        return [None] * len(batch)
+        waited_s, pause_s = 0.0, REFUSED_FIRST_PAUSE_S
+        while True:
+            try:
+                await self.transport.publish_many(
+                    [(self.out, m) for w in batch for m in w.out(settled)],
+                    ack=[d for w in batch for d in w.ack],
+                    group=self.group,
+                    then=[c for w in batch for c in w.then],
+                    atomic=True,
+                )
+                return [None] * len(batch)
+            except (OutOfMemory, ReadOnly) as exc:
+                if waited_s >= self.settings.refused_write_retry_s or self.closed.is_set():
+                    raise
+                if not waited_s:
+                    log.warning("out write refused (%s); trying again", exc)
+                await asyncio.sleep(pause_s)  # back off while Redis refuses writes
+                waited_s += pause_s
+                pause_s = min(pause_s * 2, REFUSED_MAX_PAUSE_S)
 
     # -- state shared with the dispatcher ------------------------------------------------
 

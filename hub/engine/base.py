@@ -110,6 +110,12 @@ class EngineBase(ABC):
         """Send a broadcast.* to every replica (with this step's write)."""
         self.out.messages.append((self.keys.broadcast, make(mt, payload)))
 
+    def contract_in(self, run: RunState, agent: str) -> Contract | None:
+        """The agent's contract as the run sees it: the cuelist's inline one, else the
+        registry's."""
+        found: Contract | None = self.plans[run.run_id].contract(agent) or self.contract_of(agent)
+        return found
+
     def action_of(self, run: RunState, cue_id: str) -> dict[str, Any]:
         """The cue's action, with what a debugger's `retry` changed in it."""
         action = dict(self.plans[run.run_id].cues[cue_id].action)

@@ -23,7 +23,6 @@ from hub.engine.outbox import DEBUG, Timer
 from hub.engine.state import RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
-from protocols.contracts import Contract
 from protocols.debugging import (
     DEBUG_KEY,
     DIAGNOSIS_TAG,
@@ -112,7 +111,7 @@ class DebugMixin(EngineBase):
         ]
 
     def _provides(self, run: RunState, agent: str) -> list[str]:
-        found: Contract | None = self.plans[run.run_id].contract(agent) or self.contract_of(agent)
+        found = self.contract_in(run, agent)
         return list(found.provides) if found else []
 
     def debugger_reply(self, run: RunState, cue_id: str, msg: Envelope) -> None:

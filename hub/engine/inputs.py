@@ -8,8 +8,6 @@ A late reply (for an attempt, a cue or a run that already ended) is only counted
 
 from __future__ import annotations
 
-from typing import Any
-
 from hub.engine import guard
 from hub.engine.budgets import BUDGET, usage_in_context
 from hub.engine.core import Engine
@@ -147,7 +145,7 @@ def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
 def _no_handoff(engine: Engine, run: RunState, cue_id: str, to: str) -> None:
     """Every target completed, and the handoff the cue declares never came: its targets
     have said all they will, so the cue fails now (not at its GO deadline), saying so."""
-    receiver = _contract(engine, engine.plans[run.run_id], to)
+    receiver = engine.contract_in(run, to)
     needs = f" (requires {', '.join(receiver.requires)})" if receiver and receiver.requires else ""
     engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}", retry=False)
 
@@ -178,8 +176,8 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
         problem = f"{cue_id} must hand off to {declared_to}, not {body.to_agent}"
     else:
         problem, missing = handoff_problem(
-            msg.from_agent, _contract(engine, plan, msg.from_agent),
-            body.to_agent, _contract(engine, plan, body.to_agent),
+            msg.from_agent, engine.contract_in(run, msg.from_agent),
+            body.to_agent, engine.contract_in(run, body.to_agent),
             body.handoff_context.provided_keys(),
         )  # fmt: skip
     if problem:
@@ -213,11 +211,6 @@ def handoff_problem(
     except HandoffRejected as exc:
         return str(exc), exc.missing
     return None, []
-
-
-def _contract(engine: Engine, plan: Any, agent: str) -> Contract | None:
-    found: Contract | None = plan.contract(agent) or engine.contract_of(agent)
-    return found
 
 
 def on_timer(engine: Engine, timer: Timer) -> None:

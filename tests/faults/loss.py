@@ -83,6 +83,26 @@ class Workload:
             client.close()
 
 
+@dataclass
+class Outcome:
+    """How the runs of a loss row ended after its fault: what the row's figure reports."""
+
+    status: dict[str, str]  # run id -> final status ("unfinished" past the deadline)
+    took_s: float  # from the fault's end to the last run's end (or the deadline)
+    lost: int  # completions Redis acknowledged that no run recorded
+    log: str  # the hub's whole log
+
+    @property
+    def finished(self) -> int:
+        return sum(s == "success" for s in self.status.values())
+
+
+def outcome(w: Workload, since: float, timeout_s: float = 40) -> Outcome:
+    """Wait for the runs to finish, then count what was lost (`since`: the fault's end)."""
+    status = w.wait_finished(timeout_s)
+    return Outcome(status, time.monotonic() - since, w.lost(), hub_log(w))
+
+
 @contextmanager
 def workload(server: EmbeddedServer, tmp_path: Path, **env: str) -> Iterator[Workload]:
     env = child_env(

@@ -15,7 +15,7 @@ import redis
 
 from callboard.embedded import EmbeddedServer, free_port
 from tests.faults.conftest import Figure
-from tests.faults.loss import health, hub_log, mid_run, workload
+from tests.faults.loss import health, mid_run, outcome, workload
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -60,11 +60,14 @@ def test_commit_failing_for_seconds_loses_nothing(
             admin.replicaof("no", "one")
             admin.close()
         healed = time.monotonic()
-        status = w.wait_finished(40)
-        took_s = time.monotonic() - healed
-        lost = w.lost()
-        log = hub_log(w)
-    finished = sum(s == "success" for s in status.values())
+        done = outcome(w, healed)
+    status, took_s, lost, log, finished = (
+        done.status,
+        done.took_s,
+        done.lost,
+        done.log,
+        done.finished,
+    )
     figure(
         row=15,
         fault=f"the commit refused (ACL: no EVALSHA) for {FAULT_S:g} s, then every write "

@@ -13,7 +13,7 @@ import pytest
 from callboard.embedded import EmbeddedServer
 from hub.store.commit import COMMIT_RETRY_S
 from tests.faults.conftest import Figure
-from tests.faults.loss import hub_log, mid_run, workload
+from tests.faults.loss import mid_run, outcome, workload
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -39,11 +39,14 @@ def test_redis_outage_past_the_retry_window_loses_nothing(
         eventually_sync(lambda: time.monotonic() - down >= OUTAGE_S, OUTAGE_S + 1, interval_s=0.1)
         server.start()
         back = time.monotonic()
-        status = w.wait_finished(40)
-        took_s = time.monotonic() - back
-        lost = w.lost()
-        log = hub_log(w)
-    finished = sum(s == "success" for s in status.values())
+        done = outcome(w, back)
+    status, took_s, lost, log, finished = (
+        done.status,
+        done.took_s,
+        done.lost,
+        done.log,
+        done.finished,
+    )
     figure(
         row=16,
         fault=f"Redis down {OUTAGE_S:g} s (past the {COMMIT_RETRY_S:g} s commit retry "

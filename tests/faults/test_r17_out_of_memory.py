@@ -17,7 +17,7 @@ import redis
 
 from callboard.embedded import EmbeddedServer
 from tests.faults.conftest import Figure
-from tests.faults.loss import health, hub_log, mid_run, workload
+from tests.faults.loss import health, mid_run, outcome, workload
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -69,11 +69,14 @@ def test_out_of_memory_then_recovery(
         healthy = eventually_sync(
             lambda: health(w.url)[0] == 200, 20, interval_s=0.1, message="healthy again"
         )
-        status = w.wait_finished(40)
-        took_s = time.monotonic() - freed
-        lost = w.lost()
-        log = hub_log(w)
-    finished = sum(s == "success" for s in status.values())
+        done = outcome(w, freed)
+    status, took_s, lost, log, finished = (
+        done.status,
+        done.took_s,
+        done.lost,
+        done.log,
+        done.finished,
+    )
     figure(
         row=17,
         fault=f"Redis out of memory (noeviction) for {OOM_S:g} s with {RUNS} runs under way "

@@ -98,6 +98,14 @@ def _by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in spans if s.name == name]
 
 
+# What an agent of these tests answers to each phase of attempt 1 of its cue.
+ANSWERS = {
+    T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
+    T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+    T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
+}
+
+
 async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
     running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
 ) -> None:
@@ -188,11 +196,7 @@ async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
     await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
     await hub.driver.start_run("mallory", version, "run-bad-trace", {}, False)
     bad = iter(["garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x" * 5000])
-    answers = {
-        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
-        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
-        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
-    }
+    answers = ANSWERS
     answered: set[str] = set()
 
     async def answer() -> bool:
@@ -233,11 +237,7 @@ async def test_a_hub_that_did_not_see_a_cue_start_reopens_its_span_under_its_id(
     parsed, version = load_cuelist(text)
     await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
     await hub.driver.start_run("resumed", version, "run-resumed", {}, False)
-    answers = {
-        T.COORD_WARNING: (T.ACK_WARNING, p.AckWarning(attempt=1)),
-        T.COORD_STANDBY: (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
-        T.COORD_GO: (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, result={"ok": 1})),
-    }
+    answers = ANSWERS
     answered: set[str] = set()
 
     async def answer() -> bool:

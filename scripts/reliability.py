@@ -106,12 +106,14 @@ smaller size than the issue names; the promise checked is the same.
 - Row 19: the frozen leader's consumer is made to hold its agents' completions by the
   test (an XREADGROUP as that consumer right after the freeze): what the leader does
   when it reads a batch just before it stops. Idle limit 30 s (the default), lease 3 s.
-- Row 20: the issue's figures (1,000 streams, 50 pollers); the pollers read the run every
-  0.5 s (the CLI's polling interval), each from its own offset, as pollers started by
-  different people are not in step. The 1,000 streams and the pollers run on one event
-  loop in a thread of the test; /healthz is timed by a client in a process of its own
-  (timed from the test's process, the crowd's GIL waits showed up as 100 ms). The cap is
-  set to 1,000 (`CALLBOARD_SSE_MAX_STREAMS`), so the 1,001st stream must get its 503.
+- Row 20: the issue's figures (1,000 streams, 50 pollers); the 3-cue run does ~0.1 s of
+  work (30 ms a cue), the size of the run the issue measured, medians of 9 runs each way;
+  the pollers read the run every 0.5 s (the CLI's polling interval), each from its own
+  offset, as pollers started by different people are not in step. The 1,000 streams and
+  the pollers run on one event loop in a thread of the test; /healthz is timed by a client
+  in a process of its own (timed from the test's process, the crowd's GIL waits showed up
+  as 100 ms). The cap is set to 1,000 (`CALLBOARD_SSE_MAX_STREAMS`), so the 1,001st stream
+  must get its 503.
 - Row 21: the issue's size (10,000 cues) and the default 5 s lease. Loop lag is what the
   hub's own ticker reports in /healthz (`loop_lag_ms`, the worst of the last 5 s), polled
   every 0.2 s. With the dry walk on the event loop (before the fix) the worst lag was

@@ -33,12 +33,15 @@ STREAMS = 1_000
 POLLERS = 50
 POLL_S = 0.5  # each poller's interval: the CLI's when it polls a run (callboard/commands/live.py)
 AGENTS = ["fx-sse-a", "fx-sse-b", "fx-sse-c"]
+WORK = {"execute_ms": 30}
 THREE = {
     "cuelist": "three",
     "cues": [
-        {"id": "A", "target_agents": [AGENTS[0]], "auto_follow": "B"},
-        {"id": "B", "target_agents": [AGENTS[1]], "auto_follow": "C"},
-        {"id": "C", "target_agents": [AGENTS[2]]},
+        # ~0.1 s of work, the size of the run the issue measured (0.11 s): a run of bare
+        # 3 ms cues would compare scheduling jitter, not the engine's slowdown
+        {"id": "A", "target_agents": [AGENTS[0]], "auto_follow": "B", "action": WORK},
+        {"id": "B", "target_agents": [AGENTS[1]], "auto_follow": "C", "action": WORK},
+        {"id": "C", "target_agents": [AGENTS[2]], "action": WORK},
     ],
 }
 WAITS = {"cuelist": "waits", "cues": [{"id": "W", "target_agents": [AGENTS[0]],

@@ -1,5 +1,10 @@
 """Hub routing: every agent's `out` stream in one consumer group, routed by channel.
 
+With several engine partitions each partition's leader reads every `out` stream in a group
+of its own (`hub-pN`) and handles the messages of its own runs (`partition_of`); messages
+about no run, and entries it cannot read, are partition 0's. Registry messages update
+every reader's registry; partition 0 stores them.
+
 The sender is the stream key, never the body: `from_agent` is stamped here, and a body
 naming another sender is a protocol violation. Bad entries (not JSON, unknown type, bad
 payload, oversized, a type a specialist may not send) go to the dead-letter stream with
@@ -17,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -31,7 +36,7 @@ from hub.metrics import Metrics
 from hub.registry import Registry
 from protocols import payloads as p
 from protocols.codec import Envelope, encode
-from protocols.keys import HUB_GROUP, STREAM_FIELD
+from protocols.keys import STREAM_FIELD, hub_group, partition_of
 from protocols.messages import SPECIALIST_SENDS
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
@@ -59,8 +64,16 @@ class Router:
         consumer: str,
         dead: DeadLetters | None = None,
         max_severity: Severity = Severity.HIGH,
+        partition: int = 0,
+        partitions: int = 1,
+        agents_changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`agents_changed`: what to wake when the registry changed (default: this driver's
+        cues waiting for an agent; a hub leading several partitions wakes all of them)."""
         self.transport = transport
+        self.partition, self.partitions = partition, partitions
+        self.group = hub_group(partition)
+        self.agents_changed = agents_changed or self._wake_driver
         self.settings = settings
         self.keys = settings.keys
         self.driver = driver
@@ -96,7 +109,7 @@ class Router:
         found = set(self.streams)
         for name in await self.transport.scan_keys(self.keys.out_pattern):
             if name not in found and self.keys.agent_of_out(name):
-                await self.transport.ensure_group(name, HUB_GROUP, "0")
+                await self.transport.ensure_group(name, self.group, "0")
                 found.add(name)
         self.streams = sorted(found)
         self._last_discover = time.monotonic()
@@ -119,7 +132,7 @@ class Router:
             if time.monotonic() - self._last_claim > self.settings.claim_interval_ms / 1000:
                 await self._reclaim()
             batch = await self.transport.read_group(
-                self.streams, HUB_GROUP, self.consumer,
+                self.streams, self.group, self.consumer,
                 count=self.settings.read_count, block_ms=min(self.settings.block_ms, 500),
             )  # fmt: skip
             if batch:
@@ -131,12 +144,12 @@ class Router:
         self._last_claim = time.monotonic()
         # Only the leader reads the hub group: an entry another hub holds was read by one
         # that no longer leads (woken from a freeze, say), and is claimed now as well.
-        elsewhere = await self.transport.held_elsewhere(self.streams, HUB_GROUP, self.consumer)
+        elsewhere = await self.transport.held_elsewhere(self.streams, self.group, self.consumer)
         for stream in self.streams:
             now = self._claim_all or stream in elsewhere
             idle_ms = 0 if now else self.settings.min_idle_ms
             claimed = await self.transport.reclaim(
-                stream, HUB_GROUP, self.consumer, min_idle_ms=idle_ms
+                stream, self.group, self.consumer, min_idle_ms=idle_ms
             )
             if claimed:
                 await self.process(claimed)
@@ -150,9 +163,17 @@ class Router:
         routed: list[Envelope] = []
         registry_changed: set[str] = set()
         seen: set[str] = set()  # remembered once what they caused is written
+        to_save: set[str] = set()  # registry records partition 0 writes
         for d in batch:
             agent = self.keys.agent_of_out(d.stream) or "?"
             msg = d.message
+            mine = self._mine(msg)
+            if msg is not None and not mine and msg.message_type in _REGISTRY_TYPES:
+                if self.registry.apply(msg):  # another partition's: this hub learns of it
+                    registry_changed.add(agent)
+                continue
+            if not mine:
+                continue  # another partition's leader handles it (acknowledged here)
             if msg is None:
                 reason = d.error.reason if d.error else "undecodable entry"
                 bad.append(Bad(d, guard.BAD_MESSAGE, f"{agent}: {reason}", agent))
@@ -190,6 +211,9 @@ class Router:
             elif msg.message_type in _REGISTRY_TYPES:
                 if self.registry.apply(msg):
                     registry_changed.add(agent)
+                    to_save.add(agent)
+                elif self.partitions > 1:  # another partition's reader may have applied it
+                    to_save.add(agent)
             else:
                 engine_msgs.append(msg)
         if routed:
@@ -200,12 +224,12 @@ class Router:
         # nothing is acknowledged before its dead letter is stored.
         await self.dead.write(bad)
         bad += await self.dead.rejected(rejects)
-        await self.registry.save(registry_changed)
+        await self.registry.save(to_save)
         if registry_changed:  # a cue waiting for a matching agent may fire now
-            await self.driver.agents_changed(self.registry.online())
+            await self.agents_changed()
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
-            raw = [*_xadds(forwards), *ack_commands(batch, HUB_GROUP)]
+            raw = [*_xadds(forwards), *ack_commands(batch, self.group)]
             ended = await self._ended_runs(engine_msgs)
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
@@ -213,13 +237,25 @@ class Router:
                 self.driver.tracer.received(engine_msgs)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
-            await self.transport.publish_many(forwards, ack=batch, group=HUB_GROUP)
+            await self.transport.publish_many(forwards, ack=batch, group=self.group)
         # Seen only now: a batch whose write failed is read again (the failure ends the
         # term, and the next one reclaims it) and handled, not skipped as a duplicate. A
         # quiet step (its write lingers a moment) counts as written: its write failing
         # ends the term too, and this set with it.
         for message_id in seen:
             self._remember(message_id)
+
+    def _mine(self, msg: Envelope | None) -> bool:
+        """Does this partition handle the entry? Its run's partition does; partition 0
+        handles what is about no run and what could not be read."""
+        if self.partitions == 1:
+            return True
+        if msg is None or msg.run_id is None:
+            return self.partition == 0
+        return partition_of(msg.run_id, self.partitions) == self.partition
+
+    async def _wake_driver(self) -> None:
+        await self.driver.agents_changed(self.registry.online())
 
     async def _ended_runs(self, messages: list[Envelope]) -> list[str]:
         """The runs these messages name that the engine is not running but Redis still

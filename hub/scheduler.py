@@ -38,11 +38,14 @@ class Scheduler:
         store: StateStore,
         schedules: ScheduleStore,
         start: StartRun,
+        new_run_id: Callable[[], str] = new_id,
     ) -> None:
+        """`new_run_id`: ids of runs `start` can start (with partitions: partition 0's)."""
         self.cuelists = cuelists
         self.store = store
         self.schedules = schedules
         self.start = start
+        self.new_run_id = new_run_id
 
     async def run(self, stop: asyncio.Event) -> None:
         swept = 0.0
@@ -92,7 +95,7 @@ class Scheduler:
                 state.last, state.skipped = now, state.skipped + 1
                 await self.schedules.save(name, state)
             return None
-        run_id = new_id()
+        run_id = self.new_run_id()
         state.last, state.run_id, state.buffered = now, run_id, False
         await self.schedules.save(name, state)
         await self.start(name, version, run_id)

@@ -1,4 +1,5 @@
-"""One hub process: follow until it can lead, then route, run the engine, timers and commands."""
+"""One hub process: lead its share of the engine's partitions (each: route, run the engine,
+timers and commands), follow the rest, and serve what the API needs."""
 
 from __future__ import annotations
 
@@ -7,36 +8,32 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from hub import commands as c
-from hub.dead import Budgets, DeadLetters
+from hub.dead import Budgets
 from hub.engine.core import Engine
-from hub.engine.driver import BACKLOG_CHUNK, Driver
-from hub.engine.escalations import RESOLVED, Escalation
 from hub.engine.outbox import Outbox
-from hub.engine.plan import Plan
-from hub.engine.state import CueRun, RunState
 from hub.fanout import EventFanout
 from hub.health import LoopLag
-from hub.leader import Leadership
 from hub.metrics import Metrics
+from hub.partition import Partition, TermTask
 from hub.registry import Registry
-from hub.router import Router
 from hub.scheduler import Scheduler
-from hub.store import Stores
-from hub.store.idempotency import IdempotencyHold
+from hub.store import PartitionStores, Stores
+from hub.store.members import MemberStore
 from hub.upkeep import Upkeep
-from protocols.errors import Conflict, NotFound, StaleLeader, TransportError
-from protocols.messages import MessageType
-from protocols.outage import is_unreachable, one_line
-from protocols.payloads import PAYLOAD_MODELS
+from protocols.errors import TransportError
+from protocols.ids import new_id, new_id_in
+from protocols.keys import RESOURCE_PARTITION, partition_of
+from protocols.outage import one_line
 from protocols.settings import Settings
 from protocols.states import CueState, Phase, Severity
-from protocols.transport import Transport
+from protocols.transport import Storage, Transport
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -119,25 +116,30 @@ class Hub:
             on_state_lost=self._state_lost, deadletter_raw_bytes=settings.deadletter_raw_bytes,
             deadletter_maxlen=settings.deadletter_maxlen,
         )  # fmt: skip
-        self.stores = Stores.open(self.transport, self.keys, settings.retention)
+        self.stores = Stores.open(self.transport, self.keys, settings.retention,
+                                  settings.partitions)  # fmt: skip
         self.store = self.stores.state
         self.cuelists = self.stores.cuelists
+        self.members = MemberStore(Storage.sharing(self.transport), self.keys)
         self.registry = Registry(self.transport, self.stores.agents, self.keys)
         self.metrics = Metrics()
-        self.leadership = Leadership(self.stores.lease, self.hub_id, settings.lease_ms)
         self.tracer = _tracer(settings, span_exporter)
-        self.driver = Driver(
-            self.store, self.cuelists, self.keys, lambda: self.leadership.value,
-            contract_of=self.registry.contract_of, on_commit=self._observe,
-            early_warning=settings.early_warning, online=self.registry.online,
-            tracer=self.tracer,
-        )  # fmt: skip
         budgets = Budgets(settings.deadletter_sender_burst, settings.deadletter_sender_per_s)
-        self.router = Router(
-            self.transport, settings, self.driver, self.registry, self.metrics, self.hub_id,
-            dead=DeadLetters(self.transport, self.keys, self.metrics, budgets),
-            max_severity=settings.specialist_max_severity,
-        )  # fmt: skip
+        self.partitions = [
+            Partition(
+                index, settings, self.hub_id, self.stores, self._own(index), self.registry,
+                self.metrics, on_commit=self._observe, dead_budgets=budgets,
+                lease_ms=settings.lease_ms, early_warning=settings.early_warning,
+                max_severity=settings.specialist_max_severity,
+                command_max_tries=settings.command_max_tries,
+                agents_changed=self._agents_changed if settings.partitions > 1 else None,
+                tracer=self.tracer,
+            )
+            for index in range(settings.partitions)
+        ]  # fmt: skip
+        # Partition 0's parts, by the names one partition always had (tests, benchmarks).
+        first = self.partitions[0]
+        self.leadership, self.driver, self.router = first.leadership, first.driver, first.router
         self.upkeep = Upkeep(
             self.transport, self.store, self.keys, lambda: self.router.streams,
             stream_maxlen=settings.stream_maxlen, retention_s=settings.retention,
@@ -147,122 +149,161 @@ class Hub:
             settings.redis_url, self.keys,
             max_streams=settings.sse_max_streams, per_client=settings.sse_per_client,
         )  # fmt: skip
-        self.commands = c.CommandClient(self.stores.commands)
+        self.commands = c.CommandClient(
+            [p.own.commands for p in self.partitions], self._escalation_run
+        )
         self.scheduler = Scheduler(
             self.cuelists, self.store, self.stores.schedules,
             lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
+            new_run_id=lambda: new_id_in(0, settings.partitions),
         )  # fmt: skip
-        self.leading = asyncio.Event()
+        self.leading = asyncio.Event()  # this hub leads some partition
         self.loop_lag = LoopLag()
+
+    def _own(self, index: int) -> PartitionStores:
+        if index == 0:  # the stores the API reads through are partition 0's
+            return PartitionStores(self.stores.state, self.stores.commands, self.stores.lease)
+        return self.stores.partition(index, self.settings.retention)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
+        """Lead what this hub's share of the partitions is until `stop` (with one partition:
+        follow until it can lead it, lead, and again after a term ends)."""
         ticker = asyncio.create_task(self.loop_lag.run(stop), name="loop-lag")
+        terms: dict[int, asyncio.Task[bool]] = {}
         try:
+            if self.settings.partitions > 1:
+                await self.members.agree(self.settings.partitions)
             await self.registry.load()
-            while not stop.is_set():
-                if not await self.leadership.wait_to_lead(stop):
-                    break
-                if not await self._lead(stop):  # it failed: give another hub the chance
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.settings.lease_ms / 3000)
+            await self._share_out(stop, terms)
         finally:
             ticker.cancel()
-            await self.leadership.release()
+            for index in terms:
+                self.partitions[index].yielding.set()
+            for task in terms.values():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            for part in self.partitions:
+                await part.leadership.release()
+            if self.settings.partitions > 1:
+                with contextlib.suppress(TransportError):
+                    await self.members.leave(self.hub_id)
             self.leading.clear()
             self.metrics.leader.set(0)
 
-    async def _lead(self, stop: asyncio.Event) -> bool:
-        """One term: lead until the lease is lost, `stop`, or a task fails. Whatever ends
-        it, the lease is released and the next term (here or on another hub) starts from
-        what Redis holds; after a failure (False) this hub's in-memory state is dropped."""
-        self.router.reset()  # what it saw was only as durable as the last term's engine
-        try:
-            resumed = await self.driver.load()
-        except Exception as error:
-            log.warning("hub %s could not load the engine: %s", self.hub_id, one_line(error))
-            await self.leadership.release()
-            return False
-        log.info("hub %s leads; resumed %d runs", self.hub_id, resumed)
-        self.leading.set()
-        self.metrics.leader.set(1)
-        server = c.CommandServer(
-            self.stores.commands, self.hub_id, self._handlers(), self.settings.command_max_tries
-        )
-        # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
-        # been seen to swallow CancelledError, and a stale leader must not keep routing.
-        leading_ends = asyncio.Event()
-        tasks = [
-            asyncio.create_task(self.leadership.keep(leading_ends), name="lease"),
-            asyncio.create_task(self.router.run(leading_ends), name="router"),
-            asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
-            asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),
-            asyncio.create_task(server.run(leading_ends), name="commands"),
-            asyncio.create_task(self.scheduler.run(leading_ends), name="schedules"),
-            asyncio.create_task(self.upkeep.run(leading_ends), name="upkeep"),
-            asyncio.create_task(self.driver.broken.wait(), name="commit"),
-        ]
-        failed = False
-        lost = asyncio.create_task(self.leadership.lost.wait(), name="lost")
-        stopping = asyncio.create_task(stop.wait(), name="stop")
-        try:
-            done, _ = await asyncio.wait(
-                [*tasks, lost, stopping], return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in done:
-                if task.get_name() == "commit":
-                    failed = True
-                    log.error(
-                        "hub %s: a state write failed (%s); the term ends, state reloads",
-                        self.hub_id, one_line(self.driver.failed or Exception("?")),
-                    )  # fmt: skip
-                if task not in (lost, stopping) and not task.cancelled() and task.exception():
-                    exc = task.exception()
-                    if isinstance(exc, StaleLeader):
-                        log.warning("hub %s: %s; following again", self.hub_id, exc)
-                    elif exc is not None and is_unreachable(exc):  # a line, not a traceback
-                        log.warning(
-                            "hub %s: task %s lost Redis (%s); following again",
-                            self.hub_id, task.get_name(), one_line(exc),
-                        )  # fmt: skip
-                    elif isinstance(exc, TransportError):  # Redis refused: OOM, READONLY
-                        log.warning(
-                            "hub %s: task %s: %s; the term ends",
-                            self.hub_id, task.get_name(), one_line(exc),
-                        )  # fmt: skip
-                        failed = True
+    async def _share_out(self, stop: asyncio.Event, terms: dict[int, asyncio.Task[bool]]) -> None:
+        """Every third of a lease (and whenever a term ends): say this hub is alive, count
+        the hubs, and lead this hub's share of the partitions (ceil(P / hubs)): take free
+        ones while below it, yield the excess above it. A partition seen free on two ticks
+        in a row is taken whatever the share (a dead hub's, before the count has noticed)."""
+        tick_s = self.settings.lease_ms / 3000
+        changed = asyncio.Event()
+        rested: dict[int, float] = {}  # partition -> when this hub may try it again
+        free_before: set[int] = set()
+        while not stop.is_set():
+            changed.clear()
+            now = time.monotonic()
+            for index, task in list(terms.items()):
+                if task.done():
+                    del terms[index]
+                    if task.cancelled() or task.exception() is not None or not task.result():
+                        rested[index] = now + tick_s  # it failed: others get the chance
+            share = await self._share()
+            held = sorted(terms)
+            for index in held[share:]:  # the excess: highest partitions first
+                log.info("hub %s yields partition %d (its share is %d)", self.hub_id, index, share)
+                self.partitions[index].yielding.set()
+            free_now: set[int] = set()
+            for part in self.partitions:
+                if part.index in terms or rested.get(part.index, 0) > now:
+                    continue
+                if len(terms) >= share and part.index not in free_before:
+                    if await part.leadership.current() is None:
+                        free_now.add(part.index)
                     else:
-                        log.error("hub task %s crashed", task.get_name(), exc_info=exc)
-                        failed = True
-        finally:
-            leading_ends.set()
-            for task in [*tasks, lost, stopping]:
-                task.cancel()
-            for task in [*tasks, lost, stopping]:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                        part.leadership.seen_leader_at = time.monotonic()
+                    continue
+                if await part.leadership.try_acquire():
+                    terms[part.index] = self._start_term(part, stop, changed)
+            free_before = free_now
+            self._set_leading(terms)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_first(stop, changed), tick_s)
+
+    def _start_term(
+        self, part: Partition, stop: asyncio.Event, changed: asyncio.Event
+    ) -> asyncio.Task[bool]:
+        beside: list[TermTask] = [self.scheduler.run, self.upkeep.run] if part.index == 0 else []
+        task = asyncio.create_task(part.lead(stop, beside), name=f"partition-{part.index}")
+        task.add_done_callback(lambda _: changed.set())
+        return task
+
+    def _set_leading(self, terms: dict[int, asyncio.Task[bool]]) -> None:
+        if terms:
+            self.leading.set()
+        else:
             self.leading.clear()
-            self.metrics.leader.set(0)
-            await self.leadership.release()  # a successor need not wait for it to expire
-            if failed or self.driver.failed is not None:
-                self.driver.discard()
-        return not failed
+        self.metrics.leader.set(len(terms))
+
+    async def _share(self) -> int:
+        """How many partitions this hub should lead: ceil(P / hubs alive)."""
+        count = self.settings.partitions
+        if count == 1:
+            return 1
+        window_ms = self.settings.lease_ms
+        try:
+            alive = await self.members.heartbeat(self.hub_id, int(time.time() * 1000), window_ms)
+        except TransportError as exc:
+            log.warning("hub %s cannot count the hubs: %s", self.hub_id, one_line(exc))
+            alive = 1
+        return -(-count // max(alive, 1))
+
+    def led(self) -> list[Partition]:
+        """The partitions this hub leads now."""
+        return [p for p in self.partitions if p.leading.is_set()]
+
+    async def _agents_changed(self) -> None:
+        """The registry changed: every partition this hub leads re-checks waiting cues."""
+        online = self.registry.online()
+        for part in self.led():
+            await part.driver.agents_changed(online)
+
+    def new_run_id(self, claims_resources: bool = False, beside: str | None = None) -> str:
+        """An id for a new run: in the resource partition when its cuelist claims
+        resources, in `beside`'s partition (a rerun, made by that partition's engine),
+        else in any (the id picks one)."""
+        count = self.settings.partitions
+        if claims_resources:
+            return new_id_in(RESOURCE_PARTITION, count)
+        if beside is not None:
+            return new_id_in(partition_of(beside, count), count)
+        return new_id()
+
+    async def _escalation_run(self, esc_id: str) -> str | None:
+        esc = await self.store.escalation(esc_id)
+        return esc.run_id if esc is not None else None
+
+    async def active_run_ids(self) -> list[str]:
+        """The runs not finished, in every partition."""
+        found: list[str] = []
+        for part in self.partitions:
+            found += await part.store.active_run_ids()
+        return sorted(found)
 
     async def _state_lost(self, stream: str, group: str) -> None:
         """Redis came back empty: the runs it held are gone; fail them now, never hang."""
-        if not self.leading.is_set():
-            return
-        lost = await self.store.missing_runs(list(self.driver.engine.runs))
-        if not lost:
-            return
-        reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"
-        log.error("%s: failing %d runs", reason, len(lost))
+        for part in self.led():
+            lost = await part.store.missing_runs(list(part.driver.engine.runs))
+            if not lost:
+                continue
+            reason = f"Redis lost its data (group {group} on {stream} had to be recreated)"
+            log.error("%s: failing %d runs of partition %d", reason, len(lost), part.index)
 
-        def abort_all(engine: Engine) -> None:
-            for run_id in lost:
-                engine.abort(run_id, reason)
+            def abort_all(engine: Engine, lost: list[str] = lost, reason: str = reason) -> None:
+                for run_id in lost:
+                    engine.abort(run_id, reason)
 
-        await self.driver.step(abort_all)
+            await part.driver.step(abort_all)
 
     async def close(self) -> None:
         await self.fanout.close()
@@ -270,7 +311,7 @@ class Hub:
         if self.tracer is not None:  # export what is left (in a thread: it may wait on I/O)
             await asyncio.to_thread(self.tracer.shutdown)
 
-    def _observe(self, out: Outbox) -> None:
+    def _observe(self, part: Partition, out: Outbox) -> None:
         if out.late:
             self.metrics.late_replies.inc(out.late)
         for esc in out.escalations.values():
@@ -281,15 +322,15 @@ class Hub:
             if kind == "run" and event.get("status") not in ("running", "holding"):
                 self.metrics.runs.labels(event["status"]).inc()
             elif kind == "cue":
-                self._observe_phase(run_id, event)
+                self._observe_phase(part, run_id, event)
             elif kind == "usage":
                 self.metrics.usage(event)
-        self.metrics.active_runs.set(len(self.driver.engine.runs))
+        self.metrics.active_runs.set(sum(len(p.driver.engine.runs) for p in self.led()))
 
-    def _observe_phase(self, run_id: str, event: dict[str, Any]) -> None:
+    def _observe_phase(self, part: Partition, run_id: str, event: dict[str, Any]) -> None:
         """A cue left a phase: record how long it spent there."""
         span = _PHASE_LEFT.get(event.get("state", ""))
-        run = self.driver.engine.runs.get(run_id) if span is not None else None
+        run = part.driver.engine.runs.get(run_id) if span is not None else None
         cr = run.cues.get(event.get("cue", "")) if run is not None else None
         if span is None or cr is None:
             return
@@ -298,137 +339,12 @@ class Hub:
         if since is not None and until is not None and until >= since:
             self.metrics.phase.labels(phase).observe(until - since)
 
-    # -- commands the leader serves -------------------------------------------------------
-    def _handlers(self) -> c.Handlers:
-        return (
-            c.Handlers()
-            .on(c.StartRun, self._start_run)
-            .on(c.Go, self._go)
-            .on(c.Retry, self._retry)
-            .on(c.Rerun, self._rerun)
-            .on(c.RaiseCondition, self._raise_condition)
-            .on(c.Cancel, self._cancel)
-            .on(c.ChangeBudget, self._change_budget)
-            .on(c.Resolve, self._resolve)
-            .on(c.Broadcast, self._broadcast)
-        )
 
-    async def _start_run(self, cmd: c.StartRun) -> c.StartRunReply:
-        # Served again (its first server died after writing the run, before answering):
-        # the run is not started twice.
-        run = self.driver.engine.runs.get(cmd.run_id) or await self.store.run(cmd.run_id)
-        if run is not None:
-            return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
-        write = []
-        if cmd.idempotency_key is not None:
-            hold = IdempotencyHold(run_id=cmd.run_id, request=cmd.request)
-            held = await self.stores.idempotency.holder(cmd.idempotency_key, hold)
-            if held.run_id != cmd.run_id:  # the key expired and a retry took it since
-                raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
-            write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
-        run = await self.driver.start_run(
-            cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write,
-            budget=cmd.budget,
-        )  # fmt: skip
-        return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
-
-    async def _go(self, cmd: c.Go) -> c.GoReply:
-        cr = await self.driver.step(lambda e: e.operator_go(cmd.run_id, cmd.cue_id))
-        return c.GoReply(state=cr.state.value, attempt=cr.attempt)
-
-    async def _retry(self, cmd: c.Retry) -> c.RetryReply:
-        async def once(loaded: tuple[RunState, Plan] | None) -> tuple[CueRun, str]:
-            return await self.driver.step(lambda e: e.retry_cue(cmd.run_id, cmd.cue_id, loaded))
-
-        loaded = await self._ended_run(cmd.run_id)
-        try:
-            cr, retried = await once(loaded)
-        except NotFound:  # it ended and was forgotten between the look and the step
-            again = None if loaded else await self._ended_run(cmd.run_id)
-            if again is None:
-                raise
-            cr, retried = await once(again)
-        return c.RetryReply(state=cr.state.value, attempt=cr.attempt, retried=retried)
-
-    async def _ended_run(self, run_id: str) -> tuple[RunState, Plan] | None:
-        """A run the engine no longer holds (it ended), loaded from Redis with its plan."""
-        if run_id in self.driver.engine.runs:
-            return None
-        run = await self.store.run(run_id)
-        return None if run is None else (run, await self.driver.plan(run.cuelist, run.version))
-
-    async def _rerun(self, cmd: c.Rerun) -> c.RerunReply:
-        ended = await self._ended_run(cmd.run_id)
-        source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
-        if source is None:
-            raise NotFound(f"no run {cmd.run_id}")
-        plan = ended[1] if ended else await self.driver.plan(source.cuelist, source.version)
-        context = {}
-        if cmd.from_failure:
-            stored = await self.store.context(cmd.run_id)
-            context = {key: entry.model_dump(mode="json") for key, entry in stored.items()}
-        run = await self.driver.step(
-            lambda e: e.rerun(
-                cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
-                loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
-            )
-        )  # fmt: skip
-        return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
-
-    async def _raise_condition(self, cmd: c.RaiseCondition) -> c.RaiseConditionReply:
-        run = await self.driver.step(lambda e: e.raise_condition(cmd.run_id, cmd.name))
-        return c.RaiseConditionReply(conditions=run.conditions)
-
-    async def _cancel(self, cmd: c.Cancel) -> c.CancelReply:
-        run = await self.driver.step(lambda e: e.cancel(cmd.run_id, cmd.reason))
-        return c.CancelReply(status=run.status.value)
-
-    async def _change_budget(self, cmd: c.ChangeBudget) -> c.ChangeBudgetReply:
-        run = await self.driver.step(lambda e: e.change_budget(cmd.run_id, cmd.changes))
-        budget = run.budget.model_dump(exclude_none=True) if run.budget else {}
-        return c.ChangeBudgetReply(
-            status=run.status.value, hold_reason=run.hold_reason, budget=budget
-        )
-
-    async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
-        stored = await self.store.escalation(cmd.id)
-
-        def resolve(e: Engine) -> Escalation:
-            if cmd.id in e.escalations.by_id or stored is None or stored.run_id in e.runs:
-                return e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
-            return _resolve_record(e, stored, cmd)
-
-        esc = await self.driver.step(resolve)
-        return c.ResolveReply(id=esc.id, status=esc.status)
-
-    async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:
-        mt = MessageType(cmd.message_type)
-        payload = PAYLOAD_MODELS[mt].model_validate(cmd.payload)
-        reason = str(getattr(payload, "reason", "") or "operator")
-
-        def send(e: Engine) -> None:
-            if mt is MessageType.BROADCAST_RESUME:
-                e.resume(reason)
-            elif mt is MessageType.BROADCAST_PAUSE:
-                e.pause(reason)
-            else:
-                e.broadcast(mt, payload)
-
-        await self.driver.step(send)
-        return c.BroadcastReply(sent=mt.value)
-
-
-def _resolve_record(e: Engine, esc: Escalation, cmd: c.Resolve) -> Escalation:
-    """Close an escalation the engine no longer holds (its run ended and was forgotten, or it
-    is about no run and predates this term): a record only, nothing left to decide."""
-    if esc.status == RESOLVED:
-        raise Conflict(f"escalation {esc.id} is already resolved")
-    esc.status = RESOLVED
-    esc.resolution = {"winner": cmd.winner, "note": cmd.note, "at": e.clock()}
-    if cmd.answer:
-        esc.resolution["answer"] = cmd.answer
-    if esc.run_id is not None:
-        esc.resolution["effect"] = f"none: run {esc.run_id} had ended"
-    esc.updated_at = e.clock()
-    e.out.escalations[esc.id] = esc
-    return esc
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of `events` is set."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

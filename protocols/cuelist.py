@@ -279,6 +279,11 @@ class Cuelist(BaseModel):
             seen.add(cue.id)
         return self
 
+    @property
+    def claims_resources(self) -> bool:
+        """Does some cue claim a resource? (Its runs live in the resource partition.)"""
+        return any(cue.resources for cue in self.cues)
+
     def cue(self, cue_id: str) -> Cue:
         """The cue with this id; KeyError when there is none."""
         for cue in self.cues:

@@ -7,6 +7,8 @@ import random
 import time
 from datetime import UTC, datetime
 
+from protocols.keys import partition_of
+
 _last_ms = 0
 _seq = 0
 # Random bits from a generator seeded from the OS once per process (and again in a forked
@@ -32,6 +34,15 @@ def new_id() -> str:
     value = (ms << 80) | (0x7 << 76) | (_seq << 64) | (0b10 << 62) | rand
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def new_id_in(partition: int, partitions: int) -> str:
+    """A new id (as `new_id`) whose run lives in `partition` of `partitions` (a handful of
+    tries: each id lands in a partition at random)."""
+    while True:
+        made = new_id()
+        if partition_of(made, partitions) == partition:
+            return made
 
 
 def utcnow() -> datetime:

@@ -8,8 +8,8 @@ picks the slot, so keys that must be touched together share it.
 - Run-tagged: `{p}run:{RUN}` (header, order, one field per cue), `{p}run:{RUN}:events`,
   `{p}run:{RUN}:context`. A run's state lives together, on any node.
 - Partition-tagged: `{p}hub:{pN}:leader`, `:fence`, `:commands`, `:commit:ID`, `:active`,
-  `:journal`. The engine's fenced state of partition N stays together (N=0 with one
-  partition).
+  `:journal`, `:resources` (N > 0). The engine's fenced state of partition N stays together
+  (N=0 with one partition). A run's partition is `partition_of(run_id, count)`.
 - Slot-tagged (Redis Cluster only): `{p}hub:{TAG}:fence:pN`, `{p}hub:{TAG}:applied:ID`, where
   TAG is a short string hashing to one given slot (`slot_tag`): what the journaled commit
   keeps per slot it applies to (see hub/store/journal.py).
@@ -19,12 +19,13 @@ picks the slot, so keys that must be touched together share it.
 from __future__ import annotations
 
 import re
-from binascii import crc_hqx
+from binascii import crc32, crc_hqx
 from dataclasses import dataclass
 from functools import cache
 
 DEFAULT_PREFIX = "cb:"
-HUB_GROUP = "hub"  # the consumer group every hub process reads `out` streams in
+HUB_GROUP = "hub"  # the consumer group partition 0's leader reads `out` streams in
+RESOURCE_PARTITION = 0  # the partition every run that claims a resource is placed in
 STREAM_FIELD = "m"  # the one stream field that holds an encoded envelope
 
 # Agent and replica ids: no `*`, `:`, `{`, `}`, `?` or spaces, so ACL key patterns are
@@ -49,6 +50,19 @@ def is_entry_id(text: str) -> bool:
         return False
     ms, seq = text.split("-")
     return int(ms) < 1 << 64 and int(seq) < 1 << 64
+
+
+def hub_group(partition: int = 0) -> str:
+    """The consumer group a partition's leader reads every `out` stream in (`hub` for
+    partition 0: one partition reads as the engine always did)."""
+    return HUB_GROUP if partition == 0 else f"{HUB_GROUP}-p{partition}"
+
+
+def partition_of(run_id: str, partitions: int) -> int:
+    """The engine partition a run lives in: CRC-32 of its id, modulo the partition count
+    (every hub and API process must agree, so the count is fixed per prefix: see
+    `Keys.partitions`)."""
+    return 0 if partitions <= 1 else crc32(run_id.encode()) % partitions
 
 
 SLOTS = 16384  # Redis Cluster hash slots
@@ -166,6 +180,25 @@ class Keys:
         """The ids of the partition's runs that are not finished (a set)."""
         return self._hub(partition, "active")
 
+    def resources(self, partition: int = 0) -> str:
+        """The resource book of the partition's engine (leases held and waiting); only
+        partition RESOURCE_PARTITION's holds any. Partition 0 keeps the untagged key."""
+        if partition == 0:
+            return f"{self.prefix}resources"
+        return self._hub(partition, "resources")
+
+    @property
+    def partitions(self) -> str:
+        """The engine's partition count, set by the first hub: a hub started with another
+        count refuses to start (runs would be looked for in the wrong partition)."""
+        return f"{self.prefix}hub:partitions"
+
+    @property
+    def hubs(self) -> str:
+        """The hubs alive, scored by when each last said so (ms): how the partitions are
+        shared out (a sorted set)."""
+        return f"{self.prefix}hub:members"
+
     def journal(self, partition: int = 0) -> str:
         """On a Redis Cluster: the fenced steps written but not yet applied everywhere
         (a stream: one entry per step, in commit order)."""
@@ -238,11 +271,6 @@ class Keys:
     def reply(self, command_id: str) -> str:
         """The answer to one operator command (a list the asking hub blocks on)."""
         return f"{self.prefix}hub:reply:{command_id}"
-
-    @property
-    def resources(self) -> str:
-        """The resource book of the engine (leases held and waiting)."""
-        return f"{self.prefix}resources"
 
     @property
     def paused(self) -> str:

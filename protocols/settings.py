@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # an operator command whose serving ended the leader's term this many times is then
     # answered with an error, not served again by every next leader
     command_max_tries: int = Field(default=3, ge=1)
+    # The engine's partitions (README, "Partitions"): runs are spread over this many, each
+    # led by one hub under its own lease; every hub and API process of a prefix must agree.
+    partitions: int = Field(default=1, ge=1, le=256)
     stream_maxlen: int = 100_000  # trimming target; never below the oldest pending entry
     audit_maxlen: int = 10_000
     deadletter_raw_bytes: int = Field(default=DEADLETTER_RAW_BYTES, ge=0)

@@ -134,7 +134,7 @@ def open_by_severity(escs: list[Escalation]) -> list[Escalation]:
 
 async def inbox(hub: Hub) -> Inbox:
     """Armed cues, approvals and open escalations, across the newest active runs."""
-    active = await hub.store.active_run_ids()
+    active = await hub.active_run_ids()
     newest = sorted(active, reverse=True)[:INBOX_RUNS]  # run ids are time-ordered UUIDv7
     out = Inbox(active_runs=len(active), looked_at=len(newest))
     for r in sorted(await hub.store.runs(newest), key=lambda r: r.created_at, reverse=True):

@@ -98,9 +98,23 @@ class AlertsMixin(EngineBase):
     def resume(self, reason: str) -> None:
         if self.paused is None:
             return
+        self.broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
+        self._unpause()
+
+    def follow_pause(self, reason: str | None, write: bool = False) -> None:
+        """Another engine partition paused (`reason`) or resumed (None) every GO: this one
+        does too, telling no agent (that one did). `write`: the flag is written with this
+        step (an operator's command, which reaches every partition)."""
+        written = self.out.paused_changed or write
+        if reason is not None and self.paused is None:
+            self.paused = reason
+        elif reason is None and self.paused is not None:
+            self._unpause()
+        self.out.paused_changed = written
+
+    def _unpause(self) -> None:
         self.paused = None
         self.out.paused_changed = True
-        self.broadcast(T.BROADCAST_RESUME, p.BroadcastResume(reason=reason))
         for run in list(self.runs.values()):
             self.mark_dirty(run)  # its hold is reviewed with this step
             for cue_id, cr in run.cues.items():

@@ -45,18 +45,39 @@ class Stores:
     schedules: ScheduleStore
 
     @classmethod
-    def open(cls, gateway: Gateway, keys: Keys, retention_s: float | None = None) -> Stores:
-        """`retention_s`: how long a finished run's state is kept (None: for ever)."""
+    def open(
+        cls, gateway: Gateway, keys: Keys, retention_s: float | None = None, partitions: int = 1
+    ) -> Stores:
+        """`retention_s`: how long a finished run's state is kept (None: for ever). The
+        engine's stores are partition 0's; `partition` opens another's."""
         db = Storage.sharing(gateway)
         return cls(
             state=StateStore(db, keys, retention_s),
-            cuelists=CuelistStore(db, keys),
+            cuelists=CuelistStore(db, keys, partitions),
             agents=AgentStore(db, keys),
             commands=CommandStore(db, keys),
             idempotency=IdempotencyStore(db, keys),
             lease=LeaseStore(db, keys),
             schedules=ScheduleStore(db, keys),
         )
+
+    def partition(self, partition: int, retention_s: float | None = None) -> PartitionStores:
+        """The stores one engine partition writes through (the same client)."""
+        db = self.state.db
+        return PartitionStores(
+            state=StateStore(db, self.state.keys, retention_s, partition),
+            commands=CommandStore(db, self.state.keys, partition),
+            lease=LeaseStore(db, self.state.keys, partition),
+        )
+
+
+@dataclass(frozen=True)
+class PartitionStores:
+    """What one engine partition has of its own: its state, commands and lease."""
+
+    state: StateStore
+    commands: CommandStore
+    lease: LeaseStore
 
 
 __all__ = [
@@ -65,6 +86,7 @@ __all__ = [
     "CuelistStore",
     "IdempotencyStore",
     "LeaseStore",
+    "PartitionStores",
     "ScheduleStore",
     "StateStore",
     "Stores",

@@ -79,11 +79,14 @@ def _log_retry(exc: BaseException, wait_s: float) -> None:
 class FencedCommit:
     """Writes engine steps under the leader's fencing token."""
 
-    def __init__(self, db: Storage, keys: Keys, retention_s: float | None = None) -> None:
+    def __init__(
+        self, db: Storage, keys: Keys, retention_s: float | None = None, partition: int = 0
+    ) -> None:
         self.keys = keys
+        self.partition = partition  # whose lease fences the writes, whose runs they are
         self.script = db.script(_COMMIT)
         # a Redis Cluster cannot run one script over many slots: the journaled commit
-        self.journal = JournaledCommit(db, keys) if db.is_cluster else None
+        self.journal = JournaledCommit(db, keys, partition) if db.is_cluster else None
         # a finished run's keys expire this long after its end (None: kept for ever)
         self.retention_ms = None if retention_s is None else str(int(retention_s * 1000))
 
@@ -99,7 +102,7 @@ class FencedCommit:
         if self.journal is not None:
             await self.journal(ops, lease_value)
             return
-        keys = [self.keys.leader(), self.keys.commit(new_id())]
+        keys = [self.keys.leader(self.partition), self.keys.commit(new_id(), self.partition)]
         args = [lease_value, COMMIT_ID_TTL_MS, *flat(ops, keys)]
         reply = await self.script(keys, args, retry_s=COMMIT_RETRY_S, on_retry=_log_retry)
         if isinstance(reply, list):  # keys that could not take their operation (skipped)
@@ -136,9 +139,9 @@ class FencedCommit:
             cues = cues_of.get(run_id, ())
             ops.extend(run_fields(keys.run(run_id), run, cues, run_id in out.fresh))
             if run.status.done:
-                ops.append(["SREM", keys.active_runs(), run_id])
+                ops.append(["SREM", keys.active_runs(self.partition), run_id])
             else:
-                ops.append(["SADD", keys.active_runs(), run_id])
+                ops.append(["SADD", keys.active_runs(self.partition), run_id])
             lifetimes.extend(self._lifetime(run_id, run.status.done, run_id in out.reopened))
             ops.append(["ZADD", keys.all_runs, "NX", str(run.created_at), run_id])
         encoded: dict[int, bytes] = {}  # a message to several inboxes is encoded once
@@ -165,7 +168,9 @@ class FencedCommit:
                 ops.extend(owner_fields(keys.run(run_id), run, context_keys))
         ops.extend(out.raw)
         if out.resources_changed:
-            ops.append(["SET", keys.resources, engine.book.dump().model_dump_json()])
+            ops.append(
+                ["SET", keys.resources(self.partition), engine.book.dump().model_dump_json()]
+            )
         if out.paused_changed:
             if engine.paused is None:
                 ops.append(["DEL", keys.paused])

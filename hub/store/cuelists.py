@@ -45,9 +45,10 @@ class StoredCuelist(BaseModel):
 
 
 class CuelistStore:
-    def __init__(self, db: Storage, keys: Keys) -> None:
+    def __init__(self, db: Storage, keys: Keys, partitions: int = 1) -> None:
         self.db = db
         self.keys = keys
+        self.partitions = partitions  # whose active sets `pinned` reads
         self._cache: dict[tuple[str, str], Cuelist] = {}
 
     async def put(self, cuelist: Cuelist, version: str, canonical: str, source: str | None) -> bool:
@@ -139,7 +140,11 @@ class CuelistStore:
 
     async def pinned(self) -> set[tuple[str, str]]:
         """(cuelist, version) of every active run (their headers alone, one round trip)."""
-        ids = [i.decode() for i in await self.db.smembers(self.keys.active_runs())]
+        ids = [
+            i.decode()
+            for p in range(self.partitions)
+            for i in await self.db.smembers(self.keys.active_runs(p))
+        ]
         if not ids:
             return set()
 

@@ -46,10 +46,16 @@ class ContextEntry(BaseModel):
 class StateStore:
     """The fenced commit of engine steps, and every read of engine state."""
 
-    def __init__(self, db: Storage, keys: Keys, retention_s: float | None = None) -> None:
+    def __init__(
+        self, db: Storage, keys: Keys, retention_s: float | None = None, partition: int = 0
+    ) -> None:
+        """`partition`: the engine partition whose steps `commit` writes and whose active
+        runs and resource book it reads (the reads of runs, events and context are any
+        partition's)."""
         self.db = db
         self.keys = keys
-        self._commit = FencedCommit(db, keys, retention_s)
+        self.partition = partition
+        self._commit = FencedCommit(db, keys, retention_s, partition)
 
     @classmethod
     def own_connections(cls, url: str, keys: Keys, *, max_connections: int) -> StateStore:
@@ -94,7 +100,9 @@ class StateStore:
         return [r for r, there in zip(run_ids, present, strict=True) if not there]
 
     async def active_run_ids(self) -> list[str]:
-        return sorted(m.decode() for m in await self.db.smembers(self.keys.active_runs()))
+        return sorted(
+            m.decode() for m in await self.db.smembers(self.keys.active_runs(self.partition))
+        )
 
     async def recent_run_ids(self, limit: int = 100) -> list[str]:
         ids = await self.db.zrange(self.keys.all_runs, 0, limit - 1, desc=True)
@@ -163,7 +171,7 @@ class StateStore:
         return [Escalation.model_validate_json(r) for r in raws if r]
 
     async def resources(self) -> ResourceBook | None:
-        raw = await self.db.get(self.keys.resources)
+        raw = await self.db.get(self.keys.resources(self.partition))
         return ResourceBook.load(BookDump.model_validate_json(raw)) if raw else None
 
     async def paused(self) -> str | None:

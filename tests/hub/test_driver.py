@@ -46,10 +46,10 @@ async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     book = ResourceBook()
     book.claim(Claim("gone-run", "CUE-1", ("runner",), 5, ConflictStrategy.PRIORITY))
     driver = await _leading(real_redis, keys)
-    await real_redis.set(driver.store.keys.resources, book.dump().model_dump_json())
+    await real_redis.set(driver.store.keys.resources(), book.dump().model_dump_json())
     await driver.load()
     assert driver.engine.book.holder_of("runner") is None
-    saved = json.loads(await real_redis.get(driver.store.keys.resources))
+    saved = json.loads(await real_redis.get(driver.store.keys.resources()))
     assert saved["held"] == {}  # and the release is written, fenced like any state
 
 

@@ -37,7 +37,6 @@ from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
 from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
-from protocols.ids import new_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -90,11 +89,9 @@ async def create_run(
         raise NotFound(f"no cuelist named {body.cuelist}")
     if not await hub.cuelists.listed(body.cuelist, version):  # unknown, or deleted
         raise NotFound(f"no version {version} of cuelist {body.cuelist}")
-    budget = None
-    if body.budget is not None:
-        cuelist = await hub.cuelists.get(body.cuelist, version)
-        budget = budget_changes(body.budget, cuelist.budget)
-    run_id = new_id()
+    cuelist = await hub.cuelists.get(body.cuelist, version)
+    budget = None if body.budget is None else budget_changes(body.budget, cuelist.budget)
+    run_id = hub.new_run_id(claims_resources=cuelist.claims_resources)
     if idempotency_key:
         request = body.model_dump_json()
         while (held := await idempotency.claim(hub, idempotency_key, run_id, request)) is not None:
@@ -196,7 +193,9 @@ async def rerun(run: RunDep, hub: HubDep, body: RerunCreate | None = None) -> Re
     if not await hub.cuelists.listed(run.cuelist, run.version):
         raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
     from_failure = bool(body and body.from_failure)
-    command = Rerun(run_id=run.run_id, new_run_id=new_id(), from_failure=from_failure)
+    command = Rerun(
+        run_id=run.run_id, new_run_id=hub.new_run_id(beside=run.run_id), from_failure=from_failure
+    )
     reply = await _call(hub, command)
     return RerunCreated(run_id=reply.run_id, rerun_of=run.run_id)
 

@@ -1,0 +1,344 @@
+"""One engine partition on this hub: its lease, engine driver, router and operator commands.
+
+A term is one stretch of leading it: from taking its lease to losing or yielding it, a
+task failing, or the hub stopping. With several partitions a hub leads some of them
+(hub.service shares them out), each term independent of the others'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from hub import commands as c
+from hub.dead import Budgets, DeadLetters
+from hub.engine.core import Engine
+from hub.engine.driver import BACKLOG_CHUNK, Driver
+from hub.engine.escalations import RESOLVED, Escalation
+from hub.engine.outbox import Outbox
+from hub.engine.plan import Plan
+from hub.engine.state import CueRun, RunState
+from hub.leader import Leadership
+from hub.metrics import Metrics
+from hub.registry import Registry
+from hub.router import Router
+from hub.store import PartitionStores, Stores
+from hub.store.idempotency import IdempotencyHold
+from protocols.errors import Conflict, EngineError, NotFound, StaleLeader, TransportError
+from protocols.keys import RESOURCE_PARTITION, partition_of
+from protocols.messages import MessageType
+from protocols.outage import is_unreachable, one_line
+from protocols.payloads import PAYLOAD_MODELS
+from protocols.settings import Settings
+from protocols.states import Severity
+
+if TYPE_CHECKING:
+    from hub.tracing import HubTracer
+
+log = logging.getLogger(__name__)
+PAUSE_CHECK_S = 1.0  # how often a partition looks whether another one paused every GO
+
+# A task a term runs beside its own (partition 0's scheduler and upkeep), given the event
+# that ends the term.
+TermTask = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+
+class Partition:
+    """Partition `index` of `settings.partitions`, as this hub leads it (or waits to)."""
+
+    def __init__(
+        self, index: int, settings: Settings, hub_id: str, stores: Stores,
+        own: PartitionStores, registry: Registry, metrics: Metrics, *,
+        on_commit: Callable[[Partition, Outbox], None], dead_budgets: Budgets,
+        lease_ms: int, early_warning: bool, max_severity: Severity, command_max_tries: int,
+        agents_changed: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        tracer: HubTracer | None = None,
+    ) -> None:  # fmt: skip
+        self.index = index
+        self.partitions = settings.partitions
+        self.hub_id = hub_id
+        self.stores, self.own = stores, own
+        self.store = own.state
+        self.command_max_tries = command_max_tries
+        self.leadership = Leadership(own.lease, hub_id, lease_ms)
+        self.driver = Driver(
+            self.store, stores.cuelists, settings.keys, lambda: self.leadership.value,
+            contract_of=registry.contract_of, on_commit=lambda out: on_commit(self, out),
+            early_warning=early_warning, online=registry.online, tracer=tracer,
+        )  # fmt: skip
+        self.router = Router(
+            registry.transport, settings, self.driver, registry, metrics, hub_id,
+            dead=DeadLetters(registry.transport, settings.keys, metrics, dead_budgets),
+            max_severity=max_severity, partition=index, partitions=settings.partitions,
+            agents_changed=agents_changed,
+        )  # fmt: skip
+        self.leading = asyncio.Event()
+        self.yielding = asyncio.Event()  # set: end the term, another hub is to lead it
+
+    # -- a term ----------------------------------------------------------------------------
+    async def lead(self, stop: asyncio.Event, beside: list[TermTask]) -> bool:
+        """One term (the lease is taken): lead until the lease is lost, `stop`, a yield or
+        a task fails. Whatever ends it, the lease is released and the next term (here or
+        on another hub) starts from what Redis holds; after a failure (False) this hub's
+        in-memory state of the partition is dropped."""
+        self.yielding.clear()
+        self.router.reset()  # what it saw was only as durable as the last term's engine
+        try:
+            resumed = await self.driver.load()
+        except Exception as error:
+            log.warning(
+                "hub %s could not load partition %d: %s", self.hub_id, self.index, one_line(error)
+            )
+            await self.leadership.release()
+            return False
+        log.info("hub %s leads partition %d; resumed %d runs", self.hub_id, self.index, resumed)
+        self.leading.set()
+        server = c.CommandServer(self.own.commands, self.hub_id, self.handlers(),
+                                 self.command_max_tries)  # fmt: skip
+        # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
+        # been seen to swallow CancelledError, and a stale leader must not keep routing.
+        leading_ends = asyncio.Event()
+        tasks = [
+            asyncio.create_task(self.leadership.keep(leading_ends), name="lease"),
+            asyncio.create_task(self.router.run(leading_ends), name="router"),
+            asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
+            asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),
+            asyncio.create_task(server.run(leading_ends), name="commands"),
+            asyncio.create_task(self.driver.broken.wait(), name="commit"),
+            *(asyncio.create_task(task(leading_ends), name=task.__name__) for task in beside),
+        ]
+        if self.partitions > 1:
+            tasks.append(asyncio.create_task(self.follow_pause(leading_ends), name="pause"))
+        failed = False
+        ends = [
+            asyncio.create_task(self.leadership.lost.wait(), name="lost"),
+            asyncio.create_task(stop.wait(), name="stop"),
+            asyncio.create_task(self.yielding.wait(), name="yield"),
+        ]
+        try:
+            done, _ = await asyncio.wait([*tasks, *ends], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task in ends:
+                    continue
+                if task.get_name() == "commit":
+                    failed = True
+                    log.error(
+                        "hub %s: a state write failed (%s); the term ends, state reloads",
+                        self.hub_id, one_line(self.driver.failed or Exception("?")),
+                    )  # fmt: skip
+                failed = self._ended_by(task) or failed
+        finally:
+            leading_ends.set()
+            for task in [*tasks, *ends]:
+                task.cancel()
+            for task in [*tasks, *ends]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self.leading.clear()
+            await self.leadership.release()  # a successor need not wait for it to expire
+            if failed or self.driver.failed is not None:
+                self.driver.discard()
+        return not failed
+
+    def _ended_by(self, task: asyncio.Task[Any]) -> bool:
+        """Log why `task` ended the term; True when that is a failure."""
+        exc = None if task.cancelled() else task.exception()
+        name = task.get_name()
+        if exc is None:
+            return False
+        if isinstance(exc, StaleLeader):
+            log.warning("hub %s: %s; following again", self.hub_id, exc)
+            return False
+        if is_unreachable(exc):  # a line, not a traceback
+            log.warning("hub %s: task %s lost Redis (%s); following again",
+                        self.hub_id, name, one_line(exc))  # fmt: skip
+            return False
+        if isinstance(exc, TransportError):  # Redis refused: OOM, READONLY
+            log.warning("hub %s: task %s: %s; the term ends", self.hub_id, name, one_line(exc))
+            return True
+        log.error("hub task %s crashed", name, exc_info=exc)
+        return True
+
+    async def follow_pause(self, stop: asyncio.Event) -> None:
+        """Every GO is paused for all partitions: the one that pauses (a critical escalation
+        in one of its runs) or resumes writes the flag, the others follow it within
+        PAUSE_CHECK_S without writing it again."""
+        while not stop.is_set():
+            seen = self.driver.engine.paused
+            stored = await self.store.paused()
+            if stored != seen:
+                await self.driver.step(partial(_follow, seen=seen, stored=stored))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PAUSE_CHECK_S)
+
+    # -- commands the leader serves -------------------------------------------------------
+    def handlers(self) -> c.Handlers:
+        return (
+            c.Handlers()
+            .on(c.StartRun, self._start_run)
+            .on(c.Go, self._go)
+            .on(c.Retry, self._retry)
+            .on(c.Rerun, self._rerun)
+            .on(c.RaiseCondition, self._raise_condition)
+            .on(c.Cancel, self._cancel)
+            .on(c.ChangeBudget, self._change_budget)
+            .on(c.Resolve, self._resolve)
+            .on(c.Broadcast, self._broadcast)
+        )
+
+    def _must_be_mine(self, run_id: str) -> None:
+        """A run lives in the partition its id says: one started elsewhere would never get
+        its messages (a hub or API process with another partition count sent it)."""
+        home = partition_of(run_id, self.partitions)
+        if home != self.index:
+            raise EngineError(
+                f"run {run_id} belongs to partition {home}, not {self.index}: "
+                "do all hubs and API processes use the same CALLBOARD_PARTITIONS?"
+            )
+
+    async def _start_run(self, cmd: c.StartRun) -> c.StartRunReply:
+        # Served again (its first server died after writing the run, before answering):
+        # the run is not started twice.
+        run = self.driver.engine.runs.get(cmd.run_id) or await self.store.run(cmd.run_id)
+        if run is not None:
+            return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
+        self._must_be_mine(cmd.run_id)
+        version = cmd.version or await self.stores.cuelists.latest(cmd.cuelist)
+        if self.index != RESOURCE_PARTITION and version is not None:
+            plan = await self.driver.plan(cmd.cuelist, version)
+            if plan.cuelist.claims_resources:
+                raise EngineError(
+                    f"cuelist {cmd.cuelist} claims resources: its runs live in partition "
+                    f"{RESOURCE_PARTITION}, not {self.index}"
+                )
+        write = []
+        if cmd.idempotency_key is not None:
+            hold = IdempotencyHold(run_id=cmd.run_id, request=cmd.request)
+            held = await self.stores.idempotency.holder(cmd.idempotency_key, hold)
+            if held.run_id != cmd.run_id:  # the key expired and a retry took it since
+                raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
+            write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
+        run = await self.driver.start_run(
+            cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write,
+            budget=cmd.budget,
+        )  # fmt: skip
+        return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
+
+    async def _go(self, cmd: c.Go) -> c.GoReply:
+        cr = await self.driver.step(lambda e: e.operator_go(cmd.run_id, cmd.cue_id))
+        return c.GoReply(state=cr.state.value, attempt=cr.attempt)
+
+    async def _retry(self, cmd: c.Retry) -> c.RetryReply:
+        async def once(loaded: tuple[RunState, Plan] | None) -> tuple[CueRun, str]:
+            return await self.driver.step(lambda e: e.retry_cue(cmd.run_id, cmd.cue_id, loaded))
+
+        loaded = await self._ended_run(cmd.run_id)
+        try:
+            cr, retried = await once(loaded)
+        except NotFound:  # it ended and was forgotten between the look and the step
+            again = None if loaded else await self._ended_run(cmd.run_id)
+            if again is None:
+                raise
+            cr, retried = await once(again)
+        return c.RetryReply(state=cr.state.value, attempt=cr.attempt, retried=retried)
+
+    async def _ended_run(self, run_id: str) -> tuple[RunState, Plan] | None:
+        """A run the engine no longer holds (it ended), loaded from Redis with its plan."""
+        if run_id in self.driver.engine.runs:
+            return None
+        run = await self.store.run(run_id)
+        return None if run is None else (run, await self.driver.plan(run.cuelist, run.version))
+
+    async def _rerun(self, cmd: c.Rerun) -> c.RerunReply:
+        self._must_be_mine(cmd.new_run_id)
+        ended = await self._ended_run(cmd.run_id)
+        source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
+        if source is None:
+            raise NotFound(f"no run {cmd.run_id}")
+        plan = ended[1] if ended else await self.driver.plan(source.cuelist, source.version)
+        context = {}
+        if cmd.from_failure:
+            stored = await self.store.context(cmd.run_id)
+            context = {key: entry.model_dump(mode="json") for key, entry in stored.items()}
+        run = await self.driver.step(
+            lambda e: e.rerun(
+                cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
+                loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
+            )
+        )  # fmt: skip
+        return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
+
+    async def _raise_condition(self, cmd: c.RaiseCondition) -> c.RaiseConditionReply:
+        run = await self.driver.step(lambda e: e.raise_condition(cmd.run_id, cmd.name))
+        return c.RaiseConditionReply(conditions=run.conditions)
+
+    async def _cancel(self, cmd: c.Cancel) -> c.CancelReply:
+        run = await self.driver.step(lambda e: e.cancel(cmd.run_id, cmd.reason))
+        return c.CancelReply(status=run.status.value)
+
+    async def _change_budget(self, cmd: c.ChangeBudget) -> c.ChangeBudgetReply:
+        run = await self.driver.step(lambda e: e.change_budget(cmd.run_id, cmd.changes))
+        budget = run.budget.model_dump(exclude_none=True) if run.budget else {}
+        return c.ChangeBudgetReply(
+            status=run.status.value, hold_reason=run.hold_reason, budget=budget
+        )
+
+    async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
+        stored = await self.store.escalation(cmd.id)
+
+        def resolve(e: Engine) -> Escalation:
+            if cmd.id in e.escalations.by_id or stored is None or stored.run_id in e.runs:
+                return e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
+            return _resolve_record(e, stored, cmd)
+
+        esc = await self.driver.step(resolve)
+        return c.ResolveReply(id=esc.id, status=esc.status)
+
+    async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:
+        """Pause and resume reach every partition (hub.commands.client sends them to all);
+        partition 0's engine tells the agents, the others follow silently."""
+        mt = MessageType(cmd.message_type)
+        payload = PAYLOAD_MODELS[mt].model_validate(cmd.payload)
+        reason = str(getattr(payload, "reason", "") or "operator")
+
+        def send(e: Engine) -> None:
+            if self.index != 0 and mt in (
+                MessageType.BROADCAST_PAUSE,
+                MessageType.BROADCAST_RESUME,
+            ):
+                paused = reason if mt is MessageType.BROADCAST_PAUSE else None
+                e.follow_pause(paused, write=True)
+            elif mt is MessageType.BROADCAST_RESUME:
+                e.resume(reason)
+            elif mt is MessageType.BROADCAST_PAUSE:
+                e.pause(reason)
+            else:
+                e.broadcast(mt, payload)
+
+        await self.driver.step(send)
+        return c.BroadcastReply(sent=mt.value)
+
+
+def _follow(e: Engine, seen: str | None, stored: str | None) -> None:
+    if e.paused == seen:  # unchanged since the flag was read: the flag is newer
+        e.follow_pause(stored)
+
+
+def _resolve_record(e: Engine, esc: Escalation, cmd: c.Resolve) -> Escalation:
+    """Close an escalation the engine no longer holds (its run ended and was forgotten, or it
+    is about no run and predates this term): a record only, nothing left to decide."""
+    if esc.status == RESOLVED:
+        raise Conflict(f"escalation {esc.id} is already resolved")
+    esc.status = RESOLVED
+    esc.resolution = {"winner": cmd.winner, "note": cmd.note, "at": e.clock()}
+    if cmd.answer:
+        esc.resolution["answer"] = cmd.answer
+    if esc.run_id is not None:
+        esc.resolution["effect"] = f"none: run {esc.run_id} had ended"
+    esc.updated_at = e.clock()
+    e.out.escalations[esc.id] = esc
+    return esc

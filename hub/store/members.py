@@ -1,0 +1,56 @@
+"""The hubs alive (how the engine's partitions are shared out), and the partition count."""
+
+from __future__ import annotations
+
+from protocols.errors import Conflict
+from protocols.keys import Keys
+from protocols.transport import Storage
+
+# KEYS: 1 the members set. ARGV: 1 this hub, 2 now (ms), 3 the window (ms).
+# Says this hub is alive, forgets hubs silent for the window, counts who is left.
+_HEARTBEAT = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3] * 10)
+return redis.call('ZCARD', KEYS[1])
+"""
+# KEYS: 1 the partition count. ARGV: 1 this hub's. The count stored first wins.
+_AGREE = """
+local stored = redis.call('GET', KEYS[1])
+if not stored then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return ARGV[1]
+end
+return stored
+"""
+
+
+class MemberStore:
+    """Hubs say they are alive every tick; a hub silent for the window no longer counts."""
+
+    def __init__(self, db: Storage, keys: Keys) -> None:
+        self.db = db
+        self.members_key = keys.hubs
+        self.partitions_key = keys.partitions
+        self._heartbeat = db.script(_HEARTBEAT)
+        self._agree = db.script(_AGREE)
+
+    async def heartbeat(self, hub_id: str, now_ms: int, window_ms: int) -> int:
+        """Say `hub_id` is alive at `now_ms`; the number of hubs alive (itself included)."""
+        return int(await self._heartbeat([self.members_key], [hub_id, now_ms, window_ms]))
+
+    async def leave(self, hub_id: str) -> None:
+        """This hub stops: the others share its partitions without waiting for the window."""
+        await self.db.zrem(self.members_key, [hub_id])
+
+    async def agree(self, partitions: int) -> None:
+        """Store the partition count if none is; Conflict when another count is stored
+        (a run would be looked for in the wrong partition)."""
+        raw = await self._agree([self.partitions_key], [partitions])
+        stored = int(raw.decode() if isinstance(raw, bytes) else raw)
+        if stored != partitions:
+            raise Conflict(
+                f"CALLBOARD_PARTITIONS={partitions}, but the hubs of prefix "
+                f"{self.partitions_key.rsplit('hub:', 1)[0]!r} run {stored} partitions: "
+                "every hub and API process must use the same count"
+            )

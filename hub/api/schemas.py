@@ -398,8 +398,9 @@ class DeadLettersPublic(BaseModel):
 class HealthPublic(BaseModel):
     status: str  # ok, degraded (503: see reasons) or unavailable (503: no Redis, no hub)
     hub_id: str
-    leader: bool  # whether this hub leads
+    leader: bool  # whether this hub leads (some partition of the engine)
     redis: bool
     leader_id: str | None = None  # the hub that holds the leader lease, if any
     reasons: list[str] = []  # why the status is not ok
     loop_lag_ms: float = 0.0  # the event loop's worst lag of the last few seconds
+    partitions: list[int] = []  # the engine partitions this hub leads now

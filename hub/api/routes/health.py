@@ -22,10 +22,15 @@ PING_TIMEOUT_S = 2.0
 @router.get("/healthz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
 async def healthz(hub: HubDep, request: Request) -> JSONResponse:
     holder: str | None = None
+    holders: list[str | None] = []
     refusal: TransportError | None = None
     try:
         redis_ok = await asyncio.wait_for(hub.transport.ping(), PING_TIMEOUT_S)
-        holder = await asyncio.wait_for(hub.leadership.current(), PING_TIMEOUT_S)
+        holders = [
+            await asyncio.wait_for(part.leadership.current(), PING_TIMEOUT_S)
+            for part in hub.partitions
+        ]
+        holder = holders[0]
         refusal = await asyncio.wait_for(hub.stores.lease.writes_refused(), PING_TIMEOUT_S)
     except (TransportError, TimeoutError):
         redis_ok = False
@@ -38,6 +43,13 @@ async def healthz(hub: HubDep, request: Request) -> JSONResponse:
         lease_ms=hub.settings.lease_ms, write_refusal=str(refusal) if refusal else None,
         lag_ms=lag_ms, max_lag_ms=hub.settings.health_max_lag_ms,
     )  # fmt: skip
+    now = time.monotonic()
+    for part, held_by in zip(hub.partitions[1:], holders[1:], strict=False):
+        if held_by is not None:
+            part.leadership.seen_leader_at = now
+        elif (now - part.leadership.seen_leader_at) * 1000 > hub.settings.lease_ms:
+            why.append(f"partition {part.index} has had no leader for "
+                       f"{now - part.leadership.seen_leader_at:.1f} s")  # fmt: skip
     if not redis_ok or not hub_ok:
         status = "unavailable"
         why.insert(0, "Redis does not answer" if not redis_ok else "the hub task stopped")
@@ -46,5 +58,6 @@ async def healthz(hub: HubDep, request: Request) -> JSONResponse:
     body = HealthPublic(
         status=status, hub_id=hub.hub_id, leader=hub.leading.is_set(), redis=redis_ok,
         leader_id=leader_id, reasons=why, loop_lag_ms=round(lag_ms, 1),
+        partitions=[part.index for part in hub.led()],
     )  # fmt: skip
     return JSONResponse(body.model_dump(), status_code=200 if status == "ok" else 503)

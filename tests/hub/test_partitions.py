@@ -1,0 +1,153 @@
+"""The partitioned engine in one process: hubs share the partitions out and take a stopped
+hub's, runs go to their partition's leader, resource runs live in partition 0, a pause in
+one partition reaches all, and a hub with another partition count is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hub import commands as c
+from hub.service import Hub, HubSettings
+from hub.store.members import MemberStore
+from protocols.canonical import canonical_json
+from protocols.errors import Conflict, EngineError
+from protocols.ids import new_id_in
+from protocols.keys import partition_of
+from protocols.settings import Settings
+from protocols.transport import Storage
+from protocols.validation import load_cuelist
+from specialists.builtin.echo import Echo
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+PARTITIONS = 4
+LEASE_MS = 900
+PLAIN = "cuelist: plain\ncues:\n  - {id: ONLY, target_agents: [p-echo]}\n"
+LOCKED = "cuelist: locked\ncues:\n  - {id: ONLY, target_agents: [p-echo], resources: [db]}\n"
+
+
+class Cluster:
+    """Hubs of one prefix in this process, each started and stopped on its own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.hubs: dict[str, tuple[Hub, asyncio.Event, asyncio.Task[None]]] = {}
+
+    def start(self, name: str) -> Hub:
+        hub = Hub(HubSettings(**{**self.settings.model_dump(), "hub_id": name,
+                                 "lease_ms": LEASE_MS, "partitions": PARTITIONS}))  # fmt: skip
+        stop = asyncio.Event()
+        self.hubs[name] = (hub, stop, asyncio.create_task(hub.run(stop)))
+        return hub
+
+    async def stop(self, name: str) -> None:
+        hub, stop, task = self.hubs.pop(name)
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await hub.close()
+
+    def led(self, name: str) -> list[int]:
+        return [p.index for p in self.hubs[name][0].led()]
+
+
+@pytest.fixture
+async def cluster(settings: Settings) -> AsyncIterator[Cluster]:
+    hubs = Cluster(settings)
+    echo = Echo("p-echo", settings=settings, concurrency=8)
+    agent = asyncio.create_task(echo.run())
+    try:
+        yield hubs
+    finally:
+        echo.stop()
+        for name in list(hubs.hubs):
+            with contextlib.suppress(Exception):
+                await hubs.stop(name)
+        await asyncio.wait_for(agent, 15)
+
+
+async def _stored(hub: Hub, text: str) -> str:
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    return version
+
+
+async def _finished(hub: Hub, run_ids: list[str]) -> bool:
+    runs = await hub.store.runs(run_ids)
+    return len(runs) == len(run_ids) and all(r.status.value == "success" for r in runs)
+
+
+async def test_two_hubs_share_the_partitions_and_one_takes_all_when_the_other_stops(
+    cluster: Cluster,
+) -> None:
+    a = cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="a leads 4")
+    cluster.start("hub-b")
+    await eventually(
+        lambda: len(cluster.led("hub-a")) == 2 and len(cluster.led("hub-b")) == 2, 10,
+        message="2 partitions each",
+    )  # fmt: skip
+    assert sorted(cluster.led("hub-a") + cluster.led("hub-b")) == list(range(PARTITIONS))
+    # a run in every partition, each started through the hub that does not lead it
+    version = await _stored(a, PLAIN)
+    run_ids = [new_id_in(p, PARTITIONS) for p in range(PARTITIONS)]
+    for run_id in run_ids:
+        await a.commands.call(c.StartRun(cuelist="plain", version=version, run_id=run_id))
+    await eventually(lambda: _finished(a, run_ids), 15, message="a run per partition done")
+    await cluster.stop("hub-b")  # it leaves the members set: a takes its share at once
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="a takes 4")
+    again = [new_id_in(p, PARTITIONS) for p in range(PARTITIONS)]
+    for run_id in again:
+        await a.commands.call(c.StartRun(cuelist="plain", version=version, run_id=run_id))
+    await eventually(lambda: _finished(a, again), 15, message="runs done on one hub")
+
+
+async def test_runs_claiming_resources_live_in_partition_0(cluster: Cluster) -> None:
+    hub = cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="leads 4")
+    version = await _stored(hub, LOCKED)
+    elsewhere = new_id_in(3, PARTITIONS)
+    with pytest.raises(EngineError, match="claims resources"):
+        await hub.commands.call(c.StartRun(cuelist="locked", version=version, run_id=elsewhere))
+    run_id = hub.new_run_id(claims_resources=True)
+    assert partition_of(run_id, PARTITIONS) == 0
+    await hub.commands.call(c.StartRun(cuelist="locked", version=version, run_id=run_id))
+    await eventually(lambda: _finished(hub, [run_id]), 15, message="locked run done")
+    # a rerun's id is made in its source's partition
+    assert partition_of(hub.new_run_id(beside=elsewhere), PARTITIONS) == 3
+
+
+async def test_a_pause_reaches_every_partition_and_so_does_the_resume(cluster: Cluster) -> None:
+    hub = cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="leads 4")
+    # paused by an engine of one partition (what a critical escalation in a run of it does)
+    await hub.partitions[2].driver.step(lambda e: e.pause("critical escalation e-1"))
+    await eventually(
+        lambda: all(p.driver.engine.paused == "critical escalation e-1" for p in hub.partitions),
+        5, message="every partition follows the pause",
+    )  # fmt: skip
+    await hub.commands.call(c.Broadcast(message_type="broadcast.resume", payload={}))
+    assert all(p.driver.engine.paused is None for p in hub.partitions)
+    assert await hub.store.paused() is None
+    version = await _stored(hub, PLAIN)
+    run_id = new_id_in(1, PARTITIONS)
+    await hub.commands.call(c.StartRun(cuelist="plain", version=version, run_id=run_id))
+    await eventually(lambda: _finished(hub, [run_id]), 15, message="runs go after the resume")
+
+
+async def test_a_hub_with_another_partition_count_is_refused(settings: Settings) -> None:
+    members = MemberStore(Storage.dedicated(settings.redis_url, max_connections=2), settings.keys)
+    try:
+        await members.agree(4)
+        await members.agree(4)
+        with pytest.raises(Conflict, match="CALLBOARD_PARTITIONS=2"):
+            await members.agree(2)
+    finally:
+        await members.db.close()
+    hub = Hub(HubSettings(**{**settings.model_dump(), "partitions": 2}))
+    with pytest.raises(Conflict):
+        await asyncio.wait_for(hub.run(asyncio.Event()), 10)
+    await hub.close()

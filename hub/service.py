@@ -25,7 +25,6 @@ from hub.partition import Partition, TermTask
 from hub.registry import Registry
 from hub.scheduler import Scheduler
 from hub.store import PartitionStores, Stores
-from hub.store.members import MemberStore
 from hub.upkeep import Upkeep
 from protocols.errors import TransportError
 from protocols.ids import new_id, new_id_in
@@ -33,7 +32,7 @@ from protocols.keys import RESOURCE_PARTITION, partition_of
 from protocols.outage import one_line
 from protocols.settings import Settings
 from protocols.states import CueState, Phase, Severity
-from protocols.transport import Storage, Transport
+from protocols.transport import Transport
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -120,7 +119,7 @@ class Hub:
                                   settings.partitions)  # fmt: skip
         self.store = self.stores.state
         self.cuelists = self.stores.cuelists
-        self.members = MemberStore(Storage.sharing(self.transport), self.keys)
+        self.members = self.stores.members
         self.registry = Registry(self.transport, self.stores.agents, self.keys)
         self.metrics = Metrics()
         self.tracer = _tracer(settings, span_exporter)

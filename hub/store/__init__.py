@@ -15,6 +15,7 @@ protocols.errors once). No other hub module touches Redis except through the Tra
     idempotency           Idempotency-Key holds
     lease.LeaseStore      the leader lease and its fencing counter
     schedules             cron schedule state
+    members.MemberStore   the hubs alive, and the partition count they agree on
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hub.store.commands import CommandStore
 from hub.store.cuelists import CuelistStore
 from hub.store.idempotency import IdempotencyStore
 from hub.store.lease import LeaseStore
+from hub.store.members import MemberStore
 from hub.store.schedules import ScheduleStore
 from hub.store.state import StateStore
 from protocols.keys import Keys
@@ -43,6 +45,7 @@ class Stores:
     idempotency: IdempotencyStore
     lease: LeaseStore
     schedules: ScheduleStore
+    members: MemberStore
 
     @classmethod
     def open(
@@ -59,6 +62,7 @@ class Stores:
             idempotency=IdempotencyStore(db, keys),
             lease=LeaseStore(db, keys),
             schedules=ScheduleStore(db, keys),
+            members=MemberStore(db, keys),
         )
 
     def partition(self, partition: int, retention_s: float | None = None) -> PartitionStores:
@@ -86,6 +90,7 @@ __all__ = [
     "CuelistStore",
     "IdempotencyStore",
     "LeaseStore",
+    "MemberStore",
     "PartitionStores",
     "ScheduleStore",
     "StateStore",

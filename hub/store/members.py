@@ -32,6 +32,7 @@ class MemberStore:
         self.db = db
         self.members_key = keys.hubs
         self.partitions_key = keys.partitions
+        self.prefix = keys.prefix
         self._heartbeat = db.script(_HEARTBEAT)
         self._agree = db.script(_AGREE)
 
@@ -51,6 +52,6 @@ class MemberStore:
         if stored != partitions:
             raise Conflict(
                 f"CALLBOARD_PARTITIONS={partitions}, but the hubs of prefix "
-                f"{self.partitions_key.rsplit('hub:', 1)[0]!r} run {stored} partitions: "
+                f"{self.prefix!r} run {stored} partitions: "
                 "every hub and API process must use the same count"
             )

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -123,7 +124,7 @@ def test_four_partitions_on_two_hubs_survive_the_loss_of_one(
         (_at(run["cues"]["MIGRATE"]["standby_at"]), _at(run["cues"]["MIGRATE"]["completed_at"]))
         for run in runs[:LOCKED_RUNS]
     )
-    overlaps = sum(1 for (_, end), (start, _) in zip(holds, holds[1:], strict=False) if start < end)
+    overlaps = sum(1 for (_, end), (start, _) in pairwise(holds) if start < end)
     client.close()
     api.close()
     figure(

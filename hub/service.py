@@ -207,27 +207,39 @@ class Hub:
                     del terms[index]
                     if task.cancelled() or task.exception() is not None or not task.result():
                         rested[index] = now + tick_s  # it failed: others get the chance
-            share = await self._share()
-            held = sorted(terms)
-            for index in held[share:]:  # the excess: highest partitions first
-                log.info("hub %s yields partition %d (its share is %d)", self.hub_id, index, share)
-                self.partitions[index].yielding.set()
-            free_now: set[int] = set()
-            for part in self.partitions:
-                if part.index in terms or rested.get(part.index, 0) > now:
-                    continue
-                if len(terms) >= share and part.index not in free_before:
-                    if await part.leadership.current() is None:
-                        free_now.add(part.index)
-                    else:
-                        part.leadership.seen_leader_at = time.monotonic()
-                    continue
-                if await part.leadership.try_acquire():
-                    terms[part.index] = self._start_term(part, stop, changed)
-            free_before = free_now
+            try:
+                free_before = await self._tick(stop, changed, terms, rested, free_before)
+            except TransportError as exc:  # Redis unreachable or refusing: try next tick
+                log.warning("hub %s cannot share the partitions out: %s", self.hub_id,
+                            one_line(exc))  # fmt: skip
             self._set_leading(terms)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop, changed), tick_s)
+
+    async def _tick(
+        self, stop: asyncio.Event, changed: asyncio.Event, terms: dict[int, asyncio.Task[bool]],
+        rested: dict[int, float], free_before: set[int],
+    ) -> set[int]:  # fmt: skip
+        """One look at the partitions: yield the excess, take what is this hub's to take.
+        Returns the partitions seen free and left alone (the next tick takes them)."""
+        now = time.monotonic()
+        share = await self._share()
+        for index in sorted(terms)[share:]:  # the excess: highest partitions first
+            log.info("hub %s yields partition %d (its share is %d)", self.hub_id, index, share)
+            self.partitions[index].yielding.set()
+        free_now: set[int] = set()
+        for part in self.partitions:
+            if part.index in terms or rested.get(part.index, 0) > now:
+                continue
+            if len(terms) >= share and part.index not in free_before:
+                if await part.leadership.current() is None:
+                    free_now.add(part.index)
+                else:
+                    part.leadership.seen_leader_at = time.monotonic()
+                continue
+            if await part.leadership.try_acquire():
+                terms[part.index] = self._start_term(part, stop, changed)
+        return free_now
 
     def _start_term(
         self, part: Partition, stop: asyncio.Event, changed: asyncio.Event

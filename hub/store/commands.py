@@ -43,8 +43,10 @@ class CommandStore:
             return None
 
     async def ensure_group(self) -> None:
-        """The leader's consumer group (new commands only); an existing one is kept."""
-        await self.db.create_group(self.stream, GROUP, "$")
+        """The leader's consumer group, from the stream's start: a command queued before
+        any hub led (the partition's first term) is served too, as one queued while a
+        leader was away is (answered commands are deleted). An existing group is kept."""
+        await self.db.create_group(self.stream, GROUP, "0")
 
     async def read(
         self, consumer: str, start: str, count: int, block_ms: int | None

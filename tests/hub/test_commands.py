@@ -56,7 +56,7 @@ async def test_a_call_reaches_the_leader_and_its_refusals_come_back_typed(
     server = asyncio.create_task(CommandServer(store, "hub-a", handlers).run(stop))
     client = CommandClient(store)
     try:
-        await store.ensure_group()  # as a leader has (it reads new commands only)
+        await store.ensure_group()  # as a leader has
         assert await client.call(Go(run_id="r1", cue_id="C"), 5) == GoReply(state="go", attempt=1)
         cancelled = await client.call(Cancel(run_id="r1", reason="bye"), 5)
         assert cancelled.status == "cancelled: bye"
@@ -66,6 +66,22 @@ async def test_a_call_reaches_the_leader_and_its_refusals_come_back_typed(
             await client.call(Go(run_id="r1", cue_id="busy"), 5)
         with pytest.raises(NotFound, match="unknown command"):  # no handler on this leader
             await client.call(RaiseCondition(run_id="r1", name="x"), 5)
+    finally:
+        stop.set()
+        await server
+
+
+async def test_a_command_queued_before_any_leader_is_served_by_the_first(
+    real_redis: Any, keys: Keys
+) -> None:
+    store = CommandStore(Storage(real_redis), keys)
+    client = CommandClient(store)
+    command_id = await client.send(Go(run_id="r1", cue_id="C"))  # the stream has no group yet
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
+    try:
+        reply = await client.answer(Go(run_id="r1", cue_id="C"), command_id, 5)
+        assert reply == GoReply(state="go", attempt=1)
     finally:
         stop.set()
         await server

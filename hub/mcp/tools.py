@@ -16,10 +16,13 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hub.api.deps import get_run as load_run
+from hub.api.routes import budgets as budget_routes
 from hub.api.routes import cuelists as cuelist_routes
 from hub.api.routes import escalations as escalation_routes
 from hub.api.routes import runs as run_routes
 from hub.api.schemas import (
+    BudgetChange,
+    BudgetPublic,
     CancelCreate,
     CancelPublic,
     ConditionPublic,
@@ -102,9 +105,11 @@ def build(hub: Hub) -> MCPServer:
 
     async def _start(
         cuelist: str, version: str | None, params: dict[str, Any] | None, dry: bool,
-        idempotency_key: str | None,
+        idempotency_key: str | None, budget: BudgetChange | None = None,
     ) -> RunCreated:  # fmt: skip
-        body = RunCreate(cuelist=cuelist, version=version, params=params or {}, dry=dry)
+        body = RunCreate(
+            cuelist=cuelist, version=version, params=params or {}, dry=dry, budget=budget
+        )
         return await run_routes.create_run(body, hub, idempotency_key)
 
     @tool(WRITE)
@@ -116,9 +121,12 @@ def build(hub: Hub) -> MCPServer:
         idempotency_key: Annotated[
             str | None, Field(description="the same key never starts a second run")
         ] = None,
+        budget: Annotated[
+            BudgetChange | None, Field(description="limits over the cuelist's own budget")
+        ] = None,
     ) -> RunCreated:
         """Start a run of a stored cuelist; answers its run id."""
-        return await _start(cuelist, version, params, False, idempotency_key)
+        return await _start(cuelist, version, params, False, idempotency_key, budget)
 
     @tool(WRITE)
     @refusals
@@ -167,6 +175,15 @@ def build(hub: Hub) -> MCPServer:
         """Cancel the run: every cue not yet done is stood down."""
         run = await load_run(hub, run_id)
         return await run_routes.cancel(run, hub, CancelCreate(reason=reason))
+
+    @tool(WRITE)
+    @refusals
+    async def change_budget(run_id: RunId, limits: BudgetChange) -> BudgetPublic:
+        """Set a run's budget limits (tokens, cost, messages, wall_s, counters; a limit left
+        out is kept, null removes it). A run `holding` on a spent budget goes on when the
+        new limits allow; answers the run's usage beside its limits."""
+        run = await load_run(hub, run_id)
+        return await budget_routes.change_budget(run, limits, hub)
 
     @tool(READ)
     @refusals

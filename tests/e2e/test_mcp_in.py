@@ -41,7 +41,18 @@ cues:
 TOOLS = {
     "list_cuelists", "get_cuelist", "validate_cuelist", "start_run", "dry_run", "get_run",
     "list_runs", "go", "raise_condition", "cancel_run", "list_escalations", "resolve_escalation",
+    "change_budget",
 }  # fmt: skip
+BUDGETED = """
+cuelist: mcp-budget
+cues:
+  - id: DRAFT
+    target_agents: [worker]
+    action: {usage: {tokens: 500}}
+  - id: PUBLISH
+    target_agents: [worker]
+    depends_on: [DRAFT]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +65,11 @@ def hub_url(
         procs.echo("worker")
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as api:
             wait_online(api, ["worker"])
-            r = api.post(
-                "/v1/cuelists", content=RELEASE, headers={"Content-Type": "application/yaml"}
-            )
-            assert r.status_code == 201, r.text
+            for text in (RELEASE, BUDGETED):
+                r = api.post(
+                    "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
+                )
+                assert r.status_code == 201, r.text
         yield url
 
 
@@ -153,6 +165,33 @@ async def _refusals(mcp: Client) -> None:
     assert result.is_error and "SHIP" in str(result.content)  # not armed: 409's detail
     cancelled = await call(mcp, "cancel_run", run_id=run_id, reason="changed my mind")
     assert cancelled["status"] == "cancelled"
+
+
+async def test_a_budget_set_at_the_start_holds_the_run_and_a_raise_lets_it_go(
+    hub_url: str,
+) -> None:
+    async with connected(hub_url) as mcp:
+        await _budget(mcp)
+
+
+async def _budget(mcp: Client) -> None:
+    started = await call(mcp, "start_run", cuelist="mcp-budget", budget={"tokens": 400})
+    run_id = started["run_id"]
+
+    async def holding() -> dict[str, Any] | None:
+        run = await call(mcp, "get_run", run_id=run_id)
+        return run if run["status"] == "holding" else None
+
+    run = await eventually(holding, 20, message="the run holds on its spent budget")
+    assert "budget tokens spent 500 / 400" in run["hold_reason"]
+    assert run["cues"]["PUBLISH"]["state"] not in ("go", "completed")
+    raised = await call(mcp, "change_budget", run_id=run_id, limits={"tokens": 5000})
+    assert raised["budget"]["tokens"] == 5000 and raised["usage"]["tokens"] == 500
+
+    async def succeeded() -> bool:
+        return (await call(mcp, "get_run", run_id=run_id))["status"] == "success"
+
+    await eventually(succeeded, 20, message="the run finishes after the raise")
 
 
 async def test_the_mcp_endpoint_needs_the_key(hub_url: str) -> None:

@@ -142,7 +142,7 @@ class Hub:
         self.upkeep = Upkeep(
             self.transport, self.store, self.keys, lambda: self.router.streams,
             stream_maxlen=settings.stream_maxlen, retention_s=settings.retention,
-            every_s=settings.upkeep_interval_s,
+            every_s=settings.upkeep_interval_s, partitions=settings.partitions,
         )  # fmt: skip
         self.fanout = EventFanout(
             settings.redis_url, self.keys,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from hub.store.state import StateStore
 from protocols.errors import TransportError
-from protocols.keys import Keys
+from protocols.keys import Keys, group_partition
 from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class Upkeep:
         stream_maxlen: int,
         retention_s: float | None,
         every_s: float = 10.0,
+        partitions: int = 1,
     ) -> None:
         self.transport = transport
         self.store = store
@@ -53,6 +54,7 @@ class Upkeep:
         self.stream_maxlen = stream_maxlen
         self.retention_s = retention_s
         self.every_s = every_s
+        self.partitions = partitions  # hub groups of partitions past it are dropped
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -64,6 +66,7 @@ class Upkeep:
                 await asyncio.wait_for(stop.wait(), self.every_s)
 
     async def sweep(self) -> Sweep:
+        await self._drop_stale_groups()
         trimmed = 0
         trimmed += await self.transport.trim(self.keys.broadcast, maxlen=self.stream_maxlen)
         for stream in self._agent_streams():
@@ -78,6 +81,17 @@ class Upkeep:
             log.info("upkeep: %d stream entries trimmed, %d expired runs forgotten",
                      trimmed, forgotten)  # fmt: skip
         return Sweep(trimmed, forgotten)
+
+    async def _drop_stale_groups(self) -> None:
+        """The hub groups of partitions that no longer exist (the count was lowered) are
+        dropped: nobody reads them, and they would hold every out stream's trimming back."""
+        for out in self.streams():
+            for group in await self.transport.group_names(out):
+                partition = group_partition(group)
+                if partition is not None and partition >= self.partitions:
+                    log.warning("upkeep: dropping group %s of %s (partition %d of %d)",
+                                group, out, partition, self.partitions)  # fmt: skip
+                    await self.transport.drop_group(out, group)
 
     def _agent_streams(self) -> list[str]:
         """Each agent's out and in streams."""

@@ -58,6 +58,16 @@ def hub_group(partition: int = 0) -> str:
     return HUB_GROUP if partition == 0 else f"{HUB_GROUP}-p{partition}"
 
 
+def group_partition(group: str) -> int | None:
+    """The partition whose leader reads in `group` (`hub_group`'s inverse); None when it
+    is no hub group."""
+    if group == HUB_GROUP:
+        return 0
+    head = f"{HUB_GROUP}-p"
+    number = group[len(head) :] if group.startswith(head) else ""
+    return int(number) if number.isdigit() and number == str(int(number)) else None
+
+
 def partition_of(run_id: str, partitions: int) -> int:
     """The engine partition a run lives in: CRC-32 of its id, modulo the partition count
     (every hub and API process must agree, so the count is fixed per prefix: see

@@ -144,6 +144,21 @@ class _Upkeep(_TransportBase):
             "groups": int(info["groups"]),
         }
 
+    async def group_names(self, stream: str) -> list[str]:
+        """The consumer groups of `stream` ([] when it does not exist)."""
+        try:
+            rows = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
+        except TransportError as exc:  # a missing key has no groups
+            if is_no_such_key(exc.__cause__):
+                return []
+            raise
+        return [_text(row["name"]) for row in rows]
+
+    async def drop_group(self, stream: str, group: str) -> None:
+        """XGROUP DESTROY: a group nobody will read again (its pending entries and unread
+        ones would hold the stream's trimming back for ever)."""
+        await self._call("XGROUP DESTROY", lambda: self._client.xgroup_destroy(stream, group))
+
     async def trim(self, stream: str, *, maxlen: int, grouped_only: bool = False) -> int:
         """Trim to about `maxlen` entries, never past the oldest entry any group still has
         pending or has not yet been delivered (`grouped_only`: leave a stream no group

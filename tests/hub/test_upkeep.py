@@ -130,3 +130,16 @@ async def test_a_retried_run_is_kept_again(settings: Settings) -> None:
         stop.set()
         await asyncio.wait_for(task, 10)
         await hub.close()
+
+
+async def test_groups_of_partitions_that_no_longer_exist_are_dropped(hub: Hub) -> None:
+    """The count was lowered (to this hub's one partition): the groups `hub-p1`.. left on
+    the out streams would hold their trimming back for ever; the hub's own and an agent's
+    stay."""
+    client = hub.transport._client
+    out = hub.keys.out("lowered")
+    for group in ("hub", "hub-p1", "hub-p3", "lowered-tool"):
+        await client.xgroup_create(out, group, id="0", mkstream=True)
+    hub.router.streams.append(out)
+    await hub.upkeep.sweep()
+    assert sorted(await hub.transport.group_names(out)) == ["hub", "lowered-tool"]

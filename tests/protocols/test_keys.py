@@ -6,7 +6,8 @@ import binascii
 
 import pytest
 
-from protocols.keys import Keys
+from protocols.ids import new_id, new_id_in
+from protocols.keys import Keys, group_partition, hub_group, partition_of
 
 K = Keys("cb:")
 
@@ -83,3 +84,15 @@ def test_slot_tagged_keys_land_in_their_slot() -> None:
         assert key_slot(K.slot_fence(s)) == key_slot(K.applied(s, "c1")) == s
     assert K.journal() == "cb:hub:{p0}:journal"
     assert slot(K.journal()) == slot(K.leader())  # journaled under the lease's slot
+
+
+def test_a_run_lives_in_the_partition_its_id_picks_and_groups_name_theirs() -> None:
+    assert all(partition_of(new_id(), 1) == 0 for _ in range(20))
+    ids = [new_id_in(p, 4) for p in range(4) for _ in range(5)]
+    assert [partition_of(i, 4) for i in ids] == [p for p in range(4) for _ in range(5)]
+    assert partition_of(ids[7], 4) == partition_of(ids[7], 4)  # stable
+    assert [hub_group(p) for p in range(3)] == ["hub", "hub-p1", "hub-p2"]
+    assert [group_partition(hub_group(p)) for p in range(12)] == list(range(12))
+    for other in ("hubx", "hub-p", "hub-p01", "hub-px", "specialist-build", "hub-p-1"):
+        assert group_partition(other) is None
+    assert K.resources() == "cb:resources" and K.resources(2) == "cb:hub:{p2}:resources"

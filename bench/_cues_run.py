@@ -316,8 +316,19 @@ class Harness:
                 raise TimeoutError(f"runs still active after {timeout_s:g}s")
             await asyncio.sleep(0.01)
 
-    async def finished(self, prefix: str, run_ids: list[str]) -> list[Any]:
-        runs = await StateStore(Storage(self.client), Keys(prefix)).runs(run_ids)
+    async def finished(self, prefix: str, run_ids: list[str], settle_s: float = 10.0) -> list[Any]:
+        """The runs' final states, every one a success. On a cluster a step's slots are
+        applied by separate scripts (hub/store/journal.py): a run may leave the active set
+        (the partition's slot) a moment before its own slot says it is done, so a run not
+        done yet is read again (for up to `settle_s`)."""
+        store = StateStore(Storage(self.client), Keys(prefix))
+        deadline = time.monotonic() + settle_s
+        while True:
+            runs = await store.runs(run_ids)
+            settled = len(runs) == len(run_ids) and all(r.status.done for r in runs)
+            if settled or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
         bad = [r.status.value for r in runs if r.status is not RunStatus.SUCCESS]
         if len(runs) != len(run_ids) or bad:
             raise RuntimeError(f"{len(runs)}/{len(run_ids)} runs found; not success: {bad[:5]}")

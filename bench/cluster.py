@@ -111,6 +111,7 @@ async def part_c(hs: tuple[Harness, Harness], runs: int) -> list[Pair]:
                  s["runs_per_s"], c["runs_per_s"]),
             Pair("(c)   median run latency", "s", s["latency_p50_s"], c["latency_p50_s"]),
             Pair("(c)   hub CPU per run", "us", s["hub_us"], c["hub_us"]),
+            Pair("(c)   agents process CPU per run", "us", s["agents_us"], c["agents_us"]),
         ]  # fmt: skip
     return rows
 
@@ -133,8 +134,11 @@ async def part_d(hs: tuple[Harness, Harness], jobs: int, prefetch: int) -> list[
                 Pair(f"(d) {jobs:,} direct cues, 1 echo, {how}", "cues/s",
                      rs["per_s"], rc["per_s"]),
                 Pair("(d)   CPU per cue: hub", "us", rs["hub_cpu_us"], rc["hub_cpu_us"]),
+                Pair("(d)   CPU per cue: echo", "us", rs["echo_cpu_us"], rc["echo_cpu_us"]),
                 Pair("(d)   CPU per cue: Redis (every master of the cluster)", "us",
                      rs["redis_cpu_us"], rc["redis_cpu_us"]),
+                Pair("(d)   busy: hub (CPU / wall time)", "%", rs["hub_busy"] * 100,
+                     rc["hub_busy"] * 100),
             ]  # fmt: skip
     return rows
 

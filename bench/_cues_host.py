@@ -1,5 +1,6 @@
-"""Processes and keys on this host for bench/cues.py: start, stop, measure, clean up; and
-the Celery peer of part (d), run in a worker process the bench starts and stops."""
+"""Processes and keys on this host for bench/cues.py: start, stop, measure, clean up, hear
+keyspace notifications (on one server or every master of a cluster); and the Celery peer
+of part (d), run in a worker process the bench starts and stops."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from callboard.embedded import EmbeddedServer
+from callboard.embedded_cluster import EmbeddedCluster
 from protocols.transport import Redis, connect
+
+Server = EmbeddedServer | EmbeddedCluster  # what a bench runs on
 
 ROOT = Path(__file__).resolve().parent.parent
 START_S = 30.0
@@ -36,6 +41,61 @@ def rss_mb(pid: int, field_name: str = "VmRSS") -> float:
     return 0.0
 
 
+def nodes(server: Server) -> list[EmbeddedServer]:
+    """The server processes behind `server`: itself, or every master of the cluster."""
+    return list(server.nodes) if isinstance(server, EmbeddedCluster) else [server]
+
+
+def server_cpu_s(server: Server) -> float:
+    """CPU seconds the server's processes have used so far (every master of a cluster)."""
+    return sum(cpu_s(node.proc.pid) for node in nodes(server) if node.proc is not None)
+
+
+async def leftover_keys(server: Server) -> int:
+    """Keys on the bench's server(s) once every part cleaned up: databases 0 and 1 of one
+    server (Celery's broker is 1), database 0 of every master of a cluster (it has no other)."""
+    total = 0
+    dbs = (0,) if isinstance(server, EmbeddedCluster) else (0, 1)
+    for node in nodes(server):
+        for db in dbs:
+            client = connect(f"{node.url.rsplit('/', 1)[0]}/{db}")
+            total += await client.dbsize()
+            await client.aclose()
+    return total
+
+
+@contextlib.asynccontextmanager
+async def keyevents(server: Server, event: str) -> AsyncIterator[asyncio.Queue[bytes]]:
+    """The keys named by `event` keyspace notifications (e.g. "srem", database 0), from every
+    node: a cluster node notifies only of its own keys. One reader per node fills the queue,
+    so a process waiting on it sleeps until a note arrives."""
+    notes: asyncio.Queue[bytes] = asyncio.Queue()
+    clients = [connect(node.url) for node in nodes(server)]
+    pubsubs = []
+    for client in clients:
+        await client.config_set("notify-keyspace-events", "Es")
+        pubsub = client.pubsub()
+        await pubsub.subscribe(f"__keyevent@0__:{event}")
+        pubsubs.append(pubsub)
+
+    async def read(pubsub: Any) -> None:
+        async for message in pubsub.listen():
+            if message["type"] == "message":
+                notes.put_nowait(message["data"])
+
+    readers = [asyncio.create_task(read(pubsub)) for pubsub in pubsubs]
+    try:
+        yield notes
+    finally:
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for pubsub, client in zip(pubsubs, clients, strict=True):
+            await pubsub.aclose()
+            await client.config_set("notify-keyspace-events", "")
+            await client.aclose()
+
+
 async def sample_rss(pid: int, peak: list[float]) -> None:
     while True:
         with contextlib.suppress(OSError):
@@ -44,6 +104,8 @@ async def sample_rss(pid: int, peak: list[float]) -> None:
 
 
 async def delete_prefix(client: Redis, prefix: str) -> None:
+    """Delete every key under `prefix`; a cluster client scans every master and splits the
+    DELs by slot."""
     batch = []
     async for key in client.scan_iter(match=f"{prefix}*", count=1000):
         batch.append(key)

@@ -27,15 +27,17 @@ from typing import Any
 
 from bench._cues_host import (
     START_S,
+    Server,
     cpu_s,
     delete_prefix,
     end,
+    keyevents,
     rss_mb,
     sample_rss,
+    server_cpu_s,
     spawn,
 )
 from bench._cues_procs import agents_process, hub_process, raw_agents_process
-from callboard.embedded import EmbeddedServer
 from hub.commands import CommandClient, StartRun
 from hub.store import CommandStore, CuelistStore, StateStore
 from protocols import payloads as p
@@ -106,7 +108,7 @@ class Barrier:
 
 
 class Harness:
-    def __init__(self, server: EmbeddedServer, profile_dir: str | None = None) -> None:
+    def __init__(self, server: Server, profile_dir: str | None = None) -> None:
         self.server = server
         self.url = server.url
         self.profile_dir = profile_dir
@@ -246,21 +248,16 @@ class Harness:
         await commands.answer(command, await commands.send(command))
 
     @contextlib.asynccontextmanager
-    async def run_ends(self) -> AsyncIterator[Any]:
-        """Keyspace notifications of SREM on this (the bench's own) server: a run leaving a
-        prefix's active set. Waiting on those instead of on the run's event stream keeps the
-        bench's process asleep while a call is timed, as the bare barrier has no observer."""
-        await self.client.config_set("notify-keyspace-events", "Es")
-        pubsub = self.client.pubsub()
-        await pubsub.subscribe("__keyevent@0__:srem")
-        try:
-            yield pubsub
-        finally:
-            await pubsub.aclose()
-            await self.client.config_set("notify-keyspace-events", "")
+    async def run_ends(self) -> AsyncIterator[asyncio.Queue[bytes]]:
+        """Keyspace notifications of SREM on the bench's own server (every master of a
+        cluster): a run leaving a prefix's active set. Waiting on those instead of on the
+        run's event stream keeps the bench's process asleep while a call is timed, as the
+        bare barrier has no observer."""
+        async with keyevents(self.server, "srem") as notes:
+            yield notes
 
     async def start_quietly(
-        self, prefix: str, name: str, version: str, run_id: str, ended: Any
+        self, prefix: str, name: str, version: str, run_id: str, ended: asyncio.Queue[bytes]
     ) -> None:
         """Start a run and return once it ended, without waking in between: the start
         command's answer is read after the run left the active set (`run_ends`)."""
@@ -270,8 +267,11 @@ class Harness:
         command_id = await commands.send(command)
         deadline, key = time.monotonic() + 60.0, keys.active_runs().encode()
         while True:
-            note = await ended.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if (note is None or note["data"] == key) and await self._ended(keys, run_id):
+            try:
+                note: bytes | None = await asyncio.wait_for(ended.get(), 1.0)
+            except TimeoutError:
+                note = None
+            if (note is None or note == key) and await self._ended(keys, run_id):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end in 60s")
@@ -316,8 +316,19 @@ class Harness:
                 raise TimeoutError(f"runs still active after {timeout_s:g}s")
             await asyncio.sleep(0.01)
 
-    async def finished(self, prefix: str, run_ids: list[str]) -> list[Any]:
-        runs = await StateStore(Storage(self.client), Keys(prefix)).runs(run_ids)
+    async def finished(self, prefix: str, run_ids: list[str], settle_s: float = 10.0) -> list[Any]:
+        """The runs' final states, every one a success. On a cluster a step's slots are
+        applied by separate scripts (hub/store/journal.py): a run may leave the active set
+        (the partition's slot) a moment before its own slot says it is done, so a run not
+        done yet is read again (for up to `settle_s`)."""
+        store = StateStore(Storage(self.client), Keys(prefix))
+        deadline = time.monotonic() + settle_s
+        while True:
+            runs = await store.runs(run_ids)
+            settled = len(runs) == len(run_ids) and all(r.status.done for r in runs)
+            if settled or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
         bad = [r.status.value for r in runs if r.status is not RunStatus.SUCCESS]
         if len(runs) != len(run_ids) or bad:
             raise RuntimeError(f"{len(runs)}/{len(run_ids)} runs found; not success: {bad[:5]}")
@@ -499,15 +510,15 @@ class Harness:
         cues_per_run: int = 1,
     ) -> dict[str, float]:  # fmt: skip
         jobs = len(run_ids) * cues_per_run
-        server = self.server.proc.pid if self.server.proc else 0
-        cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), cpu_s(server))
+        cpu0 = (cpu_s(hub.pid), cpu_s(echo.pid), time.monotonic(), server_cpu_s(self.server))
         client0 = cpu_s(os.getpid())  # this process sends the start commands
         t0 = time.time()
         await self.start_many(prefix, name, version, run_ids)
         await self.wait_idle(prefix, 600)
         wall = time.monotonic() - cpu0[2]
         hub_cpu, echo_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(echo.pid) - cpu0[1]
-        redis_cpu, client_cpu = cpu_s(server) - cpu0[3], cpu_s(os.getpid()) - client0
+        redis_cpu = server_cpu_s(self.server) - cpu0[3]
+        client_cpu = cpu_s(os.getpid()) - client0
         runs = await self.finished(prefix, run_ids)
         cues = [cr for r in runs for cr in r.cues.values()]
         return {

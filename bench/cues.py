@@ -50,12 +50,11 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._cues_host import celery_noops
+from bench._cues_host import celery_noops, leftover_keys
 from bench._cues_run import Harness, Row
 from callboard.embedded import EmbeddedServer
 from protocols.process import UVLOOP_ENV, loop_name, run
 from protocols.states import Coordination
-from protocols.transport import connect
 
 
 def call_cuelist(name: str, agents: list[str]) -> dict[str, object]:
@@ -207,6 +206,7 @@ async def part_c(h: Harness, runs: int) -> list[Row]:
 
 
 async def part_d(h: Harness, jobs: int, concurrencies: list[int], prefetch: int) -> list[Row]:
+    assert isinstance(h.server, EmbeddedServer)  # Celery has no cluster broker
     celery = await celery_noops(h.server, jobs, prefetch)
     rows = []
     for concurrency in concurrencies:
@@ -287,16 +287,6 @@ async def main(args: argparse.Namespace) -> None:
     print_table(rows)
     took = time.monotonic() - started
     print(f"\n(event loops: {loop_name()}; total {took:.0f} s; keys left behind: {left})")
-
-
-async def leftover_keys(server: EmbeddedServer) -> int:
-    """Keys still on the bench's server once every part cleaned up (databases 0 and 1)."""
-    total = 0
-    for db in (0, 1):
-        client = connect(f"{server.url.rsplit('/', 1)[0]}/{db}")
-        total += await client.dbsize()
-        await client.aclose()
-    return total
 
 
 if __name__ == "__main__":

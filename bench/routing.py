@@ -27,6 +27,7 @@ if __package__ in (None, ""):
 
 from bench.relay import RELAY_GROUP, relay_loop
 from callboard.embedded import EmbeddedServer
+from hub.dead import Budgets
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
 from protocols.codec import encode, make
@@ -122,6 +123,9 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
     stop = asyncio.Event()
     if via_hub:
         hub = Hub(HubSettings(redis_url=url, prefix=prefix, read_count=BATCH * 5, block_ms=100))
+        # The bench is the flood the per-sender budget of handoffs outside a run (100, then
+        # 10/s) refuses; sized to the bench's count, every handoff is checked and forwarded.
+        hub.router.runless_handoffs = Budgets(total, 0.0)
         await hub.leadership.try_acquire()
         await hub.router.discover()
         task = asyncio.create_task(hub.router.run(stop))
@@ -130,6 +134,10 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
     go.set()
     await asyncio.to_thread(consumer.join, 300)
     await asyncio.to_thread(producer.join, 60)
+    for proc in (consumer, producer):  # still there only when something went wrong
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(10)
     stop.set()
     await task
     if via_hub:

@@ -8,7 +8,12 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio import Redis as Redis  # re-exported: the client type, for callers
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import (
+    AbstractStrategy,
+    ClusterPipeline,
+    RedisCluster,
+    TransactionStrategy,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from tenacity import (
@@ -51,16 +56,46 @@ def socket_timeout_of(client: object) -> float | None:
     return float(timeout) if isinstance(timeout, (int, float)) else None
 
 
+# Commands whose first argument is their one key: what a MULTI of callboard's queues.
+_KEY_FIRST = frozenset({
+    "XADD", "XACK", "XDEL", "SET", "GET", "HSET", "HDEL", "HINCRBY", "ZADD", "ZREM", "SADD",
+    "SREM", "RPUSH", "EXPIRE", "PEXPIRE", "PERSIST", "INCR",
+})  # fmt: skip
+
+
+class _QueuedTransaction(TransactionStrategy):
+    """redis-py's cluster MULTI/EXEC, queueing a command without a thread: its own queues
+    each command by starting a thread that runs a new event loop (to await the slot's
+    lookup from a sync method) and joins it, blocking the caller's loop: 5-12x the CPU a
+    specialist spends per cue on a cluster (bench/cluster.py). A command whose one key is
+    its first argument has its slot computed here, in place; anything else is redis-py's."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        client = self._pipe.cluster_client
+        name = args[0].upper() if isinstance(args[0], str) else ""
+        if name not in _KEY_FIRST or len(args) < 2 or self._watching or client._initialize:
+            return super().execute_command(*args, **kwargs)
+        self._pipeline_slots.add(client.keyslot(args[1]))
+        return AbstractStrategy.execute_command(self, *args, **kwargs)
+
+
 class _Cluster(RedisCluster):
     """A RedisCluster that finishes learning the cluster (slots, nodes) before it sends a
     command. Without this, concurrent first commands of a new client race its set-up:
     some see their connection closed after the server ran them, and redis-py sends them
-    again (seen: a HINCRBY applied twice by 100 concurrent first calls)."""
+    again (seen: a HINCRBY applied twice by 100 concurrent first calls). Its transactions
+    queue commands in place (`_QueuedTransaction`)."""
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if self._initialize:
             await self.initialize()
         return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: bool | None = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        if transaction:
+            pipe._execution_strategy = _QueuedTransaction(pipe)
+        return pipe
 
 
 def _connect_cluster(url: str, options: dict[str, Any]) -> Redis:

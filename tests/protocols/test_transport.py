@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -178,6 +179,31 @@ async def test_publish_many_keeps_order_in_one_round_trip(
         want = [(i, m) for (s, m), i in zip(items, ids, strict=True) if s == stream]
         assert [(d.entry_id, d.message) for d in got] == want
     assert await transport.publish_many([]) == []
+
+
+async def test_an_atomic_write_lands_whole_and_queues_without_threads(
+    real_transport: Transport, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A specialist's completion (XADD to its out stream, SET of a done-marker, XACK of its
+    inbox: one slot) as one MULTI. On a cluster redis-py queued each command of a MULTI by
+    starting a thread (and an event loop) and joining it; ours queue in place."""
+    out, inbox, marker = keys.out("agent-a"), keys.inbox("agent-a"), keys.done("agent-a", "t1")
+    await real_transport.ensure_group(inbox, GROUP)
+    await real_transport.publish(inbox, notice("work"))
+    (work,) = await read_all(real_transport, inbox)
+
+    def no_threads(self: threading.Thread) -> None:
+        raise AssertionError("a thread was started to queue a command")
+
+    monkeypatch.setattr(threading.Thread, "start", no_threads)
+    ids = await real_transport.publish_many(
+        [(out, notice("done"))], ack=[work], group=GROUP,
+        then=[("SET", marker, b"1", "NX", "EX", 60)], atomic=True,
+    )  # fmt: skip
+    monkeypatch.undo()
+    assert len(ids) == 1 and await stream_ids(real_transport, out) == ids
+    assert await real_transport._client.get(marker) == b"1"
+    assert await real_transport.pending_count(inbox, GROUP) == 0
 
 
 async def test_read_group_many_streams_in_one_call(transport: Transport, keys: Keys) -> None:

@@ -92,7 +92,12 @@ def test_a_master_restarts_mid_run_and_no_acknowledged_work_is_lost(
         measured=f"runs {dict(statuses)}; GOs per target {sorted(set(counted.values()))}; "
         f"{len(counted)}/{len(expected)} (run, target, cue) GO'd",
     )
-    assert statuses == {"success": RUNS}, statuses
+    why = {  # what ended a run that did not succeed: each cue's state and error
+        str(run["run_id"]): {c: (v.get("state"), v.get("error")) for c, v in run["cues"].items()}
+        for run in runs
+        if run["status"] != "success" and isinstance(run.get("cues"), dict)
+    }
+    assert statuses == {"success": RUNS}, (statuses, why)
     assert set(counted) == expected, sorted(expected - set(counted))[:5]
     assert set(counted.values()) == {1}, counted
 

@@ -49,7 +49,9 @@ class Metrics:
             "Acks and status for an attempt or a run that had already ended (not escalated)",
             registry=r,
         )
-        self.leader = Gauge("callboard_leader", "1 while this hub leads the engine", registry=r)
+        self.leader = Gauge(
+            "callboard_leader", "Engine partitions this hub leads (1 or 0 with one)", registry=r
+        )
         self.active_runs = Gauge(
             "callboard_active_runs", "Runs in memory on the leader", registry=r
         )

@@ -56,8 +56,11 @@ class Partition:
         on_commit: Callable[[Partition, Outbox], None], dead_budgets: Budgets,
         lease_ms: int, early_warning: bool, max_severity: Severity, command_max_tries: int,
         agents_changed: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        on_leading: Callable[[], None] = lambda: None,
         tracer: HubTracer | None = None,
     ) -> None:  # fmt: skip
+        """`on_leading`: called when this partition's `leading` is set (its state loaded)
+        and when it is cleared."""
         self.index = index
         self.partitions = settings.partitions
         self.hub_id = hub_id
@@ -77,6 +80,7 @@ class Partition:
             agents_changed=agents_changed,
         )  # fmt: skip
         self.leading = asyncio.Event()
+        self.on_leading = on_leading
         self.yielding = asyncio.Event()  # set: end the term, another hub is to lead it
 
     # -- a term ----------------------------------------------------------------------------
@@ -97,6 +101,7 @@ class Partition:
             return False
         log.info("hub %s leads partition %d; resumed %d runs", self.hub_id, self.index, resumed)
         self.leading.set()
+        self.on_leading()
         server = c.CommandServer(self.own.commands, self.hub_id, self.handlers(),
                                  self.command_max_tries)  # fmt: skip
         # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
@@ -139,6 +144,7 @@ class Partition:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self.leading.clear()
+            self.on_leading()
             await self.leadership.release()  # a successor need not wait for it to expire
             if failed or self.driver.failed is not None:
                 self.driver.discard()

@@ -132,6 +132,7 @@ class Hub:
                 max_severity=settings.specialist_max_severity,
                 command_max_tries=settings.command_max_tries,
                 agents_changed=self._agents_changed if settings.partitions > 1 else None,
+                on_leading=self._leading_changed,
                 tracer=self.tracer,
             )
             for index in range(settings.partitions)
@@ -212,7 +213,6 @@ class Hub:
             except TransportError as exc:  # Redis unreachable or refusing: try next tick
                 log.warning("hub %s cannot share the partitions out: %s", self.hub_id,
                             one_line(exc))  # fmt: skip
-            self._set_leading(terms)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop, changed), tick_s)
 
@@ -249,12 +249,14 @@ class Hub:
         task.add_done_callback(lambda _: changed.set())
         return task
 
-    def _set_leading(self, terms: dict[int, asyncio.Task[bool]]) -> None:
-        if terms:
+    def _leading_changed(self) -> None:
+        """`leading` while some partition's term has loaded its state and runs."""
+        led = len(self.led())
+        if led:
             self.leading.set()
         else:
             self.leading.clear()
-        self.metrics.leader.set(len(terms))
+        self.metrics.leader.set(led)
 
     async def _share(self) -> int:
         """How many partitions this hub should lead: ceil(P / hubs alive)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -45,10 +46,10 @@ from protocols.telemetry import (
 )
 from protocols.tracecontext import (
     cue_span_id,
-    format_traceparent,
     parse_traceparent,
     run_span_id,
     run_trace_id,
+    trace_context,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Cue:
     """The span of one cue attempt, open: emitted when the attempt ends."""
 
@@ -77,20 +78,19 @@ class _Cue:
     span_id: int
     start_ns: int
     attributes: dict[str, Any]
-    events: list[Event] = field(default_factory=list)
-    links: list[Link] = field(default_factory=list)
-    linked: set[int] = field(default_factory=set)  # span ids in `links`
+    events: list[Event]
+    links: list[Link] | None = None  # made with the first (most cues have one or none)
     error: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batch:
     """What one step sends for one run: one `send` span."""
 
     count: int = 0
     streams: set[str] = field(default_factory=set)
-    cues: set[int] = field(default_factory=set)  # span ids of the cues linked
-    links: list[Link] = field(default_factory=list)
+    cues: set[int] = field(default_factory=set)  # span ids of the cues to link
+    links: list[Link] = field(default_factory=list)  # the senders' of forwarded messages
 
 
 class HubTracer:
@@ -124,44 +124,49 @@ class HubTracer:
         (its creation context: the cue's step made it) as its traceparent, and one PRODUCER
         `send` span per run covers the step's messages (a batch send: its message count,
         and a link to each cue span it carries messages of). A span per message would cost
-        the hub as much as the message itself (bench/tracing.py)."""
+        the hub as much as the message itself (bench/tracing.py).
+
+        The traceparent goes in `out.traceparents`, added to the message as it is encoded
+        (hub.store.commit): a copy of each envelope cost more than the rest of tracing."""
         if not out.messages:
             return
         batches: dict[str, _Batch] = {}
-        stamped: dict[int, Envelope] = {}
-        messages = []
+        traced = out.traceparents
+        copies: dict[int, Envelope] = {}  # of messages that came with a traceparent
         for stream, msg in out.messages:
-            done = stamped.get(id(msg))
-            if done is None:
-                done = stamped[id(msg)] = self._stamp(msg, engine, batches)
-            if done.run_id is not None:
-                batch = batches[done.run_id]
-                batch.count += 1
-                batch.streams.add(stream)
-            messages.append((stream, done))
-        out.messages = messages
+            run_id = msg.run_id
+            if run_id is None:  # broadcasts, runless handoffs: outside any trace
+                continue
+            batch = batches.get(run_id)
+            if batch is None:
+                batch = batches[run_id] = _Batch()
+            batch.count += 1
+            batch.streams.add(stream)
+            key = id(msg)
+            if key in traced or key in copies:  # the same message to another inbox
+                continue
+            traceparent = self._traceparent(msg, run_id, engine, batch)
+            if msg.traceparent is None:
+                traced[key] = traceparent
+            else:  # a forwarded handoff: the sender's context is replaced
+                copies[key] = msg.model_copy(update={"traceparent": traceparent})
+        if copies:
+            out.messages = [(stream, copies.get(id(msg), msg)) for stream, msg in out.messages]
         now = time.time_ns()
         self._sending.extend((run_id, now, batch) for run_id, batch in batches.items())
 
-    def _stamp(self, msg: Envelope, engine: EngineBase, batches: dict[str, _Batch]) -> Envelope:
-        run_id = msg.run_id
-        if run_id is None:  # broadcasts, runless handoffs: outside any trace
-            return msg
-        batch = batches.get(run_id)
-        if batch is None:
-            batch = batches[run_id] = _Batch()
+    def _traceparent(self, msg: Envelope, run_id: str, engine: EngineBase, batch: _Batch) -> str:
+        """The message's creation context: its cue attempt's span, else the run's."""
         if msg.traceparent is not None and len(batch.links) < MAX_LINKS:
             batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
-        attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
-        if msg.cue_id is None or attempt is None:
-            span_id = run_span_id(run_id)
-        else:
-            span_id = cue_span_id(run_id, msg.cue_id, attempt)
-            if span_id not in batch.cues and len(batch.cues) < MAX_LINKS:
-                batch.cues.add(span_id)
-                batch.links.append(Link(SpanContext(run_trace_id(run_id), span_id, False, SAMPLED)))
-        traceparent = format_traceparent(run_trace_id(run_id), span_id)
-        return msg.model_copy(update={"traceparent": traceparent})
+        cue_id = msg.cue_id
+        attempt = self._attempt(msg, engine) if cue_id is not None else None
+        if cue_id is None or attempt is None:
+            return trace_context(run_id, run_span_id(run_id))
+        span_id = cue_span_id(run_id, cue_id, attempt)
+        if len(batch.cues) < MAX_LINKS:
+            batch.cues.add(span_id)
+        return trace_context(run_id, span_id)
 
     @staticmethod
     def _attempt(msg: Envelope, engine: EngineBase) -> int | None:
@@ -175,6 +180,7 @@ class HubTracer:
     def _sent(self, error: str | None = None) -> None:
         end = time.time_ns()
         for run_id, start, batch in self._sending:
+            trace_id = run_trace_id(run_id)
             attrs: dict[str, Any] = {
                 "messaging.system": MESSAGING_SYSTEM,
                 "messaging.operation.type": "send",
@@ -184,9 +190,11 @@ class HubTracer:
             }
             if len(batch.streams) == 1:
                 attrs["messaging.destination.name"] = next(iter(batch.streams))
+            links = batch.links
+            links += (Link(SpanContext(trace_id, s, False, SAMPLED)) for s in batch.cues)
             self.spans.emit(
-                "send", run_trace_id(run_id), new_span_id(), run_span_id(run_id),
-                SpanKind.PRODUCER, start, end, attrs, links=batch.links, error=error,
+                "send", trace_id, new_span_id(), run_span_id(run_id),
+                SpanKind.PRODUCER, start, end, attrs, links=links[:MAX_LINKS], error=error,
             )  # fmt: skip
         self._sending.clear()
 
@@ -209,9 +217,12 @@ class HubTracer:
             if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
                 continue  # a late reply to an earlier attempt
             trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-            if span_id in held.linked or len(held.linked) >= MAX_LINKS:
+            if held.links is None:
+                held.links = []
+            elif len(held.links) >= MAX_LINKS or any(
+                link.context.span_id == span_id for link in held.links
+            ):
                 continue  # one link per sender's span (its started, context, completion...)
-            held.linked.add(span_id)
             flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
             held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
 
@@ -220,29 +231,29 @@ class HubTracer:
         """After the write: the send spans, the cue spans' phases, the finished runs."""
         if self._sending:
             self._sent()
+        runs = engine.runs
         for run_id, event in out.events:
-            run = engine.runs.get(run_id)
-            if run is not None and not run.dry:
+            if event["type"] in _TRACED and (run := runs.get(run_id)) is not None and not run.dry:
                 self._event(run, event)
         for run_id in out.finished:
-            run = engine.runs.get(run_id)
+            run = runs.get(run_id)
             if run is not None and not run.dry:
                 self._end_run(run)
 
     def _event(self, run: RunState, event: dict[str, Any]) -> None:
         kind, cue_id = event["type"], event.get("cue")
-        if kind not in _TRACED or cue_id is None or cue_id not in run.cues:
+        if cue_id is None or cue_id not in run.cues:
             return
         if kind == "cue" and event["state"] not in _CALLED:
-            return  # pending, waiting, armed: not called yet
+            return  # pending, waiting, armed, go (its own "go" event): not called yet
         at = _ns(float(event.get("at", 0.0)))
         attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
         if kind == "cue":
             state = CueState(event["state"])
-            if state in (CueState.WARNING, CueState.STANDBY):
+            if state is CueState.WARNING or state is CueState.STANDBY:
                 span = self._cue(run, cue_id, attempt, at, state.value)
                 span.events.append(Event(state.value, None, at))
-            elif state in _ENDS and attempt > 0:  # called: its span is open here or was
+            elif attempt > 0:  # ended; called: its span is open here or was
                 span = self._cue(run, cue_id, attempt, at, state.value)
                 if state is CueState.COMPLETED:
                     span.events.append(Event(state.value, None, at))
@@ -254,7 +265,7 @@ class HubTracer:
                 self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")
-            span.events.append(Event("go", {"callboard.go.fired_by": event.get("fired_by")}, at))
+            span.events.append(Event("go", _fired_by(event.get("fired_by")), at))
         elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
             span = self._cue(run, cue_id, attempt, at)
             span.error = str(event.get("error") or "failed")
@@ -276,13 +287,14 @@ class HubTracer:
             self._end_cue(run.run_id, cue_id, at)
         cr = run.cues[cue_id]
         started: list[Event] = []
+        start = at
         if cr.attempt == attempt:  # the phases this attempt passed before `phase`
             for name, field_name in _PHASES:
                 if name == phase:
                     break
                 if (t := getattr(cr, field_name)) is not None:
                     started.append(Event(name, _RESUMED, _ns(t)))
-        start = min([at, *(e.timestamp for e in started)])
+                    start = min(start, _ns(t))
         attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
         span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
         self._cues[key] = span
@@ -292,8 +304,8 @@ class HubTracer:
         span = self._cues.pop((run_id, cue_id))
         self.spans.emit(
             f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
-            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events, span.links,
-            span.error,
+            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events,
+            span.links or (), span.error,
         )  # fmt: skip
 
     def _end_run(self, run: RunState) -> None:
@@ -320,6 +332,11 @@ class HubTracer:
             f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
             SpanKind.INTERNAL, _ns(start), end, attrs, events, links, error,
         )  # fmt: skip
+
+
+@lru_cache(maxsize=64)  # the GO event's attributes: one dict per value, shared
+def _fired_by(value: Any) -> dict[str, Any]:
+    return {"callboard.go.fired_by": value}
 
 
 def _links(msg: Envelope) -> list[Link]:

@@ -21,11 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
@@ -37,9 +35,8 @@ from protocols.telemetry import (
     CUE_ID,
     MESSAGING_SYSTEM,
     RUN_ID,
-    SAMPLED,
-    Event,
-    Link,
+    EventRecord,
+    LinkRecord,
     SpanKind,
     Spans,
     new_span_id,
@@ -63,6 +60,7 @@ _CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
 _TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
 _PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
 _RESUMED = {"callboard.resumed": True}
+_FIRED_BY: dict[Any, dict[str, Any]] = {}
 MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
 
 
@@ -78,8 +76,8 @@ class _Cue:
     span_id: int
     start_ns: int
     attributes: dict[str, Any]
-    events: list[Event]
-    links: list[Link] | None = None  # made with the first (most cues have one or none)
+    events: list[EventRecord]
+    links: list[LinkRecord] | None = None  # made with the first (most cues have one or none)
     error: str | None = None
 
 
@@ -90,7 +88,7 @@ class _Batch:
     count: int = 0
     streams: set[str] = field(default_factory=set)
     cues: set[int] = field(default_factory=set)  # span ids of the cues to link
-    links: list[Link] = field(default_factory=list)  # the senders' of forwarded messages
+    links: list[LinkRecord] = field(default_factory=list)  # the senders' of forwarded messages
 
 
 class HubTracer:
@@ -191,7 +189,7 @@ class HubTracer:
             if len(batch.streams) == 1:
                 attrs["messaging.destination.name"] = next(iter(batch.streams))
             links = batch.links
-            links += (Link(SpanContext(trace_id, s, False, SAMPLED)) for s in batch.cues)
+            links += ((trace_id, s, False, True, None) for s in batch.cues)
             self.spans.emit(
                 "send", trace_id, new_span_id(), run_span_id(run_id),
                 SpanKind.PRODUCER, start, end, attrs, links=links[:MAX_LINKS], error=error,
@@ -219,12 +217,9 @@ class HubTracer:
             trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
             if held.links is None:
                 held.links = []
-            elif len(held.links) >= MAX_LINKS or any(
-                link.context.span_id == span_id for link in held.links
-            ):
+            elif len(held.links) >= MAX_LINKS or any(link[1] == span_id for link in held.links):
                 continue  # one link per sender's span (its started, context, completion...)
-            flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-            held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
+            held.links.append((trace_id, span_id, True, sampled, _PROCESS_LINK))
 
     # -- what the step did ----------------------------------------------------------------
     def committed(self, out: Outbox, engine: EngineBase) -> None:
@@ -233,7 +228,10 @@ class HubTracer:
             self._sent()
         runs = engine.runs
         for run_id, event in out.events:
-            if event["type"] in _TRACED and (run := runs.get(run_id)) is not None and not run.dry:
+            kind = event["type"]
+            if kind not in _TRACED or (kind == "cue" and event["state"] not in _CALLED):
+                continue  # a cue pending, waiting, armed, or at GO (its own "go" event)
+            if (run := runs.get(run_id)) is not None and not run.dry:
                 self._event(run, event)
         for run_id in out.finished:
             run = runs.get(run_id)
@@ -244,35 +242,33 @@ class HubTracer:
         kind, cue_id = event["type"], event.get("cue")
         if cue_id is None or cue_id not in run.cues:
             return
-        if kind == "cue" and event["state"] not in _CALLED:
-            return  # pending, waiting, armed, go (its own "go" event): not called yet
         at = _ns(float(event.get("at", 0.0)))
         attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
         if kind == "cue":
             state = CueState(event["state"])
             if state is CueState.WARNING or state is CueState.STANDBY:
                 span = self._cue(run, cue_id, attempt, at, state.value)
-                span.events.append(Event(state.value, None, at))
+                span.events.append((state.value, None, at))
             elif attempt > 0:  # ended; called: its span is open here or was
                 span = self._cue(run, cue_id, attempt, at, state.value)
                 if state is CueState.COMPLETED:
-                    span.events.append(Event(state.value, None, at))
+                    span.events.append((state.value, None, at))
                 else:
                     reason = event.get("reason") or state.value
-                    span.events.append(Event(state.value, {"reason": reason}, at))
+                    span.events.append((state.value, {"reason": reason}, at))
                     span.error = reason
                     span.attributes["callboard.cue.state"] = state.value
                 self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")
-            span.events.append(Event("go", _fired_by(event.get("fired_by")), at))
+            span.events.append(("go", _fired_by(event.get("fired_by")), at))
         elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
             span = self._cue(run, cue_id, attempt, at)
             span.error = str(event.get("error") or "failed")
-            span.events.append(Event("failed", {"error": span.error}, at))
+            span.events.append(("failed", {"error": span.error}, at))
         elif kind == "handoff" and (run.run_id, cue_id) in self._cues:
             span = self._cue(run, cue_id, attempt, at)
-            span.events.append(Event("handoff", {"callboard.handoff.to": event.get("to")}, at))
+            span.events.append(("handoff", {"callboard.handoff.to": event.get("to")}, at))
 
     def _cue(self, run: RunState, cue_id: str, attempt: int, at: int, phase: str = "") -> _Cue:
         """The span of this attempt: open already, or opened now at `phase` (its first, or
@@ -286,14 +282,14 @@ class HubTracer:
             held.attributes["callboard.cue.state"] = "retried"
             self._end_cue(run.run_id, cue_id, at)
         cr = run.cues[cue_id]
-        started: list[Event] = []
+        started: list[EventRecord] = []
         start = at
         if cr.attempt == attempt:  # the phases this attempt passed before `phase`
             for name, field_name in _PHASES:
                 if name == phase:
                     break
                 if (t := getattr(cr, field_name)) is not None:
-                    started.append(Event(name, _RESUMED, _ns(t)))
+                    started.append((name, _RESUMED, _ns(t)))
                     start = min(start, _ns(t))
         attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
         span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
@@ -319,14 +315,12 @@ class HubTracer:
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,
             "callboard.run.cues": len(run.cues),
         }  # fmt: skip
-        links = []
+        links: list[LinkRecord] = []
         if run.rerun_of:  # the run this one reruns: another trace, linked
             attrs["callboard.run.rerun_of"] = run.rerun_of
-            source = SpanContext(
-                run_trace_id(run.rerun_of), run_span_id(run.rerun_of), False, SAMPLED
-            )
-            links.append(Link(source, {"callboard.link": "rerun_of"}))
-        events = [Event(run.status.value, dict(run.counts()), end)]
+            source = run_trace_id(run.rerun_of), run_span_id(run.rerun_of)
+            links.append((*source, False, True, {"callboard.link": "rerun_of"}))
+        events: list[EventRecord] = [(run.status.value, dict(run.counts()), end)]
         error = None if run.status is RunStatus.SUCCESS else run.status.value
         self.spans.emit(
             f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
@@ -334,16 +328,18 @@ class HubTracer:
         )  # fmt: skip
 
 
-@lru_cache(maxsize=64)  # the GO event's attributes: one dict per value, shared
 def _fired_by(value: Any) -> dict[str, Any]:
-    return {"callboard.go.fired_by": value}
+    """The GO event's attributes: one dict per value, shared, and of strings only (so the
+    garbage collector stops tracking it, and the events that hold it)."""
+    return _FIRED_BY.get(value) or _FIRED_BY.setdefault(
+        value, {"callboard.go.fired_by": None if value is None else str(value)}
+    )
 
 
-def _links(msg: Envelope) -> list[Link]:
+def _links(msg: Envelope) -> list[LinkRecord]:
     """A link to the context the message came with (a specialist's span), if any: a link,
     not a parent, since a specialist is not trusted to place the hub's spans."""
     if msg.traceparent is None:  # absent, or malformed and dropped by the codec
         return []
     trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-    return [Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))]
+    return [(trace_id, span_id, True, sampled, None)]

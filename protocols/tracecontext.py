@@ -66,7 +66,7 @@ def run_span_id(run_id: str) -> int:
     return _digest("callboard-run", run_id, size=8)
 
 
-@lru_cache(maxsize=65536)  # each message of a cue, then its span
+@lru_cache(maxsize=4096)  # each message of a cue, then its span (in the same step, mostly)
 def cue_span_id(run_id: str, cue_id: str, attempt: int) -> int:
     """One attempt of one cue (WARNING to completed or failed): a child of the run's span."""
     return _digest("callboard-cue", run_id, cue_id, str(attempt), size=8)

@@ -98,6 +98,9 @@ class HubTracer:
         self.spans = spans
         self._cues: dict[tuple[str, str], _Cue] = {}  # (run id, cue id) -> its open span
         self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
+        # (run id, cue id, attempt) -> span id, derived for this write's messages: the span
+        # its step opens takes it (no cache outlives the write for the collector to rescan)
+        self._derived: dict[tuple[str, str, int], int] = {}
 
     @classmethod
     def from_settings(
@@ -112,6 +115,7 @@ class HubTracer:
         """A new term: forget open spans unended (whoever leads re-opens them by their ids)."""
         self._cues.clear()
         self._sending.clear()
+        self._derived.clear()
 
     def shutdown(self) -> None:
         self.spans.shutdown()
@@ -161,7 +165,11 @@ class HubTracer:
         attempt = self._attempt(msg, engine) if cue_id is not None else None
         if cue_id is None or attempt is None:
             return trace_context(run_id, run_span_id(run_id))
-        span_id = cue_span_id(run_id, cue_id, attempt)
+        held = self._cues.get((run_id, cue_id))
+        if held is not None and held.attempt == attempt:
+            span_id = held.span_id
+        else:
+            span_id = self._derived[run_id, cue_id, attempt] = cue_span_id(run_id, cue_id, attempt)
         if len(batch.cues) < MAX_LINKS:
             batch.cues.add(span_id)
         return trace_context(run_id, span_id)
@@ -199,6 +207,7 @@ class HubTracer:
     def failed(self, error: BaseException) -> None:
         """The write failed: what the send spans would have sent was not sent."""
         self._sent(f"state write failed: {error}")
+        self._derived.clear()
 
     # -- receiving ------------------------------------------------------------------------
     def received(self, messages: Sequence[Envelope]) -> None:
@@ -237,6 +246,7 @@ class HubTracer:
             run = runs.get(run_id)
             if run is not None and not run.dry:
                 self._end_run(run)
+        self._derived.clear()
 
     def _event(self, run: RunState, event: dict[str, Any]) -> None:
         kind, cue_id = event["type"], event.get("cue")
@@ -292,7 +302,10 @@ class HubTracer:
                     started.append((name, _RESUMED, _ns(t)))
                     start = min(start, _ns(t))
         attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
-        span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
+        span_id = self._derived.get((run.run_id, cue_id, attempt)) or cue_span_id(
+            run.run_id, cue_id, attempt
+        )
+        span = _Cue(attempt, span_id, start, attrs, started)
         self._cues[key] = span
         return span
 

@@ -50,8 +50,8 @@ def parse_traceparent(value: str) -> tuple[int, int, bool]:
 
 
 def _digest(*parts: str, size: int) -> int:
-    hexed = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[: size * 2]
-    return int(hexed, 16) or 1  # all zeros is invalid in W3C
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:size], "big") or 1  # all zeros is invalid in W3C
 
 
 @lru_cache(maxsize=4096)  # asked for on every message and span of a run
@@ -66,7 +66,6 @@ def run_span_id(run_id: str) -> int:
     return _digest("callboard-run", run_id, size=8)
 
 
-@lru_cache(maxsize=4096)  # each message of a cue, then its span (in the same step, mostly)
 def cue_span_id(run_id: str, cue_id: str, attempt: int) -> int:
     """One attempt of one cue (WARNING to completed or failed): a child of the run's span."""
     return _digest("callboard-cue", run_id, cue_id, str(attempt), size=8)

@@ -6,8 +6,9 @@ or a specialist's own thread makes no span object at all, only a tuple of plain 
 live span, sampler or attribute checks (a quarter of the SDK's cost per span), and no SDK
 object kept in the queue until its batch goes, for the garbage collector to rescan. The
 export thread builds a batch's `ReadableSpan`s at once and hands them to the SDK's
-exporter (in the hub, over a 5,000-cue run: 1.5 s of CPU where building each span as it
-ended took 1.6: bench/tracing.py). Batching is the SDK batch processor's, with its settings:
+exporter (the hub, over bench/tracing.py's two 5,000-cue runs: 1.53-1.56 s of CPU, both
+threads, where building each span as it ended took 1.64 s). Batching is the SDK batch
+processor's, with its settings:
 batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every OTEL_BSP_SCHEDULE_DELAY
 or as soon as one is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a span is dropped. The
 exporter: OTLP over HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT

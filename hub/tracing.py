@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
@@ -36,19 +35,18 @@ from protocols.telemetry import (
     CUE_ID,
     MESSAGING_SYSTEM,
     RUN_ID,
-    SAMPLED,
-    Event,
-    Link,
+    EventRecord,
+    LinkRecord,
     SpanKind,
     Spans,
     new_span_id,
 )
 from protocols.tracecontext import (
     cue_span_id,
-    format_traceparent,
     parse_traceparent,
     run_span_id,
     run_trace_id,
+    trace_context,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +60,7 @@ _CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
 _TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
 _PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
 _RESUMED = {"callboard.resumed": True}
+_FIRED_BY: dict[Any, dict[str, Any]] = {}
 MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
 
 
@@ -69,7 +68,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Cue:
     """The span of one cue attempt, open: emitted when the attempt ends."""
 
@@ -77,20 +76,19 @@ class _Cue:
     span_id: int
     start_ns: int
     attributes: dict[str, Any]
-    events: list[Event] = field(default_factory=list)
-    links: list[Link] = field(default_factory=list)
-    linked: set[int] = field(default_factory=set)  # span ids in `links`
+    events: list[EventRecord]
+    links: list[LinkRecord] | None = None  # made with the first (most cues have one or none)
     error: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batch:
     """What one step sends for one run: one `send` span."""
 
     count: int = 0
     streams: set[str] = field(default_factory=set)
-    cues: set[int] = field(default_factory=set)  # span ids of the cues linked
-    links: list[Link] = field(default_factory=list)
+    cues: set[int] = field(default_factory=set)  # span ids of the cues to link
+    links: list[LinkRecord] = field(default_factory=list)  # the senders' of forwarded messages
 
 
 class HubTracer:
@@ -100,6 +98,9 @@ class HubTracer:
         self.spans = spans
         self._cues: dict[tuple[str, str], _Cue] = {}  # (run id, cue id) -> its open span
         self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
+        # (run id, cue id, attempt) -> span id, derived for this write's messages: the span
+        # its step opens takes it (no cache outlives the write for the collector to rescan)
+        self._derived: dict[tuple[str, str, int], int] = {}
 
     @classmethod
     def from_settings(
@@ -114,6 +115,7 @@ class HubTracer:
         """A new term: forget open spans unended (whoever leads re-opens them by their ids)."""
         self._cues.clear()
         self._sending.clear()
+        self._derived.clear()
 
     def shutdown(self) -> None:
         self.spans.shutdown()
@@ -124,44 +126,53 @@ class HubTracer:
         (its creation context: the cue's step made it) as its traceparent, and one PRODUCER
         `send` span per run covers the step's messages (a batch send: its message count,
         and a link to each cue span it carries messages of). A span per message would cost
-        the hub as much as the message itself (bench/tracing.py)."""
+        the hub as much as the message itself (bench/tracing.py).
+
+        The traceparent goes in `out.traceparents`, added to the message as it is encoded
+        (hub.store.commit): a copy of each envelope cost more than the rest of tracing."""
         if not out.messages:
             return
         batches: dict[str, _Batch] = {}
-        stamped: dict[int, Envelope] = {}
-        messages = []
+        traced = out.traceparents
+        copies: dict[int, Envelope] = {}  # of messages that came with a traceparent
         for stream, msg in out.messages:
-            done = stamped.get(id(msg))
-            if done is None:
-                done = stamped[id(msg)] = self._stamp(msg, engine, batches)
-            if done.run_id is not None:
-                batch = batches[done.run_id]
-                batch.count += 1
-                batch.streams.add(stream)
-            messages.append((stream, done))
-        out.messages = messages
+            run_id = msg.run_id
+            if run_id is None:  # broadcasts, runless handoffs: outside any trace
+                continue
+            batch = batches.get(run_id)
+            if batch is None:
+                batch = batches[run_id] = _Batch()
+            batch.count += 1
+            batch.streams.add(stream)
+            key = id(msg)
+            if key in traced or key in copies:  # the same message to another inbox
+                continue
+            traceparent = self._traceparent(msg, run_id, engine, batch)
+            if msg.traceparent is None:
+                traced[key] = traceparent
+            else:  # a forwarded handoff: the sender's context is replaced
+                copies[key] = msg.model_copy(update={"traceparent": traceparent})
+        if copies:
+            out.messages = [(stream, copies.get(id(msg), msg)) for stream, msg in out.messages]
         now = time.time_ns()
         self._sending.extend((run_id, now, batch) for run_id, batch in batches.items())
 
-    def _stamp(self, msg: Envelope, engine: EngineBase, batches: dict[str, _Batch]) -> Envelope:
-        run_id = msg.run_id
-        if run_id is None:  # broadcasts, runless handoffs: outside any trace
-            return msg
-        batch = batches.get(run_id)
-        if batch is None:
-            batch = batches[run_id] = _Batch()
+    def _traceparent(self, msg: Envelope, run_id: str, engine: EngineBase, batch: _Batch) -> str:
+        """The message's creation context: its cue attempt's span, else the run's."""
         if msg.traceparent is not None and len(batch.links) < MAX_LINKS:
             batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
-        attempt = self._attempt(msg, engine) if msg.cue_id is not None else None
-        if msg.cue_id is None or attempt is None:
-            span_id = run_span_id(run_id)
+        cue_id = msg.cue_id
+        attempt = self._attempt(msg, engine) if cue_id is not None else None
+        if cue_id is None or attempt is None:
+            return trace_context(run_id, run_span_id(run_id))
+        held = self._cues.get((run_id, cue_id))
+        if held is not None and held.attempt == attempt:
+            span_id = held.span_id
         else:
-            span_id = cue_span_id(run_id, msg.cue_id, attempt)
-            if span_id not in batch.cues and len(batch.cues) < MAX_LINKS:
-                batch.cues.add(span_id)
-                batch.links.append(Link(SpanContext(run_trace_id(run_id), span_id, False, SAMPLED)))
-        traceparent = format_traceparent(run_trace_id(run_id), span_id)
-        return msg.model_copy(update={"traceparent": traceparent})
+            span_id = self._derived[run_id, cue_id, attempt] = cue_span_id(run_id, cue_id, attempt)
+        if len(batch.cues) < MAX_LINKS:
+            batch.cues.add(span_id)
+        return trace_context(run_id, span_id)
 
     @staticmethod
     def _attempt(msg: Envelope, engine: EngineBase) -> int | None:
@@ -175,6 +186,7 @@ class HubTracer:
     def _sent(self, error: str | None = None) -> None:
         end = time.time_ns()
         for run_id, start, batch in self._sending:
+            trace_id = run_trace_id(run_id)
             attrs: dict[str, Any] = {
                 "messaging.system": MESSAGING_SYSTEM,
                 "messaging.operation.type": "send",
@@ -184,15 +196,18 @@ class HubTracer:
             }
             if len(batch.streams) == 1:
                 attrs["messaging.destination.name"] = next(iter(batch.streams))
+            links = batch.links
+            links += ((trace_id, s, False, True, None) for s in batch.cues)
             self.spans.emit(
-                "send", run_trace_id(run_id), new_span_id(), run_span_id(run_id),
-                SpanKind.PRODUCER, start, end, attrs, links=batch.links, error=error,
+                "send", trace_id, new_span_id(), run_span_id(run_id),
+                SpanKind.PRODUCER, start, end, attrs, links=links[:MAX_LINKS], error=error,
             )  # fmt: skip
         self._sending.clear()
 
     def failed(self, error: BaseException) -> None:
         """The write failed: what the send spans would have sent was not sent."""
         self._sent(f"state write failed: {error}")
+        self._derived.clear()
 
     # -- receiving ------------------------------------------------------------------------
     def received(self, messages: Sequence[Envelope]) -> None:
@@ -209,59 +224,61 @@ class HubTracer:
             if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
                 continue  # a late reply to an earlier attempt
             trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-            if span_id in held.linked or len(held.linked) >= MAX_LINKS:
+            if held.links is None:
+                held.links = []
+            elif len(held.links) >= MAX_LINKS or any(link[1] == span_id for link in held.links):
                 continue  # one link per sender's span (its started, context, completion...)
-            held.linked.add(span_id)
-            flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-            held.links.append(Link(SpanContext(trace_id, span_id, True, flags), _PROCESS_LINK))
+            held.links.append((trace_id, span_id, True, sampled, _PROCESS_LINK))
 
     # -- what the step did ----------------------------------------------------------------
     def committed(self, out: Outbox, engine: EngineBase) -> None:
         """After the write: the send spans, the cue spans' phases, the finished runs."""
         if self._sending:
             self._sent()
+        runs = engine.runs
         for run_id, event in out.events:
-            run = engine.runs.get(run_id)
-            if run is not None and not run.dry:
+            kind = event["type"]
+            if kind not in _TRACED or (kind == "cue" and event["state"] not in _CALLED):
+                continue  # a cue pending, waiting, armed, or at GO (its own "go" event)
+            if (run := runs.get(run_id)) is not None and not run.dry:
                 self._event(run, event)
         for run_id in out.finished:
-            run = engine.runs.get(run_id)
+            run = runs.get(run_id)
             if run is not None and not run.dry:
                 self._end_run(run)
+        self._derived.clear()
 
     def _event(self, run: RunState, event: dict[str, Any]) -> None:
         kind, cue_id = event["type"], event.get("cue")
-        if kind not in _TRACED or cue_id is None or cue_id not in run.cues:
+        if cue_id is None or cue_id not in run.cues:
             return
-        if kind == "cue" and event["state"] not in _CALLED:
-            return  # pending, waiting, armed: not called yet
         at = _ns(float(event.get("at", 0.0)))
         attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
         if kind == "cue":
             state = CueState(event["state"])
-            if state in (CueState.WARNING, CueState.STANDBY):
+            if state is CueState.WARNING or state is CueState.STANDBY:
                 span = self._cue(run, cue_id, attempt, at, state.value)
-                span.events.append(Event(state.value, None, at))
-            elif state in _ENDS and attempt > 0:  # called: its span is open here or was
+                span.events.append((state.value, None, at))
+            elif attempt > 0:  # ended; called: its span is open here or was
                 span = self._cue(run, cue_id, attempt, at, state.value)
                 if state is CueState.COMPLETED:
-                    span.events.append(Event(state.value, None, at))
+                    span.events.append((state.value, None, at))
                 else:
                     reason = event.get("reason") or state.value
-                    span.events.append(Event(state.value, {"reason": reason}, at))
+                    span.events.append((state.value, {"reason": reason}, at))
                     span.error = reason
                     span.attributes["callboard.cue.state"] = state.value
                 self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")
-            span.events.append(Event("go", {"callboard.go.fired_by": event.get("fired_by")}, at))
+            span.events.append(("go", _fired_by(event.get("fired_by")), at))
         elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
             span = self._cue(run, cue_id, attempt, at)
             span.error = str(event.get("error") or "failed")
-            span.events.append(Event("failed", {"error": span.error}, at))
+            span.events.append(("failed", {"error": span.error}, at))
         elif kind == "handoff" and (run.run_id, cue_id) in self._cues:
             span = self._cue(run, cue_id, attempt, at)
-            span.events.append(Event("handoff", {"callboard.handoff.to": event.get("to")}, at))
+            span.events.append(("handoff", {"callboard.handoff.to": event.get("to")}, at))
 
     def _cue(self, run: RunState, cue_id: str, attempt: int, at: int, phase: str = "") -> _Cue:
         """The span of this attempt: open already, or opened now at `phase` (its first, or
@@ -275,16 +292,20 @@ class HubTracer:
             held.attributes["callboard.cue.state"] = "retried"
             self._end_cue(run.run_id, cue_id, at)
         cr = run.cues[cue_id]
-        started: list[Event] = []
+        started: list[EventRecord] = []
+        start = at
         if cr.attempt == attempt:  # the phases this attempt passed before `phase`
             for name, field_name in _PHASES:
                 if name == phase:
                     break
                 if (t := getattr(cr, field_name)) is not None:
-                    started.append(Event(name, _RESUMED, _ns(t)))
-        start = min([at, *(e.timestamp for e in started)])
+                    started.append((name, _RESUMED, _ns(t)))
+                    start = min(start, _ns(t))
         attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
-        span = _Cue(attempt, cue_span_id(run.run_id, cue_id, attempt), start, attrs, started)
+        span_id = self._derived.get((run.run_id, cue_id, attempt)) or cue_span_id(
+            run.run_id, cue_id, attempt
+        )
+        span = _Cue(attempt, span_id, start, attrs, started)
         self._cues[key] = span
         return span
 
@@ -292,8 +313,8 @@ class HubTracer:
         span = self._cues.pop((run_id, cue_id))
         self.spans.emit(
             f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
-            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events, span.links,
-            span.error,
+            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events,
+            span.links or (), span.error,
         )  # fmt: skip
 
     def _end_run(self, run: RunState) -> None:
@@ -307,14 +328,12 @@ class HubTracer:
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,
             "callboard.run.cues": len(run.cues),
         }  # fmt: skip
-        links = []
+        links: list[LinkRecord] = []
         if run.rerun_of:  # the run this one reruns: another trace, linked
             attrs["callboard.run.rerun_of"] = run.rerun_of
-            source = SpanContext(
-                run_trace_id(run.rerun_of), run_span_id(run.rerun_of), False, SAMPLED
-            )
-            links.append(Link(source, {"callboard.link": "rerun_of"}))
-        events = [Event(run.status.value, dict(run.counts()), end)]
+            source = run_trace_id(run.rerun_of), run_span_id(run.rerun_of)
+            links.append((*source, False, True, {"callboard.link": "rerun_of"}))
+        events: list[EventRecord] = [(run.status.value, dict(run.counts()), end)]
         error = None if run.status is RunStatus.SUCCESS else run.status.value
         self.spans.emit(
             f"run {run.cuelist}", run_trace_id(run.run_id), run_span_id(run.run_id), None,
@@ -322,11 +341,18 @@ class HubTracer:
         )  # fmt: skip
 
 
-def _links(msg: Envelope) -> list[Link]:
+def _fired_by(value: Any) -> dict[str, Any]:
+    """The GO event's attributes: one dict per value, shared, and of strings only (so the
+    garbage collector stops tracking it, and the events that hold it)."""
+    return _FIRED_BY.get(value) or _FIRED_BY.setdefault(
+        value, {"callboard.go.fired_by": None if value is None else str(value)}
+    )
+
+
+def _links(msg: Envelope) -> list[LinkRecord]:
     """A link to the context the message came with (a specialist's span), if any: a link,
     not a parent, since a specialist is not trusted to place the hub's spans."""
     if msg.traceparent is None:  # absent, or malformed and dropped by the codec
         return []
     trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
-    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-    return [Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags))]
+    return [(trace_id, span_id, True, sampled, None)]

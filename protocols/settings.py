@@ -74,6 +74,16 @@ class Settings(BaseSettings):
     otel_sdk_disabled: bool = Field(  # the standard switch: true turns tracing off
         default=False, validation_alias=AliasChoices("OTEL_SDK_DISABLED")
     )
+    # span export batches, under the SDK batch processor's standard names (protocols.telemetry)
+    otel_bsp_schedule_delay_ms: int = Field(
+        default=5_000, gt=0, validation_alias=AliasChoices("OTEL_BSP_SCHEDULE_DELAY")
+    )
+    otel_bsp_max_queue_size: int = Field(
+        default=2_048, gt=0, validation_alias=AliasChoices("OTEL_BSP_MAX_QUEUE_SIZE")
+    )
+    otel_bsp_max_export_batch_size: int = Field(
+        default=512, gt=0, validation_alias=AliasChoices("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+    )
 
     @property
     def tracing_on(self) -> bool:

@@ -1,37 +1,41 @@
-"""Spans for one process (hub or specialist), when tracing is on: made as records, exported
-by the OpenTelemetry SDK's batch processor.
+"""Spans for one process (hub or specialist), when tracing is on: each handed over as a
+record when it ends, made into the SDK's span and exported in batches by a thread of its own.
 
-callboard knows each span's ids, times and events by the time it ends, so it builds the
-SDK's `ReadableSpan` once, at the end, and hands it to the batch processor: no live span
-object, sampler or attribute checks per span (a quarter of the SDK's cost per span, which
-is what kept tracing on within budget: bench/tracing.py). The exporter is the SDK's:
-OTLP over HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (default
-http://localhost:4318), the console with OTEL_TRACES_EXPORTER=console, or nowhere with
-`none` (CALLBOARD_TRACING=1 still makes the spans and propagates their context). Building
-this does no I/O: the processor exports from a thread of its own. Off, nothing here runs.
+callboard knows each span's ids, times, events and links by the time it ends, so the hub's
+or a specialist's own thread makes no span object at all, only a tuple of plain values: no
+live span, sampler or attribute checks (a quarter of the SDK's cost per span), and no SDK
+object kept in the queue until its batch goes, for the garbage collector to rescan. The
+export thread builds a batch's `ReadableSpan`s at once and hands them to the SDK's
+exporter (the hub, over bench/tracing.py's two 5,000-cue runs: 1.53-1.56 s of CPU, both
+threads, where building each span as it ended took 1.64 s). Batching is the SDK batch
+processor's, with its settings:
+batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every OTEL_BSP_SCHEDULE_DELAY
+or as soon as one is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a span is dropped. The
+exporter: OTLP over HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
+(default http://localhost:4318), the console with OTEL_TRACES_EXPORTER=console, or nowhere
+with `none` (CALLBOARD_TRACING=1 still makes the spans and propagates their context).
+Off, nothing here runs.
 """
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Sequence
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from protocols.settings import Settings
 
-__all__ = ["Event", "Link", "SpanKind", "Spans"]
+__all__ = ["EventRecord", "LinkRecord", "SpanContext", "SpanKind", "Spans"]
 
 # Span attribute and name words both sides use (OpenTelemetry semantic conventions:
 # messaging, GenAI agents; callboard's own under `callboard.`).
@@ -40,9 +44,20 @@ RUN_ID = "callboard.run.id"
 CUE_ID = "callboard.cue.id"
 ATTEMPT = "callboard.cue.attempt"
 AGENT = "callboard.agent"
+# A span event: (name, attributes or None, time in ns since the epoch).
+EventRecord = tuple[str, Mapping[str, Any] | None, int]
+# A link: (trace id, span id, is remote, sampled, attributes or None).
+LinkRecord = tuple[int, int, bool, bool, Mapping[str, Any] | None]
+# An ended span: `Spans.emit`'s arguments, in order.
+_Record = tuple[
+    str, int, int, int | None, SpanKind, int, int, Mapping[str, Any],
+    Sequence[EventRecord], Sequence[LinkRecord], str | None,
+]  # fmt: skip
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _OK = Status(StatusCode.UNSET)
 _random = random.Random()
+log = logging.getLogger(__name__)
 
 
 def new_span_id() -> int:
@@ -60,28 +75,79 @@ class Spans:
         name = settings.otel_service_name or service
         self.resource = Resource.create({"service.name": name})
         self.scope = InstrumentationScope("callboard")
-        self.processor = BatchSpanProcessor(exporter or _configured_exporter(settings))
+        self.exporter = exporter or _configured_exporter(settings)
+        self.delay_s = settings.otel_bsp_schedule_delay_ms / 1000
+        self.max_queue = settings.otel_bsp_max_queue_size
+        self.batch_size = min(settings.otel_bsp_max_export_batch_size, self.max_queue)
+        self.dropped = 0  # spans the full queue turned away
+        self._queue: deque[_Record] = deque()
+        self._wake = threading.Event()
+        self._exporting = threading.Lock()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="callboard-spans", daemon=True)
+        self._thread.start()
 
     def emit(
         self, name: str, trace_id: int, span_id: int, parent_id: int | None, kind: SpanKind,
-        start_ns: int, end_ns: int, attributes: dict[str, Any],
-        events: Sequence[Event] = (), links: Sequence[Link] = (), error: str | None = None,
+        start_ns: int, end_ns: int, attributes: Mapping[str, Any],
+        events: Sequence[EventRecord] = (), links: Sequence[LinkRecord] = (),
+        error: str | None = None,
     ) -> None:  # fmt: skip
-        """Export one ended span (after the processor's batch delay)."""
-        parent = None if parent_id is None else SpanContext(trace_id, parent_id, True, SAMPLED)
-        span = ReadableSpan(
-            name, SpanContext(trace_id, span_id, False, SAMPLED), parent, self.resource,
-            attributes, events, links, kind,
-            status=_OK if error is None else Status(StatusCode.ERROR, error[:500]),
-            start_time=start_ns, end_time=max(end_ns, start_ns), instrumentation_scope=self.scope,
-        )  # fmt: skip
-        self.processor.on_end(span)
+        """Export one ended span (after the batch delay, or once a batch is full)."""
+        queue = self._queue
+        if len(queue) >= self.max_queue:
+            self.dropped += 1
+            return
+        queue.append((
+            name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attributes, events,
+            links, error,
+        ))  # fmt: skip
+        if len(queue) == self.batch_size:
+            self._wake.set()
 
     def flush(self) -> None:
-        self.processor.force_flush()
+        """Export every span emitted so far, now, in this thread."""
+        self._export(everything=True)
 
     def shutdown(self) -> None:
-        self.processor.shutdown()  # type: ignore[no-untyped-call]
+        if self._stopped:
+            return
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(30)
+        self._export(everything=True)
+        self.exporter.shutdown()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            full = self._wake.wait(self.delay_s)
+            self._wake.clear()
+            self._export(everything=not full)
+
+    def _export(self, everything: bool) -> None:
+        """Full batches, then (on the delay, a flush) what is left."""
+        with self._exporting:
+            queue = self._queue
+            while len(queue) >= self.batch_size or (everything and queue):
+                batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+                try:
+                    self.exporter.export([self._span(record) for record in batch])
+                except Exception:  # an exporter's failure costs its batch, not the thread
+                    log.exception("exporting %d spans failed", len(batch))
+
+    def _span(self, record: _Record) -> ReadableSpan:
+        name, trace_id, span_id, parent_id, kind, start, end, attrs, events, links, error = record
+        parent = None if parent_id is None else SpanContext(trace_id, parent_id, True, SAMPLED)
+        return ReadableSpan(
+            name, SpanContext(trace_id, span_id, False, SAMPLED), parent, self.resource, attrs,
+            [Event(event, attributes, at) for event, attributes, at in events],
+            [
+                Link(SpanContext(t, s, remote, SAMPLED if sampled else UNSAMPLED), attributes)
+                for t, s, remote, sampled, attributes in links
+            ],
+            kind, status=_OK if error is None else Status(StatusCode.ERROR, error[:500]),
+            start_time=start, end_time=max(end, start), instrumentation_scope=self.scope,
+        )  # fmt: skip
 
 
 class Dropped(SpanExporter):

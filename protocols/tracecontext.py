@@ -37,14 +37,21 @@ def format_traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str
     return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 
+def with_traceparent(encoded: bytes, traceparent: str) -> bytes:
+    """An encoded envelope that has no traceparent, with `traceparent` (a valid one): the
+    field comes last in the envelope's JSON, so it is appended rather than the model copied
+    and encoded again (the hub stamps every message it sends when tracing is on)."""
+    return b'%s,"traceparent":"%s"}' % (encoded[:-1], traceparent.encode())
+
+
 def parse_traceparent(value: str) -> tuple[int, int, bool]:
     """(trace id, span id, sampled) of a traceparent that `valid_traceparent` accepted."""
     return int(value[3:35], 16), int(value[36:52], 16), bool(int(value[53:55], 16) & 1)
 
 
 def _digest(*parts: str, size: int) -> int:
-    hexed = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[: size * 2]
-    return int(hexed, 16) or 1  # all zeros is invalid in W3C
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:size], "big") or 1  # all zeros is invalid in W3C
 
 
 @lru_cache(maxsize=4096)  # asked for on every message and span of a run
@@ -59,7 +66,16 @@ def run_span_id(run_id: str) -> int:
     return _digest("callboard-run", run_id, size=8)
 
 
-@lru_cache(maxsize=65536)  # each message of a cue, then its span
 def cue_span_id(run_id: str, cue_id: str, attempt: int) -> int:
     """One attempt of one cue (WARNING to completed or failed): a child of the run's span."""
     return _digest("callboard-cue", run_id, cue_id, str(attempt), size=8)
+
+
+@lru_cache(maxsize=4096)
+def _trace_prefix(run_id: str) -> str:
+    return f"00-{run_trace_id(run_id):032x}-"
+
+
+def trace_context(run_id: str, span_id: int) -> str:
+    """The traceparent of span `span_id` of run `run_id`'s trace (sampled)."""
+    return f"{_trace_prefix(run_id)}{span_id:016x}-01"

@@ -115,9 +115,8 @@ class Dispatcher:
 
     def trace_context(self) -> str | None:
         """The traceparent of the span open in this task (the work's), if any."""
-        from specialists.tracing import current_traceparent
-
-        return current_traceparent()
+        tracer = self.spec.tracer
+        return tracer.current_traceparent() if tracer is not None else None
 
     async def handle(self, d: Delivery) -> None:
         rt = self.rt

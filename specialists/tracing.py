@@ -10,33 +10,33 @@ and `a2a` kinds pass it on as a W3C `traceparent` header. Made only when tracing
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from types import TracebackType
 from typing import Any
 
 import httpx
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import NonRecordingSpan
 
 from protocols.codec import Envelope
 from protocols.settings import Settings
-from protocols.telemetry import ATTEMPT, CUE_ID, RUN_ID, Spans, new_span_id, new_trace_id
+from protocols.telemetry import (
+    ATTEMPT,
+    CUE_ID,
+    RUN_ID,
+    SAMPLED,
+    UNSAMPLED,
+    SpanContext,
+    SpanKind,
+    Spans,
+    new_span_id,
+    new_trace_id,
+)
 from protocols.tracecontext import format_traceparent, parse_traceparent
 
-
-@dataclass
-class _Work:
-    """The `invoke_agent` span open in this task."""
-
-    traceparent: str
-    error: str | None = None
-
-
-_WORK: ContextVar[_Work | None] = ContextVar("callboard_work", default=None)
+_WORK: ContextVar[_Invocation | None] = ContextVar("callboard_work", default=None)
 
 
 def current_traceparent() -> str | None:
@@ -69,6 +69,7 @@ class SpecialistTracer:
         self.spans = spans
         self.agent_id = agent_id
         self.replica = replica
+        self.span_name = f"invoke_agent {agent_id}"
 
     @classmethod
     def from_settings(
@@ -76,45 +77,13 @@ class SpecialistTracer:
     ) -> SpecialistTracer:
         return cls(Spans(settings, agent_id, exporter), agent_id, replica)
 
-    @contextmanager
-    def invoke(self, message: Envelope, cue_id: str, attempt: int, kind: str) -> Iterator[None]:
-        """The `invoke_agent` span of one execution: current while the block runs (an
-        OpenTelemetry span the author's own code starts is its child, and the propagator
-        puts it on outgoing calls), emitted when the block ends."""
-        sampled = True
-        if message.traceparent is not None:  # absent, or malformed and dropped by the codec
-            trace_id, parent_id, sampled = parse_traceparent(message.traceparent)
-        else:
-            trace_id, parent_id = new_trace_id(), None
-        span_id = new_span_id()
-        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-        ctx = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)
-        work = _Work(format_traceparent(trace_id, span_id, sampled))
-        token = _WORK.set(work)
-        attached = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(ctx)))
-        start = time.time_ns()
-        try:
-            yield
-        except BaseException as exc:
-            work.error = work.error or f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            end = time.time_ns()
-            otel_context.detach(attached)
-            _WORK.reset(token)
-            if sampled:
-                attrs: dict[str, Any] = {
-                    "gen_ai.operation.name": "invoke_agent",
-                    "gen_ai.agent.name": self.agent_id,
-                    CUE_ID: cue_id,
-                    ATTEMPT: attempt,
-                }
-                if message.run_id is not None:
-                    attrs[RUN_ID] = message.run_id
-                self.spans.emit(
-                    f"invoke_agent {self.agent_id}", trace_id, span_id, parent_id,
-                    SpanKind.INTERNAL, start, end, attrs, error=work.error,
-                )  # fmt: skip
+    def invoke(self, message: Envelope, cue_id: str, attempt: int, kind: str) -> _Invocation:
+        """The `invoke_agent` span of one execution, as a context manager: current while
+        the block runs (an OpenTelemetry span the author's own code starts is its child,
+        and the propagator puts it on outgoing calls), emitted when the block ends."""
+        return _Invocation(self, message, cue_id, attempt)
+
+    current_traceparent = staticmethod(current_traceparent)
 
     @staticmethod
     def failed(error: str) -> None:
@@ -125,3 +94,61 @@ class SpecialistTracer:
 
     def shutdown(self) -> None:
         self.spans.shutdown()
+
+
+class _Invocation:
+    """One `invoke_agent` span, open while its `with` block runs (SpecialistTracer.invoke)."""
+
+    __slots__ = (
+        "_attached", "_ids", "_start", "_work", "attempt", "cue_id", "error", "message",
+        "traceparent", "tracer",
+    )  # fmt: skip
+
+    def __init__(self, tracer: SpecialistTracer, message: Envelope, cue_id: str, attempt: int):
+        self.tracer = tracer
+        self.message = message
+        self.cue_id = cue_id
+        self.attempt = attempt
+        self.traceparent = ""  # this span's context, for the replies written meanwhile
+        self.error: str | None = None
+
+    def __enter__(self) -> None:
+        parent = self.message.traceparent  # absent, or malformed and dropped by the codec
+        span_id = new_span_id()
+        if parent is not None:
+            trace_id, parent_id, sampled = parse_traceparent(parent)
+            # the parent's trace id, this span's id, the sampled flag
+            self.traceparent = f"{parent[:36]}{span_id:016x}-{'01' if sampled else '00'}"
+        else:
+            trace_id, parent_id, sampled = new_trace_id(), None, True
+            self.traceparent = format_traceparent(trace_id, span_id)
+        self._ids = trace_id, span_id, parent_id, sampled
+        context = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
+        self._work: Token[_Invocation | None] = _WORK.set(self)
+        self._attached = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
+        self._start = time.time_ns()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end = time.time_ns()
+        otel_context.detach(self._attached)
+        _WORK.reset(self._work)
+        if exc is not None:
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+        trace_id, span_id, parent_id, sampled = self._ids
+        if not sampled:
+            return
+        tracer, run_id = self.tracer, self.message.run_id
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": tracer.agent_id,
+            CUE_ID: self.cue_id,
+            ATTEMPT: self.attempt,
+        }
+        if run_id is not None:
+            attrs[RUN_ID] = run_id
+        tracer.spans.emit(
+            tracer.span_name, trace_id, span_id, parent_id, SpanKind.INTERNAL, self._start, end,
+            attrs, error=self.error,
+        )  # fmt: skip

@@ -37,6 +37,8 @@ class Outbox:
     reopened: set[str] = field(default_factory=set)  # ended runs running again: keep them
     timers: list[Timer] = field(default_factory=list)
     raw: list[list[Any]] = field(default_factory=list)  # e.g. the router's XACKs, last
+    # id(message) -> the traceparent it is written with (hub.tracing, when tracing is on)
+    traceparents: dict[int, str] = field(default_factory=dict)
     resources_changed: bool = False
     paused_changed: bool = False
     late: int = 0  # late replies seen (counted in /metrics; never escalated)

@@ -36,6 +36,7 @@ from hub.store.ops import COMMIT_ID_TTL_MS, COMMIT_RETRY_S, OPS_LUA, flat
 from protocols.codec import encode
 from protocols.ids import new_id
 from protocols.keys import STREAM_FIELD, Keys
+from protocols.tracecontext import with_traceparent
 from protocols.transport import Storage
 
 EVENTS_MAXLEN = 5_000
@@ -145,10 +146,14 @@ class FencedCommit:
             lifetimes.extend(self._lifetime(run_id, run.status.done, run_id in out.reopened))
             ops.append(["ZADD", keys.all_runs, "NX", str(run.created_at), run_id])
         encoded: dict[int, bytes] = {}  # a message to several inboxes is encoded once
+        traced = out.traceparents
         for stream, message in out.messages:
             data = encoded.get(id(message))
             if data is None:
-                data = encoded[id(message)] = encode(message)
+                data = encode(message)
+                if traced and (traceparent := traced.get(id(message))) is not None:
+                    data = with_traceparent(data, traceparent)
+                encoded[id(message)] = data
             ops.append(["XADD", stream, "*", STREAM_FIELD, data])
         for run_id, event in out.events:
             ops.append([

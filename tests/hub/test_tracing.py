@@ -35,10 +35,11 @@ AGENTS = ("specialist-code", "specialist-test", "specialist-deploy")
 
 @pytest.fixture
 async def running(
-    settings: Settings, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Hub, InMemorySpanExporter, InMemorySpanExporter]]:
     traced = getattr(request, "param", True)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")  # ms between exports (default 5 s)
+    # ms between exports (OTEL_BSP_SCHEDULE_DELAY, default 5 s)
+    settings = settings.model_copy(update={"otel_bsp_schedule_delay_ms": 20})
     hub_spans, agent_spans = InMemorySpanExporter(), InMemorySpanExporter()
     hub = Hub(
         HubSettings(**settings.model_dump(), lease_ms=2000),

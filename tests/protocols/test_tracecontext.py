@@ -15,7 +15,9 @@ from protocols.tracecontext import (
     parse_traceparent,
     run_span_id,
     run_trace_id,
+    trace_context,
     valid_traceparent,
+    with_traceparent,
 )
 
 GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -70,3 +72,24 @@ def test_ids_derived_from_the_run_are_stable_and_distinct() -> None:
     text = format_traceparent(run_trace_id("r"), run_span_id("r"))
     assert valid_traceparent(text) == text
     assert parse_traceparent(text) == (run_trace_id("r"), run_span_id("r"), True)
+
+
+@pytest.mark.parametrize("mt", [T.COORD_GO, T.TASK_ASSIGN, T.ACK_WARNING])
+def test_a_traceparent_added_to_an_encoded_envelope_is_the_envelope_encoded_with_it(
+    mt: T,
+) -> None:
+    """What the hub writes (hub.store.commit) is byte for byte the model's own encoding."""
+    payloads = {
+        T.COORD_GO: p.CoordGo(cue_id="C", target_agents=["a"], action={"x": [1, "é"]}),
+        T.TASK_ASSIGN: p.TaskAssign(cue_id="C", description="d"),
+        T.ACK_WARNING: p.AckWarning(attempt=2),
+    }
+    message = make(mt, payloads[mt], target_agents=("a",), run_id="r1", cue_id="C")
+    traced = with_traceparent(encode(message), GOOD)
+    assert traced == encode(message.model_copy(update={"traceparent": GOOD}))
+    assert decode(traced).traceparent == GOOD
+
+
+def test_the_trace_context_of_a_span_of_a_run() -> None:
+    span_id = cue_span_id("r", "C", 1)
+    assert trace_context("r", span_id) == format_traceparent(run_trace_id("r"), span_id)

@@ -1,0 +1,132 @@
+"""A process's spans: records made into the SDK's spans by the export thread, batched as the
+SDK's batch processor batches them (OTEL_BSP_*), dropped past a full queue."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
+
+from protocols.settings import Settings
+from protocols.telemetry import Spans
+
+WAIT_S = 10  # a deadline, never a sleep
+
+
+class Held(SpanExporter):
+    """Keeps each batch; holds the export thread inside `export` while `hold` is clear."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[ReadableSpan]] = []
+        self.entered = threading.Event()
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
+        assert self.hold.wait(WAIT_S)
+        self.batches.append(list(spans))
+        return SpanExportResult.SUCCESS
+
+
+def _spans(exporter: SpanExporter, **bsp: int) -> Spans:
+    settings = Settings(otel_bsp_schedule_delay_ms=60_000, **bsp)  # the delay never passes
+    return Spans(settings, "svc", exporter)
+
+
+def _emit(spans: Spans, name: str, span_id: int = 7) -> None:
+    spans.emit(name, 1, span_id, None, SpanKind.INTERNAL, 10, 20, {"k": name})
+
+
+def test_a_record_becomes_the_sdk_span_it_describes() -> None:
+    exporter = Held()
+    spans = _spans(exporter)
+    spans.emit(
+        "cue A", 0xABC, 0x12, 0x34, SpanKind.PRODUCER, 100, 90, {"callboard.cue.id": "A"},
+        events=[("go", {"callboard.go.fired_by": "run-start"}, 95), ("completed", None, 99)],
+        links=[(0xDEF, 0x56, True, False, {"x": 1}), (0xABC, 0x78, False, True, None)],
+        error="failed: boom",
+    )  # fmt: skip
+    spans.flush()
+    ((span,),) = exporter.batches
+    assert span.name == "cue A" and span.kind is SpanKind.PRODUCER
+    assert (span.context.trace_id, span.context.span_id) == (0xABC, 0x12)
+    assert span.context.trace_flags.sampled and not span.context.is_remote
+    assert span.parent is not None and span.parent.span_id == 0x34
+    assert span.start_time == 100 and span.end_time == 100  # never before its start
+    assert [(e.name, e.attributes, e.timestamp) for e in span.events] == [
+        ("go", {"callboard.go.fired_by": "run-start"}, 95), ("completed", None, 99),
+    ]  # fmt: skip
+    first, second = span.links
+    assert (first.context.trace_id, first.context.span_id) == (0xDEF, 0x56)
+    assert first.context.is_remote and not first.context.trace_flags.sampled
+    assert first.attributes == {"x": 1}
+    assert second.context.trace_flags.sampled and not second.context.is_remote
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "failed: boom"
+    assert span.resource.attributes["service.name"] == "svc"
+    spans.shutdown()
+
+
+def test_a_full_batch_goes_without_waiting_for_the_delay() -> None:
+    exporter = Held()
+    spans = _spans(exporter, otel_bsp_max_export_batch_size=2)
+    _emit(spans, "a")
+    _emit(spans, "b")
+    assert exporter.entered.wait(WAIT_S)  # the export thread took it: no flush asked
+    spans.shutdown()
+    assert [[s.name for s in batch] for batch in exporter.batches] == [["a", "b"]]
+
+
+def test_past_a_full_queue_spans_are_dropped_and_the_rest_exported() -> None:
+    exporter = Held()
+    exporter.hold.clear()
+    spans = _spans(exporter, otel_bsp_max_export_batch_size=2, otel_bsp_max_queue_size=2)
+    _emit(spans, "a")
+    _emit(spans, "b")
+    assert exporter.entered.wait(WAIT_S)  # the thread holds [a, b] in the exporter
+    _emit(spans, "c")
+    _emit(spans, "d")
+    _emit(spans, "e")  # the queue holds c and d: no room
+    assert spans.dropped == 1
+    exporter.hold.set()
+    spans.shutdown()
+    assert [s.name for batch in exporter.batches for s in batch] == ["a", "b", "c", "d"]
+
+
+def test_an_exporter_that_fails_costs_its_batch_not_the_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Failing(Held):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            if not self.batches:
+                self.batches.append([])
+                raise RuntimeError("collector down")
+            return super().export(spans)
+
+    exporter = Failing()
+    spans = _spans(exporter)
+    _emit(spans, "lost")
+    spans.flush()
+    _emit(spans, "kept")
+    spans.shutdown()
+    assert [[s.name for s in batch] for batch in exporter.batches] == [[], ["kept"]]
+    assert "exporting 1 spans failed" in caplog.text
+
+
+def test_the_batch_settings_are_the_sdk_processors_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "200")
+    settings = Settings()
+    assert settings.otel_bsp_schedule_delay_ms == 20
+    spans = Spans(settings, "svc", Held())
+    assert spans.delay_s == 0.02 and spans.max_queue == 100
+    assert spans.batch_size == 100  # a batch is never more than the queue holds
+    spans.shutdown()

@@ -39,7 +39,7 @@ _EVERYDAY = {n for t in (dict, list, set, str, bytes, object) for n in dir(t)} |
     "get", "set", "delete", "exists", "type", "time", "keys", "copy", "move", "rename",
     "dump", "sort", "append", "lock", "scan", "echo", "ping", "command", "script", "touch",
     "unlink", "persist", "expire", "restore", "substr", "strlen", "randomkey", "close",
-    "sharing",
+    "sharing", "digest",  # hashlib's; Redis 8 has a DIGEST command too
 }  # fmt: skip
 REDIS_METHODS = _COMMANDS - _EVERYDAY
 REDIS_EVERYDAY = _COMMANDS & _EVERYDAY

@@ -34,7 +34,13 @@ SPREAD = {
     "cuelist": "spread",
     "cues": [
         {"id": "BUILD", "target_agents": ["pt-build"]},
-        {"id": "TEST", "target_agents": ["pt-test"], "depends_on": ["BUILD"]},
+        # long enough that hundreds of runs are still going when a hub is killed
+        {
+            "id": "TEST",
+            "target_agents": ["pt-test"],
+            "depends_on": ["BUILD"],
+            "action": {"execute_ms": 4000},
+        },
     ],
 }
 LOCKED = {
@@ -65,8 +71,8 @@ def test_four_partitions_on_two_hubs_survive_the_loss_of_one(
     url_a = procs.hub()
     url_b = procs.hub()
     hub_b = procs.procs[-1]
-    for agent in AGENTS:
-        procs.echo(agent, CALLBOARD_CONCURRENCY="8")
+    for agent in AGENTS:  # pt-test sleeps 4 s a cue: it holds every run's at once
+        procs.echo(agent, CALLBOARD_CONCURRENCY="1000" if agent == "pt-test" else "8")
     api = httpx.Client(base_url=url_a, timeout=30)
     wait_online(api, AGENTS)
     submit(api, SPREAD)
@@ -145,3 +151,4 @@ def test_four_partitions_on_two_hubs_survive_the_loss_of_one(
     assert all(partition_of(r, PARTITIONS) == 0 for r in run_ids[:LOCKED_RUNS])
     assert len(spread) == PARTITIONS  # the runs without resources spread over all four
     assert takeover_s < 2 * LEASE_MS / 1000
+    assert in_flight >= 100  # the kill hit runs in flight, not a finished batch

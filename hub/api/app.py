@@ -33,6 +33,7 @@ from hub.api.schemas import CuelistErrorPublic, ErrorPublic
 from hub.desk.mount import install as install_desk
 from hub.registry import Registry
 from hub.service import Hub
+from hub.store.members import PartitionsDisagree
 from protocols.outage import Outage, is_unreachable, one_line, redacted
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ async def supervise(hub: Hub, stop: asyncio.Event) -> None:
         delay_s = RESTART_DELAY_S
         try:
             await hub.run(stop)
+        except PartitionsDisagree as exc:  # set up unlike the other hubs: retrying won't help
+            log.error("hub %s cannot lead: %s", hub.hub_id, exc)
+            return
         except Exception as exc:
             if time.monotonic() - started > HEALTHY_RUN_S:
                 outage.ok()  # it ran a while: whatever this is, it is a new outage

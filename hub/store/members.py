@@ -25,6 +25,10 @@ return stored
 """
 
 
+class PartitionsDisagree(Conflict):
+    """This hub's partition count is not the one the hubs of its prefix run."""
+
+
 class MemberStore:
     """Hubs say they are alive every tick; a hub silent for the window no longer counts."""
 
@@ -50,7 +54,7 @@ class MemberStore:
         raw = await self._agree([self.partitions_key], [partitions])
         stored = int(raw.decode() if isinstance(raw, bytes) else raw)
         if stored != partitions:
-            raise Conflict(
+            raise PartitionsDisagree(
                 f"CALLBOARD_PARTITIONS={partitions}, but the hubs of prefix "
                 f"{self.prefix!r} run {stored} partitions: "
                 "every hub and API process must use the same count"

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hub import commands as c
+from hub.api.app import supervise
 from hub.service import Hub, HubSettings
 from hub.store.members import MemberStore
 from protocols.canonical import canonical_json
@@ -138,7 +139,9 @@ async def test_a_pause_reaches_every_partition_and_so_does_the_resume(cluster: C
     await eventually(lambda: _finished(hub, [run_id]), 15, message="runs go after the resume")
 
 
-async def test_a_hub_with_another_partition_count_is_refused(settings: Settings) -> None:
+async def test_a_hub_with_another_partition_count_is_refused(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
     members = MemberStore(Storage.dedicated(settings.redis_url, max_connections=2), settings.keys)
     try:
         await members.agree(4)
@@ -150,4 +153,7 @@ async def test_a_hub_with_another_partition_count_is_refused(settings: Settings)
     hub = Hub(HubSettings(**{**settings.model_dump(), "partitions": 2}))
     with pytest.raises(Conflict):
         await asyncio.wait_for(hub.run(asyncio.Event()), 10)
+    # as the API process runs it: one line, and no retrying (the count will not change)
+    await asyncio.wait_for(supervise(hub, asyncio.Event()), 10)
+    assert "cannot lead: CALLBOARD_PARTITIONS=2, but the hubs" in caplog.text
     await hub.close()

@@ -265,7 +265,7 @@ class Hub:
             return 1
         window_ms = self.settings.lease_ms
         try:
-            alive = await self.members.heartbeat(self.hub_id, int(time.time() * 1000), window_ms)
+            alive = await self.members.heartbeat(self.hub_id, window_ms)
         except TransportError as exc:
             log.warning("hub %s cannot count the hubs: %s", self.hub_id, one_line(exc))
             alive = 1

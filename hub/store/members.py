@@ -6,12 +6,15 @@ from protocols.errors import Conflict
 from protocols.keys import Keys
 from protocols.transport import Storage
 
-# KEYS: 1 the members set. ARGV: 1 this hub, 2 now (ms), 3 the window (ms).
-# Says this hub is alive, forgets hubs silent for the window, counts who is left.
+# KEYS: 1 the members set. ARGV: 1 this hub, 2 the window (ms). Says this hub is alive,
+# forgets hubs silent for the window, counts who is left; the time is the server's (hubs on
+# hosts whose clocks disagree still agree on who is alive).
 _HEARTBEAT = """
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[1], ARGV[3] * 10)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
 return redis.call('ZCARD', KEYS[1])
 """
 # KEYS: 1 the partition count. ARGV: 1 this hub's. The count stored first wins.
@@ -40,9 +43,10 @@ class MemberStore:
         self._heartbeat = db.script(_HEARTBEAT)
         self._agree = db.script(_AGREE)
 
-    async def heartbeat(self, hub_id: str, now_ms: int, window_ms: int) -> int:
-        """Say `hub_id` is alive at `now_ms`; the number of hubs alive (itself included)."""
-        return int(await self._heartbeat([self.members_key], [hub_id, now_ms, window_ms]))
+    async def heartbeat(self, hub_id: str, window_ms: int) -> int:
+        """Say `hub_id` is alive now; the number of hubs heard from within `window_ms`
+        (itself included)."""
+        return int(await self._heartbeat([self.members_key], [hub_id, window_ms]))
 
     async def leave(self, hub_id: str) -> None:
         """This hub stops: the others share its partitions without waiting for the window."""

@@ -28,6 +28,7 @@ if __package__ in (None, ""):
 
 from bench._cues_host import celery_noops, leftover_keys
 from bench._cues_run import Harness
+from bench._table import print_table
 from bench.cues import _medians, call_cuelist, chain_cuelist, direct_cuelist, five_cuelist
 from bench.routing import pipeline
 from callboard.embedded import EmbeddedServer
@@ -154,18 +155,12 @@ def _figure(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def print_table(rows: list[Pair]) -> None:
-    head = ("measure", "unit", "single", "cluster", "cluster/single")
-    cells = [head] + [
+def print_pairs(rows: list[Pair]) -> None:
+    print_table(("measure", "unit", "single", "cluster", "cluster/single"), [
         (r.name, r.unit, _figure(r.single), _figure(r.cluster),
          "" if r.cluster is None or not r.single else f"{r.cluster / r.single:.2f}x")
         for r in rows
-    ]  # fmt: skip
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    for i, c in enumerate(cells):
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    ])  # fmt: skip
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -190,7 +185,7 @@ async def main(args: argparse.Namespace) -> None:
             if "d" in parts:
                 rows += await part_d(hs, args.jobs, args.prefetch)
         left = await leftover_keys(server), await leftover_keys(cluster)
-    print_table(rows)
+    print_pairs(rows)
     took = time.monotonic() - started
     print(f"\n(event loops: {loop_name()}; total {took:.0f} s; keys left behind: "
           f"single {left[0]}, cluster {left[1]})")  # fmt: skip

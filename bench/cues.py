@@ -52,6 +52,7 @@ if __package__ in (None, ""):
 
 from bench._cues_host import celery_noops, leftover_keys
 from bench._cues_run import Harness, Row
+from bench._table import print_table
 from callboard.embedded import EmbeddedServer
 from protocols.process import UVLOOP_ENV, loop_name, run
 from protocols.states import Coordination
@@ -250,18 +251,12 @@ def _ceiling_row(r: dict[str, float], celery: float) -> Row:
                f"{ceiling / celery:.2f}x", "", None)  # fmt: skip
 
 
-def print_table(rows: list[Row]) -> None:
-    head = ("measure", "callboard", "baseline", "ratio", "target", "")
-    cells = [head] + [
+def print_rows(rows: list[Row]) -> None:
+    print_table(("measure", "callboard", "baseline", "ratio", "target", ""), [
         (r.name, r.value, r.baseline, r.ratio, r.target,
          "" if r.ok is None else ("ok" if r.ok else "MISSED"))
         for r in rows
-    ]  # fmt: skip
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    for i, c in enumerate(cells):
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    ])  # fmt: skip
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -284,7 +279,7 @@ async def main(args: argparse.Namespace) -> None:
                 concurrencies = [int(c) for c in args.direct_concurrency.split(",")]
                 rows += await part_d(h, args.jobs, concurrencies, args.prefetch)
         left = await leftover_keys(server)
-    print_table(rows)
+    print_rows(rows)
     took = time.monotonic() - started
     print(f"\n(event loops: {loop_name()}; total {took:.0f} s; keys left behind: {left})")
 

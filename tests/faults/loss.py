@@ -96,6 +96,10 @@ class Outcome:
     def finished(self) -> int:
         return sum(s == "success" for s in self.status.values())
 
+    def figures(self) -> tuple[dict[str, str], float, int, str, int]:
+        """(status, took_s, lost, log, finished): what a row reports and asserts."""
+        return self.status, self.took_s, self.lost, self.log, self.finished
+
 
 def outcome(w: Workload, since: float, timeout_s: float = 40) -> Outcome:
     """Wait for the runs to finish, then count what was lost (`since`: the fault's end)."""

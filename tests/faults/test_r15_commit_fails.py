@@ -61,13 +61,7 @@ def test_commit_failing_for_seconds_loses_nothing(
             admin.close()
         healed = time.monotonic()
         done = outcome(w, healed)
-    status, took_s, lost, log, finished = (
-        done.status,
-        done.took_s,
-        done.lost,
-        done.log,
-        done.finished,
-    )
+    status, took_s, lost, log, finished = done.figures()
     figure(
         row=15,
         fault=f"the commit refused (ACL: no EVALSHA) for {FAULT_S:g} s, then every write "

@@ -40,13 +40,7 @@ def test_redis_outage_past_the_retry_window_loses_nothing(
         server.start()
         back = time.monotonic()
         done = outcome(w, back)
-    status, took_s, lost, log, finished = (
-        done.status,
-        done.took_s,
-        done.lost,
-        done.log,
-        done.finished,
-    )
+    status, took_s, lost, log, finished = done.figures()
     figure(
         row=16,
         fault=f"Redis down {OUTAGE_S:g} s (past the {COMMIT_RETRY_S:g} s commit retry "

@@ -70,13 +70,7 @@ def test_out_of_memory_then_recovery(
             lambda: health(w.url)[0] == 200, 20, interval_s=0.1, message="healthy again"
         )
         done = outcome(w, freed)
-    status, took_s, lost, log, finished = (
-        done.status,
-        done.took_s,
-        done.lost,
-        done.log,
-        done.finished,
-    )
+    status, took_s, lost, log, finished = done.figures()
     figure(
         row=17,
         fault=f"Redis out of memory (noeviction) for {OOM_S:g} s with {RUNS} runs under way "

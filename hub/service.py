@@ -228,14 +228,15 @@ class Hub:
             log.info("hub %s yields partition %d (its share is %d)", self.hub_id, index, share)
             self.partitions[index].yielding.set()
         free_now: set[int] = set()
-        for part in self.partitions:
+        holders = await self.members.holders(len(self.partitions))
+        for part, holder in zip(self.partitions, holders, strict=True):
             if part.index in terms or rested.get(part.index, 0) > now:
                 continue
+            if holder is not None:  # another hub leads it (or this one's lease outlived a term)
+                part.leadership.seen_leader_at = time.monotonic()
+                continue
             if len(terms) >= share and part.index not in free_before:
-                if await part.leadership.current() is None:
-                    free_now.add(part.index)
-                else:
-                    part.leadership.seen_leader_at = time.monotonic()
+                free_now.add(part.index)
                 continue
             if await part.leadership.try_acquire():
                 terms[part.index] = self._start_term(part, stop, changed)

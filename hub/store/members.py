@@ -40,6 +40,7 @@ class MemberStore:
         self.members_key = keys.hubs
         self.partitions_key = keys.partitions
         self.prefix = keys.prefix
+        self.keys = keys
         self._heartbeat = db.script(_HEARTBEAT)
         self._agree = db.script(_AGREE)
 
@@ -47,6 +48,11 @@ class MemberStore:
         """Say `hub_id` is alive now; the number of hubs heard from within `window_ms`
         (itself included)."""
         return int(await self._heartbeat([self.members_key], [hub_id, window_ms]))
+
+    async def holders(self, partitions: int) -> list[str | None]:
+        """Who holds each partition's lease (`hub_id:token`, None when free), in one MGET."""
+        raw = await self.db.mget([self.keys.leader(p) for p in range(partitions)])
+        return [value.decode() if value else None for value in raw]
 
     async def leave(self, hub_id: str) -> None:
         """This hub stops: the others share its partitions without waiting for the window."""

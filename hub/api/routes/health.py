@@ -26,10 +26,7 @@ async def healthz(hub: HubDep, request: Request) -> JSONResponse:
     refusal: TransportError | None = None
     try:
         redis_ok = await asyncio.wait_for(hub.transport.ping(), PING_TIMEOUT_S)
-        holders = [
-            await asyncio.wait_for(part.leadership.current(), PING_TIMEOUT_S)
-            for part in hub.partitions
-        ]
+        holders = await asyncio.wait_for(hub.members.holders(len(hub.partitions)), PING_TIMEOUT_S)
         holder = holders[0]
         refusal = await asyncio.wait_for(hub.stores.lease.writes_refused(), PING_TIMEOUT_S)
     except (TransportError, TimeoutError):

@@ -14,10 +14,13 @@ from hub import commands as c
 from hub.api.app import supervise
 from hub.service import Hub, HubSettings
 from hub.store.members import MemberStore
+from protocols import payloads as p
 from protocols.canonical import canonical_json
+from protocols.codec import encode, make
 from protocols.errors import Conflict, EngineError
 from protocols.ids import new_id_in
-from protocols.keys import partition_of
+from protocols.keys import STREAM_FIELD, partition_of
+from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.transport import Storage
 from protocols.validation import load_cuelist
@@ -157,3 +160,36 @@ async def test_a_hub_with_another_partition_count_is_refused(
     await asyncio.wait_for(supervise(hub, asyncio.Event()), 10)
     assert "cannot lead: CALLBOARD_PARTITIONS=2, but the hubs" in caplog.text
     await hub.close()
+
+
+async def test_a_hostile_sender_is_refused_once_whatever_the_partitions(cluster: Cluster) -> None:
+    """Garbage and a spoofed message (about a run of partition 3) on a sender's own out
+    stream: each is dead-lettered once, by the partition that owns it, not once per
+    partition's reader; every group acknowledges everything; a real run still finishes."""
+    hub = cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="leads 4")
+    client = hub.transport._client
+    out = hub.keys.out("mallory")
+    spoofed = make(
+        T.TASK_HANDOFF,
+        p.TaskHandoff(from_agent="alice", to_agent="bob", task_id="T-1",
+                      handoff_context=p.HandoffContext()),
+        from_agent="alice", target_agents=("bob",), run_id=new_id_in(3, PARTITIONS),
+    )  # fmt: skip
+    await client.xadd(out, {STREAM_FIELD: b"\xff not json"})
+    await client.xadd(out, {STREAM_FIELD: encode(spoofed)})
+    version = await _stored(hub, PLAIN)
+    run_id = new_id_in(1, PARTITIONS)
+    await hub.commands.call(c.StartRun(cuelist="plain", version=version, run_id=run_id))
+    await eventually(lambda: _finished(hub, [run_id]), 15, message="a real run finishes")
+
+    async def settled() -> bool:
+        groups = await client.xinfo_groups(out)
+        return len(groups) == PARTITIONS and all(
+            g["pending"] == 0 and g["entries-read"] == 2 for g in groups
+        )
+
+    await eventually(settled, 10, message="every partition's group read and acknowledged both")
+    letters = [fields[b"reason"].decode() for _, fields in await client.xrange(hub.keys.dead)]
+    assert len(letters) == 2, letters
+    assert any("spoofed_sender" in r for r in letters) and any("mallory" in r for r in letters)

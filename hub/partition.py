@@ -82,6 +82,10 @@ class Partition:
         self.leading = asyncio.Event()
         self.on_leading = on_leading
         self.yielding = asyncio.Event()  # set: end the term, another hub is to lead it
+        # The last term here ended through no fault of what it read (Redis or the lease
+        # lost, a yield): its entries, claimed back, do not count toward poison. False at
+        # first: whoever held them before may have died of them.
+        self.blameless = False
 
     # -- a term ----------------------------------------------------------------------------
     async def lead(self, stop: asyncio.Event, beside: list[TermTask]) -> bool:
@@ -90,7 +94,8 @@ class Partition:
         on another hub) starts from what Redis holds; after a failure (False) this hub's
         in-memory state of the partition is dropped."""
         self.yielding.clear()
-        self.router.reset()  # what it saw was only as durable as the last term's engine
+        # what it saw was only as durable as the last term's engine
+        self.router.reset(blameless=self.blameless)
         try:
             resumed = await self.driver.load()
         except Exception as error:
@@ -118,7 +123,7 @@ class Partition:
         ]
         if self.partitions > 1:
             tasks.append(asyncio.create_task(self.follow_pause(leading_ends), name="pause"))
-        failed = False
+        failed = blamed = False
         ends = [
             asyncio.create_task(self.leadership.lost.wait(), name="lost"),
             asyncio.create_task(stop.wait(), name="stop"),
@@ -131,11 +136,13 @@ class Partition:
                     continue
                 if task.get_name() == "commit":
                     failed = True
+                    blamed = blamed or not isinstance(self.driver.failed, TransportError)
                     log.error(
                         "hub %s: a state write failed (%s); the term ends, state reloads",
                         self.hub_id, one_line(self.driver.failed or Exception("?")),
                     )  # fmt: skip
                 failed = self._ended_by(task) or failed
+                blamed = blamed or _crashed(task)
         finally:
             leading_ends.set()
             for task in [*tasks, *ends]:
@@ -148,6 +155,7 @@ class Partition:
             await self.leadership.release()  # a successor need not wait for it to expire
             if failed or self.driver.failed is not None:
                 self.driver.discard()
+            self.blameless = not blamed
         return not failed
 
     def _ended_by(self, task: asyncio.Task[Any]) -> bool:
@@ -348,3 +356,12 @@ def _resolve_record(e: Engine, esc: Escalation, cmd: c.Resolve) -> Escalation:
     esc.updated_at = e.clock()
     e.out.escalations[esc.id] = esc
     return esc
+
+
+def _crashed(task: asyncio.Task[Any]) -> bool:
+    """`task` ended by an error of the hub's own (a bug an input may have hit), not by
+    Redis (unreachable or refusing) or a lost lease."""
+    if task.cancelled():
+        return False
+    exc = task.exception()
+    return exc is not None and not isinstance(exc, TransportError | StaleLeader)

@@ -93,16 +93,20 @@ class Router:
         self._last_discover = 0.0
         self._last_claim = 0.0
         self._claim_all = True  # the term's first reclaim takes every pending entry
+        self._forgive = False  # ...and does not count what this hub held as delivered again
 
-    def reset(self) -> None:
+    def reset(self, blameless: bool = False) -> None:
         """A new leadership term: nothing seen, and every entry pending in the hub group
         (on any hub's consumer: only the leader reads it) is claimed at once, not after
-        the idle limit, and handled again (its effects were not durable)."""
+        the idle limit, and handled again (its effects were not durable). `blameless`:
+        this hub's last term ended through no fault of what it read (Redis or the lease
+        lost), so claiming back its own entries is not a delivery toward poison."""
         self._seen.clear()
         self._absent.clear()
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
         self._claim_all = True
+        self._forgive = blameless
 
     async def discover(self) -> None:
         """Find every agent's out stream (new agents appear at any time)."""
@@ -149,11 +153,12 @@ class Router:
             now = self._claim_all or stream in elsewhere
             idle_ms = 0 if now else self.settings.min_idle_ms
             claimed = await self.transport.reclaim(
-                stream, self.group, self.consumer, min_idle_ms=idle_ms
-            )
+                stream, self.group, self.consumer, min_idle_ms=idle_ms,
+                forgive=self._claim_all and self._forgive,
+            )  # fmt: skip
             if claimed:
                 await self.process(claimed)
-        self._claim_all = False
+        self._claim_all = self._forgive = False
 
     async def process(self, batch: Sequence[Delivery]) -> None:
         engine_msgs: list[Envelope] = []

@@ -197,15 +197,21 @@ class Transport(_Upkeep):
 
     async def reclaim(
         self, stream: str, group: str, consumer: str, *, min_idle_ms: int, count: int = 100,
-        on_poison: OnPoison | None = None,
+        on_poison: OnPoison | None = None, forgive: bool = False,
     ) -> list[Delivery]:  # fmt: skip
         """XAUTOCLAIM entries idle past `min_idle_ms` to `consumer`. Entries delivered more
         than `max_deliveries` times are not handed out: they go to `on_poison` (a specialist
         asks the hub to dead-letter them, as it may write nothing but its out stream), or
-        without it are dead-lettered (reason, raw bytes) and acked here (the hub)."""
+        without it are dead-lettered (reason, raw bytes) and acked here (the hub).
+
+        `forgive`: the entries `consumer` itself held were read by work that ended through
+        no fault of theirs (the hub's term lost Redis or its lease), so claiming them back
+        does not count as a delivery: their counters are set back (XCLAIM RETRYCOUNT)."""
         try:
+            held = await self._held(stream, group, consumer, count) if forgive else set()
             claimed, deleted = await self._autoclaim(stream, group, consumer, min_idle_ms, count)
             counts = await self._delivery_counts(stream, group, consumer, [i for i, _ in claimed])
+            counts = await self._uncount(stream, group, consumer, counts, held)
         except GroupMissing:
             await self._recover([stream], group)
             return []
@@ -229,6 +235,36 @@ class Transport(_Upkeep):
             sender = self.keys.agent_of_out(stream) or self.keys.agent_of_inbox(stream) or ""
             await self.dead_letter_many([(d, why, sender) for d, why in poison], group)
         return fresh
+
+    async def _held(self, stream: str, group: str, consumer: str, count: int) -> set[str]:
+        """Ids of the oldest `count` entries pending on `consumer` (those a claim of `count`
+        entries in id order can reach)."""
+        rows = await self._call(
+            "XPENDING",
+            lambda: self._client.xpending_range(stream, group, "-", "+", count, consumer),
+        )
+        return {_text(r["message_id"]) for r in rows}
+
+    async def _uncount(
+        self, stream: str, group: str, consumer: str, counts: dict[str, int], held: set[str]
+    ) -> dict[str, int]:
+        """Set back by one the delivery counters of the claimed entries in `held` (the
+        claim that counted them is not a delivery); the counters as they now stand."""
+        by_count: dict[int, list[Any]] = {}  # the new count -> entry ids
+        for entry_id, n in counts.items():
+            if entry_id in held and n > 1:
+                by_count.setdefault(n - 1, []).append(entry_id)
+        if not by_count:
+            return counts
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for n, ids in by_count.items():  # JUSTID: the XCLAIM itself counts nothing
+                    pipe.xclaim(stream, group, consumer, 0, ids, retrycount=n, justid=True)
+                return await pipe.execute()
+
+        await self._call("XCLAIM", send)
+        return {i: n - 1 if i in held and n > 1 else n for i, n in counts.items()}
 
     async def _autoclaim(
         self, stream: str, group: str, consumer: str, min_idle_ms: int, count: int

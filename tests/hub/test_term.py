@@ -11,8 +11,10 @@ import pytest
 
 from hub.engine import guard
 from hub.service import Hub, HubSettings
+from hub.store.state import StateStore
 from protocols import payloads as p
 from protocols.codec import Envelope, encode, make
+from protocols.errors import Unreachable
 from protocols.keys import HUB_GROUP, STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
@@ -66,6 +68,55 @@ async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goe
         assert hub.leadership.token is not None and first_token is not None
         assert hub.leadership.token >= first_token + 2
         assert hub.leading.is_set()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await hub.close()
+
+
+async def test_terms_that_lose_redis_do_not_make_their_input_poison(
+    settings: Settings, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An input read by terms that each lost Redis (the term's fault, not the input's) is
+    claimed back by the next term without counting a delivery: handled in the end, even
+    after more such terms than max_deliveries, and never dead-lettered as poison."""
+    lost: list[str] = []
+    handled: list[str] = []
+    real, real_commit = guard.specialist_escalation, StateStore.commit
+
+    def flaky(engine: Any, msg: Envelope, max_severity: Any) -> None:
+        cause = msg.body(p.EscalationError).cause
+        if len(lost) < 4:  # max_deliveries is 2: four such terms would make it poison
+            lost.append(cause)  # ...and the write of what it caused loses Redis
+        else:
+            handled.append(cause)
+        real(engine, msg, max_severity)
+
+    async def commit(store: StateStore, *args: Any) -> None:
+        if len(lost) > len(handled) + len(failed_writes):
+            failed_writes.append(1)
+            raise Unreachable("Redis went away mid-write")
+        await real_commit(store, *args)
+
+    failed_writes: list[int] = []
+    monkeypatch.setattr(guard, "specialist_escalation", flaky)
+    monkeypatch.setattr(StateStore, "commit", commit)
+    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
+    hub = Hub(HubSettings(**base, lease_ms=600))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    client = hub.transport._client
+    try:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        await client.xadd(keys.out("flaky"), {STREAM_FIELD: encode(_escalation("flaky", "x"))})
+        await eventually(lambda: handled == ["x"], 15, message="handled after the lost terms")
+        assert lost == ["x"] * 4 and len(failed_writes) == 4
+        assert await client.xrange(keys.dead) == []
+
+        async def nothing_pending() -> bool:
+            return (await client.xpending(keys.out("flaky"), HUB_GROUP))["pending"] == 0
+
+        await eventually(nothing_pending, 10)
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)

@@ -548,6 +548,34 @@ async def test_poison_entry_dead_lettered_after_max_deliveries(
     assert await transport.pending_count(stream, GROUP) == 0
 
 
+async def test_a_forgiving_claim_does_not_count_what_the_claimer_held(
+    transport: Transport, keys: Keys
+) -> None:
+    """`forgive` (the hub's term lost Redis, not the entry's fault): entries the claiming
+    consumer held come back without counting a delivery, however often; entries another
+    consumer held are counted as usual, and still become poison past the limit."""
+    assert transport.max_deliveries == 3
+    stream = keys.inbox("agent-a")
+    await transport.ensure_group(stream, GROUP)
+    mine = await transport.publish(stream, notice("mine"))
+    [first] = await read_all(transport, stream, "hub")
+    assert first.deliveries == 1
+    for _ in range(5):  # five lost terms: past max_deliveries, yet not poison
+        [again] = await transport.reclaim(stream, GROUP, "hub", min_idle_ms=0, forgive=True)
+        assert (again.entry_id, again.deliveries) == (mine, 1)
+    theirs = await transport.publish(stream, notice("theirs"))
+    assert [d.entry_id for d in await read_all(transport, stream, "other")] == [theirs]
+    got = await transport.reclaim(stream, GROUP, "hub", min_idle_ms=0, forgive=True)
+    assert {d.entry_id: d.deliveries for d in got} == {mine: 1, theirs: 2}
+    # Without forgiveness each claim counts; past the limit an entry is dead-lettered.
+    for expected in ({mine: 2, theirs: 3}, {mine: 3}, {}):
+        got = await transport.reclaim(stream, GROUP, "hub", min_idle_ms=0)
+        assert {d.entry_id: d.deliveries for d in got} == expected
+    letters = await transport.dead_letters()
+    assert sorted(letter["entry_id"] for letter in letters) == sorted([mine, theirs])
+    assert await transport.pending_count(stream, GROUP) == 0
+
+
 async def test_poison_goes_to_the_callers_hook_when_given(transport: Transport, keys: Keys) -> None:
     """A specialist may not write the dead-letter stream: its poison goes to a hook."""
     stream = keys.inbox("agent-a")

@@ -91,7 +91,7 @@ async def keyevents(server: Server, event: str) -> AsyncIterator[asyncio.Queue[b
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         for pubsub, client in zip(pubsubs, clients, strict=True):
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
             await client.config_set("notify-keyspace-events", "")
             await client.aclose()
 

@@ -130,7 +130,7 @@ def agents_process(
         specs, transports = [], []
         for agent in agents:
             transport = TimedTransport.from_url(url, settings.keys)
-            transport.agent = agent  # type: ignore[attr-defined]
+            transport.agent = agent
             transports.append(transport)
             specs.append(Echo(agent, "bench", settings, None, concurrency, transport=transport))
         running = [asyncio.create_task(s.run()) for s in specs]

@@ -87,7 +87,7 @@ def hot_messages() -> list[Envelope]:
                 handoff_context=p.HandoffContext(
                     work_completed=["parsed"],
                     artifacts_produced=[p.Artifact(path="out/a.json", hash="sha256:ab12")],
-                    implemented_code="src/a.py",  # type: ignore[call-arg]
+                    implemented_code="src/a.py",
                 ),
             ),
             from_agent="bench-a", run_id=RUN,

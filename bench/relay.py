@@ -162,7 +162,7 @@ async def run_pipeline(url: str, total: int, *, batched: bool, relay: Relay = ba
     consumer.start()
     producer.start()
     await asyncio.to_thread(ready.wait, 30)
-    relaying = asyncio.create_task(relay(url, source, sink, total, batch))
+    relaying = asyncio.ensure_future(relay(url, source, sink, total, batch))
     go.set()
     moved = await relaying
     await asyncio.to_thread(consumer.join, 120)

@@ -44,7 +44,7 @@ RATIO_TARGET = 0.9  # issue 18: the hub routes at 0.9x the bare batched relay or
 def handoff(sent_at: float) -> bytes:
     body = p.TaskHandoff(
         from_agent=SENDER, to_agent=RECEIVER, task_id="CUE-1",
-        handoff_context=p.HandoffContext(t=sent_at, work_completed=["built"]),  # type: ignore[call-arg]
+        handoff_context=p.HandoffContext(t=sent_at, work_completed=["built"]),
     )  # fmt: skip
     return encode(
         make(MessageType.TASK_HANDOFF, body, from_agent=SENDER, target_agents=(RECEIVER,))
@@ -130,9 +130,9 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
         hub.router.runless_handoffs = Budgets(total, 0.0)
         await hub.leadership.try_acquire()
         await hub.router.discover()
-        task = asyncio.create_task(hub.router.run(stop))
+        task: asyncio.Future[Any] = asyncio.ensure_future(hub.router.run(stop))
     else:
-        task = asyncio.create_task(relay_loop(setup, source, sink, total=total, count=BATCH))
+        task = asyncio.ensure_future(relay_loop(setup, source, sink, total=total, count=BATCH))
     go.set()
     await asyncio.to_thread(consumer.join, 300)
     await asyncio.to_thread(producer.join, 60)

@@ -123,10 +123,12 @@ def wait_done(client: httpx.Client, run_id: str, timeout_s: float = 30.0) -> dic
     done = ("success", "partial", "failed", "cancelled", "dry")
 
     def finished() -> dict[str, object] | None:
-        run = client.get(f"/v1/runs/{run_id}").json()
+        run: dict[str, object] = client.get(f"/v1/runs/{run_id}").json()
         return run if run["status"] in done else None
 
-    return eventually_sync(finished, timeout_s, interval_s=0.05, message=f"run {run_id} done")
+    found = eventually_sync(finished, timeout_s, interval_s=0.05, message=f"run {run_id} done")
+    assert found is not None  # eventually_sync returns only a truthy value
+    return found
 
 
 def sse_events(

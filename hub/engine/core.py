@@ -347,8 +347,8 @@ class Engine(
         cr.go_context = context
         self._set(run, cue_id, CueState.GO, _missing(T.STATUS_COMPLETED, cr))
         self._deadline(run, cue_id, Phase.GO, cue.go_timeout_s)
-        self.book.mark_go((run.run_id, cue_id))
-        self.out.resources_changed = True
+        if self.book.mark_go((run.run_id, cue_id)):
+            self.out.resources_changed = True
         self.record_event(run, "go", cue=cue_id, attempt=cr.attempt, fired_by=by.value)
         if assign:
             payload: p.Payload = p.TaskAssign(

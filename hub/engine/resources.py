@@ -99,10 +99,14 @@ class ResourceBook:
             if self.preferred.get(r) == claim.holder:
                 del self.preferred[r]
 
-    def mark_go(self, holder: Holder) -> None:
+    def mark_go(self, holder: Holder) -> bool:
+        """The claims `holder` holds went GO; True when that changed any (the book is to
+        be written again)."""
+        changed = False
         for claim in self.held.values():
-            if claim.holder == holder:
-                claim.went = True
+            if claim.holder == holder and not claim.went:
+                claim.went = changed = True
+        return changed
 
     def release(self, holder: Holder) -> list[Claim]:
         """Free what `holder` holds or waits for; return waiters now worth retrying, best first."""

@@ -40,6 +40,17 @@ async def _leading(real_redis: Any, keys: Keys, cuelist: dict[str, Any] | None =
     return Driver(store, cuelists, keys, lambda: LEASE)
 
 
+def test_a_go_rewrites_the_book_only_when_it_marks_a_claim() -> None:
+    """A GO writes the resource book when the cue holds a claim not yet marked GO'd (it
+    may then never be pre-empted, after a restart too), and never for a cue holding none."""
+    book = ResourceBook()
+    book.claim(Claim("run", "HOLDS", ("runner",), 5, ConflictStrategy.PRIORITY))
+    assert book.mark_go(("run", "HOLDS")) is True
+    assert book.dump().held["runner"].went is True
+    assert book.mark_go(("run", "HOLDS")) is False  # a retry's GO: nothing new to write
+    assert book.mark_go(("run", "FREE")) is False
+
+
 async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     real_redis: Any, keys: Keys
 ) -> None:

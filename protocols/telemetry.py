@@ -1,14 +1,17 @@
 """Spans for one process (hub or specialist), when tracing is on: each handed over as a
-record when it ends, made into the SDK's span and exported in batches by a thread of its own.
+record when it ends, made into the SDK's span a few dozen at a time, and exported in
+batches by a thread of its own.
 
-callboard knows each span's ids, times, events and links by the time it ends, so the hub's
-or a specialist's own thread makes no span object at all, only a tuple of plain values: no
-live span, sampler or attribute checks (a quarter of the SDK's cost per span), and no SDK
-object kept in the queue until its batch goes, for the garbage collector to rescan. The
-export thread builds a batch's `ReadableSpan`s at once and hands them to the SDK's
-exporter (the hub, over bench/tracing.py's two 5,000-cue runs: 1.53-1.56 s of CPU, both
-threads, where building each span as it ended took 1.64 s). Batching is the SDK batch
-processor's, with its settings:
+callboard knows each span's ids, times, events and links by the time it ends, so it makes
+no live span: a tuple of plain values when the span ends (no sampler, no attribute checks:
+a quarter of the SDK's cost per span), and the SDK's `ReadableSpan`s from BUILD_CHUNK of
+them at once, on the thread that emitted them. Not on the export thread: a second thread
+busy with Python holds the GIL the event loop wants after each of its socket calls, and
+that costs the process more than the building does (bench/tracing.py, 5 alternating
+rounds: building on the export thread, on/off 0.69x-0.85x the rate, hub 194-230 us and
+echo 122-164 us CPU per cue; building here, 0.76x-1.15x, 166-224 us and 106-168 us). The
+export thread only hands built batches to the SDK's exporter (whose OTLP encoding runs
+there). Batching is the SDK batch processor's, with its settings:
 batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every OTEL_BSP_SCHEDULE_DELAY
 or as soon as one is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a span is dropped. The
 exporter: OTLP over HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
@@ -56,6 +59,7 @@ _Record = tuple[
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _OK = Status(StatusCode.UNSET)
+BUILD_CHUNK = 64  # records made into SDK spans at once (at most a batch)
 _random = random.Random()
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,9 @@ class Spans:
         self.max_queue = settings.otel_bsp_max_queue_size
         self.batch_size = min(settings.otel_bsp_max_export_batch_size, self.max_queue)
         self.dropped = 0  # spans the full queue turned away
-        self._queue: deque[_Record] = deque()
+        self.build_chunk = min(BUILD_CHUNK, self.batch_size)
+        self._records: deque[_Record] = deque()  # ended, not yet made into SDK spans
+        self._queue: deque[ReadableSpan] = deque()  # made, waiting for their batch
         self._wake = threading.Event()
         self._exporting = threading.Lock()
         self._stopped = False
@@ -94,16 +100,18 @@ class Spans:
         error: str | None = None,
     ) -> None:  # fmt: skip
         """Export one ended span (after the batch delay, or once a batch is full)."""
-        queue = self._queue
-        if len(queue) >= self.max_queue:
+        records = self._records
+        if len(records) + len(self._queue) >= self.max_queue:
             self.dropped += 1
             return
-        queue.append((
+        records.append((
             name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attributes, events,
             links, error,
         ))  # fmt: skip
-        if len(queue) == self.batch_size:
-            self._wake.set()
+        if len(records) >= self.build_chunk:
+            self._build()
+            if len(self._queue) >= self.batch_size:
+                self._wake.set()
 
     def flush(self) -> None:
         """Export every span emitted so far, now, in this thread."""
@@ -124,14 +132,27 @@ class Spans:
             self._wake.clear()
             self._export(everything=not full)
 
+    def _build(self) -> None:
+        """The records emitted so far, made into SDK spans in the export queue."""
+        records, queue = self._records, self._queue
+        while records:
+            try:
+                record = records.popleft()
+            except IndexError:  # the other thread took the last one
+                return
+            queue.append(self._span(record))
+
     def _export(self, everything: bool) -> None:
-        """Full batches, then (on the delay, a flush) what is left."""
+        """Full batches, then (on the delay, a flush) what is left, the records not yet
+        made into spans included."""
+        if everything:
+            self._build()
         with self._exporting:
             queue = self._queue
             while len(queue) >= self.batch_size or (everything and queue):
                 batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
                 try:
-                    self.exporter.export([self._span(record) for record in batch])
+                    self.exporter.export(batch)
                 except Exception:  # an exporter's failure costs its batch, not the thread
                     log.exception("exporting %d spans failed", len(batch))
 

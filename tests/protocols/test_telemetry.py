@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from protocols.settings import Settings
-from protocols.telemetry import Spans
+from protocols.telemetry import BUILD_CHUNK, Spans
 
 WAIT_S = 10  # a deadline, never a sleep
 
@@ -69,6 +69,22 @@ def test_a_record_becomes_the_sdk_span_it_describes() -> None:
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == "failed: boom"
     assert span.resource.attributes["service.name"] == "svc"
+    spans.shutdown()
+
+
+def test_spans_are_made_a_chunk_at_a_time_on_the_emitting_thread() -> None:
+    """The export thread only exports: the SDK spans are made where they are emitted, a
+    chunk at a time (the rest when their batch goes, at the delay or a flush)."""
+    exporter = Held()
+    spans = _spans(exporter)
+    for i in range(BUILD_CHUNK + 1):
+        _emit(spans, f"s{i}", span_id=i + 1)
+    assert len(spans._queue) == BUILD_CHUNK and len(spans._records) == 1
+    assert all(isinstance(span, ReadableSpan) for span in spans._queue)
+    assert exporter.batches == []  # a batch is not full yet: nothing exported
+    spans.flush()
+    names = [s.name for batch in exporter.batches for s in batch]
+    assert names == [f"s{i}" for i in range(BUILD_CHUNK + 1)]
     spans.shutdown()
 
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -32,13 +32,19 @@ C = TypeVar("C", bound=Command[Any])
 
 
 class Handlers:
-    """Which coroutine serves each kind of command."""
+    """Which coroutine serves each kind of command, and what to look up once for a batch
+    of them before any is served (`before`)."""
 
     def __init__(self) -> None:
         self._by_kind: dict[type[Command[Any]], Callable[[Any], Awaitable[Reply]]] = {}
+        self.before: Callable[[Sequence[Command[Any]]], Awaitable[None]] | None = None
 
     def on(self, kind: type[C], handler: Callable[[C], Awaitable[Reply]]) -> Handlers:
         self._by_kind[kind] = handler
+        return self
+
+    def on_batch(self, before: Callable[[Sequence[Command[Any]]], Awaitable[None]]) -> Handlers:
+        self.before = before
         return self
 
     def of(self, command: Command[Any]) -> Callable[[Any], Awaitable[Reply]] | None:
@@ -87,7 +93,13 @@ class CommandServer:
                 # a batch is served concurrently: its engine steps share fenced writes, and
                 # its answers go back in one round trip
                 if queued:
-                    answers = await asyncio.gather(*(self._serve(q) for q in queued))
+                    requests = [_parsed(q) for q in queued]
+                    if self.handlers.before is not None:
+                        commands = [r.command for r in requests if isinstance(r, Request)]
+                        await self.handlers.before(commands)
+                    answers = await asyncio.gather(
+                        *(self._serve(q, r) for q, r in zip(queued, requests, strict=True))
+                    )
                     await self.store.answer([q.entry_id for q in queued], answers)
 
     async def _drop_failing(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
@@ -107,13 +119,10 @@ class CommandServer:
         await self.store.answer([q.entry_id for q in failing], answers)
         return [q for q in queued if q not in failing]
 
-    async def _serve(self, queued: QueuedCommand) -> tuple[str, bytes]:
-        """(command id, answer) for one command."""
-        try:
-            request = Request.model_validate_json(queued.body)
-        except ValidationError as exc:
-            detail = f"unknown command: {exc.errors()[0]['msg']}"
-            return _request_id(queued.body), _refused(ErrorCode.NOT_FOUND, detail)
+    async def _serve(self, queued: QueuedCommand, request: Request | str) -> tuple[str, bytes]:
+        """(command id, answer) for one command (`request`: parsed, or why it did not)."""
+        if isinstance(request, str):
+            return _request_id(queued.body), _refused(ErrorCode.NOT_FOUND, request)
         handler = self.handlers.of(request.command)
         try:
             if handler is None:
@@ -133,6 +142,14 @@ class CommandServer:
         except CallboardError as exc:  # any other refusal
             answer = Answer(ok=False, error=ErrorCode.ENGINE, detail=str(exc))
         return request.id, answer.model_dump_json().encode()
+
+
+def _parsed(queued: QueuedCommand) -> Request | str:
+    """The command read, or why it is none."""
+    try:
+        return Request.model_validate_json(queued.body)
+    except ValidationError as exc:
+        return f"unknown command: {exc.errors()[0]['msg']}"
 
 
 def _refused(code: ErrorCode, detail: str) -> bytes:

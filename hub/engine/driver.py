@@ -286,6 +286,8 @@ class Driver:
             return run
 
         def start(e: Engine) -> RunState:
+            if (started := e.runs.get(run_id)) is not None:
+                return started  # the same start, served twice at once: started once
             e.write_with_step(list(write))
             return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,11 @@ class StateStore:
         return await self._commit.replay(lease_value)
 
     # -- runs -----------------------------------------------------------------------------
+    async def stored_runs(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs Redis holds (one round trip)."""
+        found = await self.db.exists_each([self.keys.run(run_id) for run_id in run_ids])
+        return {run_id for run_id, there in zip(run_ids, found, strict=True) if there}
+
     async def run(self, run_id: str) -> RunState | None:
         """The run as Redis holds it. A big one (thousands of cues: hundreds of ms to parse)
         is parsed in a worker thread, so the event loop the engine and the lease share

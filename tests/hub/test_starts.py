@@ -1,0 +1,108 @@
+"""Starting runs on a real server: a batch of starts looks its runs up in one round trip,
+and a start served twice (sent twice, or again for a run Redis holds) starts nothing new."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hub import commands as c
+from hub.service import Hub, HubSettings
+from protocols.canonical import canonical_json
+from protocols.ids import new_id
+from protocols.settings import Settings
+from protocols.validation import load_cuelist
+from specialists.builtin.echo import Echo
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+PLAIN = "cuelist: plain\ncues:\n  - {id: ONLY, target_agents: [s-echo]}\n"
+
+
+@pytest.fixture
+async def echo(settings: Settings) -> AsyncIterator[None]:
+    agent = Echo("s-echo", settings=settings, concurrency=4)
+    task = asyncio.create_task(agent.run())
+    try:
+        yield
+    finally:
+        agent.stop()
+        await asyncio.wait_for(task, 15)
+
+
+@contextlib.asynccontextmanager
+async def _hub(settings: Settings) -> AsyncIterator[Hub]:
+    hub = Hub(HubSettings(**settings.model_dump()))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    try:
+        yield hub
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await hub.close()
+
+
+async def _stored(hub: Hub) -> str:
+    parsed, version = load_cuelist(PLAIN)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), PLAIN)
+    return version
+
+
+async def _run_events(hub: Hub, run_id: str) -> list[dict[str, Any]]:
+    client: Any = hub.transport._client
+    entries = await client.xrange(hub.settings.keys.run_events(run_id))
+    return [json.loads(fields[b"e"]) for _, fields in entries]
+
+
+async def test_a_start_sent_twice_in_one_batch_starts_one_run(
+    settings: Settings, echo: None
+) -> None:
+    async with _hub(settings) as hub:
+        version = await _stored(hub)
+        run_id = new_id()
+        start = c.StartRun(cuelist="plain", version=version, run_id=run_id)
+        # both queued before the leader reads: one batch, looked up at once, served together
+        ids = [await hub.commands.send(start), await hub.commands.send(start)]
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        replies = [await hub.commands.answer(start, command_id, 10) for command_id in ids]
+        assert {r.run_id for r in replies} == {run_id}
+
+        async def done() -> bool:
+            run = await hub.store.run(run_id)
+            return run is not None and run.status.value == "success"
+
+        await eventually(done, 10, message="the run succeeds")
+        run = await hub.store.run(run_id)
+        assert run is not None and len(run.cues["ONLY"].gos) == 1
+        events = await _run_events(hub, run_id)
+        assert [e["status"] for e in events if e["type"] == "run"].count("running") == 1
+
+
+async def test_a_start_for_a_run_redis_holds_answers_it_and_starts_nothing(
+    settings: Settings, echo: None
+) -> None:
+    run_id = new_id()
+    async with _hub(settings) as hub:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        version = await _stored(hub)
+        start = c.StartRun(cuelist="plain", version=version, run_id=run_id)
+        await hub.commands.call(start)
+
+        async def done() -> bool:
+            run = await hub.store.run(run_id)
+            return run is not None and run.status.value == "success"
+
+        await eventually(done, 10, message="the run succeeds")
+        before = await _run_events(hub, run_id)
+    async with _hub(settings) as hub:  # a new leader: the ended run is not in its memory
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        assert run_id not in hub.partitions[0].driver.engine.runs
+        reply = await hub.commands.call(start)
+        assert (reply.run_id, reply.status) == (run_id, "success")
+        assert await _run_events(hub, run_id) == before  # nothing started again

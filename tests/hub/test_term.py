@@ -5,6 +5,8 @@ and an input that crashes every term is dead-lettered after max_deliveries, no c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,6 +29,22 @@ def _escalation(agent: str, cause: str) -> Envelope:
     return make(T.ESCALATION_ERROR, p.EscalationError(cause=cause), from_agent=agent)
 
 
+@contextlib.asynccontextmanager
+async def _leading(settings: Settings) -> AsyncIterator[Hub]:
+    """A hub on a short lease that dead-letters an entry after 2 deliveries, once it leads."""
+    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
+    hub = Hub(HubSettings(**base, lease_ms=600))
+    stop = asyncio.Event()
+    task = asyncio.create_task(hub.run(stop))
+    try:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        yield hub
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await hub.close()
+
+
 async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goes_on(
     settings: Settings, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,13 +61,8 @@ async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goe
         real(engine, msg, max_severity)
 
     monkeypatch.setattr(guard, "specialist_escalation", buggy)
-    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
-    hub = Hub(HubSettings(**base, lease_ms=600))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    client = hub.transport._client
-    try:
-        await asyncio.wait_for(hub.leading.wait(), 10)
+    async with _leading(settings) as hub:
+        client = hub.transport._client
         first_token = hub.leadership.token
         await client.xadd(keys.out("buggy"), {STREAM_FIELD: encode(_escalation("buggy", "boom"))})
         # read once, then claimed at once by each next term (not after the 30 s idle
@@ -68,10 +81,6 @@ async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goe
         assert hub.leadership.token is not None and first_token is not None
         assert hub.leadership.token >= first_token + 2
         assert hub.leading.is_set()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await hub.close()
 
 
 async def test_terms_that_lose_redis_do_not_make_their_input_poison(
@@ -101,13 +110,8 @@ async def test_terms_that_lose_redis_do_not_make_their_input_poison(
     failed_writes: list[int] = []
     monkeypatch.setattr(guard, "specialist_escalation", flaky)
     monkeypatch.setattr(StateStore, "commit", commit)
-    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
-    hub = Hub(HubSettings(**base, lease_ms=600))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    client = hub.transport._client
-    try:
-        await asyncio.wait_for(hub.leading.wait(), 10)
+    async with _leading(settings) as hub:
+        client = hub.transport._client
         await client.xadd(keys.out("flaky"), {STREAM_FIELD: encode(_escalation("flaky", "x"))})
         await eventually(lambda: handled == ["x"], 15, message="handled after the lost terms")
         assert lost == ["x"] * 4 and len(failed_writes) == 4
@@ -117,10 +121,6 @@ async def test_terms_that_lose_redis_do_not_make_their_input_poison(
             return (await client.xpending(keys.out("flaky"), HUB_GROUP))["pending"] == 0
 
         await eventually(nothing_pending, 10)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await hub.close()
 
 
 async def test_what_another_hub_reads_during_this_term_is_claimed_at_once(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocols.batching import Coalescer
 from protocols.keys import Keys
 from protocols.transport import Gateway, Storage
-from specialists.batching import Coalescer
 
 
 class DoneMarkers:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocols import codec
+from protocols.batching import Coalescer
 from protocols.codec import Envelope
 from protocols.errors import OutOfMemory, ReadOnly, TransportError
 from protocols.messages import MessageType
 from protocols.outage import Outage
 from protocols.payloads import StatusOffline, StatusOnline, StatusRejected
 from protocols.transport import Delivery, Transport
-from specialists.batching import Coalescer
 from specialists.context import ContextReader
 from specialists.dispatch import Abandon, Dispatcher
 from specialists.markers import DoneMarkers

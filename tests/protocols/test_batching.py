@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from specialists.batching import Coalescer
+from protocols.batching import Coalescer
 
 
 class Sink:
@@ -76,8 +76,26 @@ async def test_post_does_not_wait_and_logs_a_failure(caplog: pytest.LogCaptureFi
     sink = Sink()
     sink.fail = ConnectionError("redis gone")
     out = Coalescer(sink.flush, "out")
-    with caplog.at_level(logging.WARNING, logger="callboard.specialists"):
+    with caplog.at_level(logging.WARNING, logger="callboard.batching"):
         out.post(1)
         await out.idle()
     assert sink.batches == [[1]]
     assert "out write failed: redis gone" in caplog.text
+
+
+def test_a_coalescer_outlives_the_event_loop_it_was_first_used_in() -> None:
+    """A store made once and used from one asyncio.run after another (a CLI, tests)."""
+    flushed: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        flushed.append(items)
+        return [i * 2 for i in items]
+
+    coalescer: Coalescer[int, int] = Coalescer(flush, "loops")
+
+    async def once(n: int) -> list[int]:
+        return list(await asyncio.gather(*(coalescer(i) for i in range(n))))
+
+    assert asyncio.run(once(3)) == [0, 2, 4]
+    assert asyncio.run(once(2)) == [0, 2]
+    assert flushed == [[0, 1, 2], [0, 1]]

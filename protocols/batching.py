@@ -1,5 +1,6 @@
-"""Coalescing a replica's round trips: calls made while one batch is in flight go together
-in the next, in the order they were made (the specialist's side of group commit)."""
+"""Coalescing round trips: calls made while one batch is in flight go together in the
+next, in the order they were made (a specialist's writes, the commands an API process
+queues: the callers' side of group commit)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-log = logging.getLogger("callboard.specialists")
+log = logging.getLogger("callboard.batching")
 
 T = TypeVar("T")
 R = TypeVar("R")

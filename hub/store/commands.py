@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocols.batching import Coalescer
 from protocols.errors import TransportError
 from protocols.keys import Keys
 from protocols.transport import Pipeline, Storage
@@ -27,9 +28,20 @@ class CommandStore:
         self.db = db
         self.keys = keys
         self.stream = keys.commands(partition)
+        # commands queued at once (an API process's concurrent requests) share one XADD
+        # pipeline: one round trip for the batch, in the order they were queued
+        self._pushes = Coalescer(self._push_many, f"commands-{partition}")
 
     async def push(self, body: bytes) -> None:
-        await self.db.xadd(self.stream, {FIELD: body})
+        await self._pushes(body)
+
+    async def _push_many(self, bodies: list[bytes]) -> list[None]:
+        def build(pipe: Pipeline) -> None:
+            for body in bodies:
+                pipe.xadd(self.stream, {FIELD: body})
+
+        await self.db.pipeline("QUEUE COMMANDS", build)
+        return [None] * len(bodies)
 
     async def wait_answer(self, command_id: str, timeout_s: float) -> bytes | None:
         """The answer to `command_id`, waiting up to `timeout_s`; None when none came."""

@@ -123,3 +123,24 @@ async def test_a_command_that_ends_every_term_is_answered_failing_after_its_trie
         stop.set()
         await task
     assert len(served) == 2
+
+
+async def test_commands_queued_at_once_go_in_one_round_trip_in_their_order(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API process's concurrent requests: their commands share one XADD pipeline."""
+    db = Storage(real_redis)
+    store = CommandStore(db, keys)
+    trips: list[str] = []
+    real_pipeline = db.pipeline
+
+    async def pipeline(op: str, *args: Any, **kwargs: Any) -> list[Any]:
+        trips.append(op)
+        return await real_pipeline(op, *args, **kwargs)
+
+    monkeypatch.setattr(db, "pipeline", pipeline)
+    bodies = [f'{{"n": {i}}}'.encode() for i in range(20)]
+    await asyncio.gather(*(store.push(body) for body in bodies))
+    assert trips == ["QUEUE COMMANDS"]
+    entries = await real_redis.xrange(keys.commands(0))
+    assert [fields[b"c"] for _, fields in entries] == bodies

@@ -64,6 +64,39 @@ async def test_a_new_leader_drops_leases_of_runs_no_longer_running(
     assert saved["held"] == {}  # and the release is written, fenced like any state
 
 
+async def test_a_dry_runs_events_follow_it_in_bounded_writes_all_of_them_in_order(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk's events go in writes of at most DRY_EVENTS_PER_WRITE (7 here), after the
+    run: every one lands, in the walk's order, and the run is stored whole."""
+    monkeypatch.setattr(driver_module, "DRY_EVENTS_PER_WRITE", 7)
+    cues = [{"id": f"D{i}", "target_agents": ["w"], "coordination": "direct"} for i in range(10)]
+    driver = await _leading(real_redis, keys, {"cuelist": "walk", "cues": cues})
+    commits: list[int] = []
+    real_commit = driver.store.commit
+
+    async def commit(out: Any, *args: Any) -> None:
+        commits.append(len(out.events))
+        await real_commit(out, *args)
+
+    monkeypatch.setattr(driver.store, "commit", commit)
+    walked: list[Any] = []
+    real_walk = driver_module.dry_run
+
+    def walk(*args: Any) -> Any:
+        run, out = real_walk(*args)
+        walked.extend(event for _, event in out.events)
+        return run, out
+
+    monkeypatch.setattr(driver_module, "dry_run", walk)
+    run = await driver.start_run("walk", None, "r1", {}, True)
+    assert len(walked) > 14  # enough for three writes
+    assert max(commits) <= 7 and len(commits) == -(-len(walked) // 7)
+    stored = [json.loads(f[b"e"]) for _, f in await real_redis.xrange(keys.run_events("r1"))]
+    assert stored == json.loads(json.dumps(walked))
+    assert (await driver.store.run("r1")) == run
+
+
 async def test_a_big_run_starts_in_committed_chunks_between_other_steps(
     real_redis: Any, keys: Keys
 ) -> None:

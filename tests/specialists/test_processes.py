@@ -80,7 +80,8 @@ async def test_a_restarted_replica_finishes_its_own_work(
     first = spawn(SIDE_EFFECT, "r1", **FAST)
     await _online(hub, "r1")
     await hub.go("CUE-1", path=str(effects), hang_ms=60_000)
-    await eventually(lambda: effects.exists(), 10)
+    # the line written, not only the file made (a kill between the two loses the line)
+    await eventually(lambda: effects.exists() and effects.read_text() == "r1\n", 10)
     first.proc.kill()
     first.proc.wait(5)
     spawn(SIDE_EFFECT, "r1", **FAST)  # same name: its pending GO is reclaimed once idle

@@ -108,10 +108,38 @@ function focusKey(el) {
   return null;
 }
 
+// A field's place on the page, found again in the swapped-in HTML.
+function fieldKey(el) {
+  if (el.id) return `#${CSS.escape(el.id)}`;
+  const form = el.form;
+  if (!el.name || !form || !form.dataset.url) return null;
+  return `form[data-url="${CSS.escape(form.dataset.url)}"] [name="${CSS.escape(el.name)}"]`;
+}
+
+const ticks = (el) => el.type === "checkbox" || el.type === "radio";
+
+// What the operator has typed (or ticked) and not sent yet: a live update keeps it.
+function typed(target) {
+  const kept = [];
+  for (const el of target.querySelectorAll("input, textarea")) {
+    const edited = ticks(el) ? el.checked !== el.defaultChecked : el.value !== el.defaultValue;
+    const key = edited ? fieldKey(el) : null;
+    if (key) kept.push([key, ticks(el) ? el.checked : el.value]);
+  }
+  return kept;
+}
+
 function swap(target, html, outer) {
   const key = target.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+  const kept = typed(target);
   if (outer) target.outerHTML = html;
   else target.innerHTML = html;
+  for (const [field, value] of kept) {
+    const again = document.querySelector(field);
+    if (!again) continue;
+    if (ticks(again)) again.checked = Boolean(value);
+    else again.value = String(value);
+  }
   if (key) {
     const again = document.querySelector(key);
     if (again) again.focus();

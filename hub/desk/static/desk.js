@@ -181,7 +181,29 @@ function setRowState(cue, state) {
   cell.textContent = state;
 }
 
+// One refresh at a time: an answer fetched before a change must not land after a newer
+// one. What changes meanwhile waits in `changed` for the next round.
+let refreshing = false;
+let again = false;
+
 async function refreshRun() {
+  if (refreshing) {
+    again = true;
+    return;
+  }
+  refreshing = true;
+  try {
+    await redrawRun();
+  } finally {
+    refreshing = false;
+    if (again) {
+      again = false;
+      refreshRun();
+    }
+  }
+}
+
+async function redrawRun() {
   const names = [...changed];
   changed.clear();
   const all = everything || names.length > 150;
@@ -246,12 +268,17 @@ function follow() {
     // a page that showed the run ended follows it again after a retry: its old ending
     // (replayed from the stream's start) is not news
     if (main.dataset.live !== "1" && Date.parse(e.at) < rendered) return;
-    refreshSoon(FINAL.has(e.status) ? 0 : 250);
-    if (FINAL.has(e.status)) {
-      source.close();
-      source = null;
-      if (note) note.textContent = `finished: ${e.status}`;
+    if (!FINAL.has(e.status)) {
+      refreshSoon(250);
+      return;
     }
+    // the stream closes here, so cue events written after the run's ending never
+    // arrive: the last refresh redraws every row and node
+    everything = true;
+    refreshSoon(0);
+    source.close();
+    source = null;
+    if (note) note.textContent = `finished: ${e.status}`;
   });
   source.onerror = () => {
     if (source && source.readyState === EventSource.CLOSED) {

@@ -3,6 +3,7 @@ what an operator does. Each test asserts what the page shows AND the API state a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -12,7 +13,8 @@ import httpx
 import pytest
 import redis
 import yaml
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from callboard.embedded import EmbeddedServer
 from protocols.keys import Keys
@@ -282,6 +284,37 @@ def test_cancel_a_run(stage: Stage, page: Page) -> None:
     run = stage.run(run_id)
     assert run["status"] == "cancelled"
     assert run["cues"]["LONG-100"]["state"] == "cancelled"
+
+
+def test_a_late_answer_does_not_undo_a_newer_one(stage: Stage, page: Page) -> None:
+    """A refresh asked before the cancel and answered after it: the page still ends up
+    showing the cancel, because it asks again once that answer is in."""
+    run_id = stage.start("desk-slow")
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(node_label(page, "LONG-100")).to_have_text("go")
+    before = page.request.get(f"{stage.url}/runs/{run_id}/parts?cues=*")
+    assert before.ok and "go" in before.text()
+    held: list[Route] = []
+
+    def hold_the_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(re.compile(r"/runs/[^/]+/parts\?"), hold_the_first)
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("[data-live-note]")).to_have_text("finished: cancelled")
+    expect(node_label(page, "LONG-100")).to_have_text("cancelled")  # straight from the event
+    assert held, "the cancel asked for no refresh"
+    # a page that asks again meanwhile gets that answer before the held one; this page
+    # waits for the held answer before it asks again
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_event("requestfinished", lambda r: "/parts?" in r.url, timeout=1500)
+    held[0].fulfill(status=200, content_type="application/json", body=before.body())
+    expect(page.locator("#run-status")).to_have_text("cancelled")
+    expect(node_label(page, "LONG-100")).to_have_text("cancelled")
+    expect(row_state(page, "AFTER-200")).to_have_text("cancelled")
 
 
 def test_a_refused_action_shows_the_reason(stage: Stage, watched: Watched) -> None:

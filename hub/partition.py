@@ -129,10 +129,14 @@ class Partition:
             asyncio.create_task(self.leadership.lost.wait(), name="lost"),
             asyncio.create_task(stop.wait(), name="stop"),
             asyncio.create_task(self.yielding.wait(), name="yield"),
+            asyncio.create_task(self.driver.stale.wait(), name="stale"),
         ]
         try:
             done, _ = await asyncio.wait([*tasks, *ends], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
+                if task.get_name() == "stale":
+                    log.warning("hub %s: a state write was refused, the lease is lost; "
+                                "following again", self.hub_id)  # fmt: skip
                 if task in ends:
                     continue
                 if task.get_name() == "commit":

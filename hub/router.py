@@ -88,6 +88,8 @@ class Router:
         self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
+        # handled by a quiet step whose write has not landed yet -> that step's number
+        self._unwritten: dict[str, int] = {}
         self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
         self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
@@ -102,6 +104,7 @@ class Router:
         this hub's last term ended through no fault of what it read (Redis or the lease
         lost), so claiming back its own entries is not a delivery toward poison."""
         self._seen.clear()
+        self._unwritten.clear()
         self._absent.clear()
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
@@ -169,6 +172,8 @@ class Router:
         registry_changed: set[str] = set()
         seen: set[str] = set()  # remembered once what they caused is written
         to_save: set[str] = set()  # registry records partition 0 writes
+        held: set[int] = set()  # deliveries (by id()) this batch does not acknowledge
+        self._settle()
         for d in batch:
             agent = self.keys.agent_of_out(d.stream) or "?"
             msg = d.message
@@ -193,6 +198,12 @@ class Router:
                 continue
             if msg.message_id in self._seen or msg.message_id in seen:
                 continue  # a message seen twice is handled once
+            if msg.message_id in self._unwritten:
+                # read again (reclaimed) while the write of its first handling is still
+                # out: that write acknowledges it, or fails, ends the term and leaves it
+                # for the next one to handle. Acknowledged here, it could be lost.
+                held.add(id(d))
+                continue
             seen.add(msg.message_id)
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
                 if not self.runless_handoffs.take(agent):
@@ -232,9 +243,10 @@ class Router:
         await self.registry.save(to_save)
         if registry_changed:  # a cue waiting for a matching agent may fire now
             await self.agents_changed()
+        acked = [d for d in batch if id(d) not in held] if held else batch
         if engine_msgs or bad:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
-            raw = [*_xadds(forwards), *ack_commands(batch, self.group)]
+            raw = [*_xadds(forwards), *ack_commands(acked, self.group)]
             ended = await self._ended_runs(engine_msgs)
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
@@ -242,13 +254,26 @@ class Router:
                 self.driver.tracer.received(engine_msgs)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         else:
-            await self.transport.publish_many(forwards, ack=batch, group=self.group)
+            await self.transport.publish_many(forwards, ack=acked, group=self.group)
         # Seen only now: a batch whose write failed is read again (the failure ends the
         # term, and the next one reclaims it) and handled, not skipped as a duplicate. A
-        # quiet step (its write lingers a moment) counts as written: its write failing
-        # ends the term too, and this set with it.
+        # quiet step's write lingers a moment: until it lands, a message it handled is
+        # skipped but not acknowledged (its write failing ends the term, and the next one
+        # handles it again).
+        last = self.driver.applied  # this batch's step, or a later one
         for message_id in seen:
-            self._remember(message_id)
+            if self.driver.durable >= last:
+                self._remember(message_id)
+            else:
+                self._unwritten[message_id] = last
+
+    def _settle(self) -> None:
+        """Remember as seen the messages whose quiet step's write has landed."""
+        durable = self.driver.durable
+        for message_id, step in list(self._unwritten.items()):
+            if step <= durable:
+                del self._unwritten[message_id]
+                self._remember(message_id)
 
     def _mine(self, msg: Envelope | None) -> bool:
         """Does this partition handle the entry? Its run's partition does; partition 0

@@ -80,6 +80,19 @@ class Driver:
         # it. `broken` ends the leader's term; the next term reloads from Redis.
         self.failed: BaseException | None = None
         self.broken = asyncio.Event()
+        # A write refused for a lost lease (StaleLeader) ends the term too, at once: a
+        # quiet step's lingering write is refused with no caller to hear it.
+        self.stale = asyncio.Event()
+
+    @property
+    def applied(self) -> int:
+        """How many steps the engine has applied (the last step's number)."""
+        return self._applied
+
+    @property
+    def durable(self) -> int:
+        """How many steps a finished write covers: step `n` is in Redis once this >= n."""
+        return self._durable
 
     # -- state ----------------------------------------------------------------------------
     async def load(self) -> int:
@@ -93,6 +106,7 @@ class Driver:
             self._linger_failed, self._quiet_since = None, None
             self.failed = None
             self.broken.clear()
+            self.stale.clear()
             if self.tracer is not None:
                 self.tracer.reset()
             previous = self.engine
@@ -230,6 +244,7 @@ class Driver:
     async def _commit(self, out: Outbox) -> None:
         lease = self.lease_value()
         if lease is None:
+            self.stale.set()
             raise StaleLeader("not the leader")
         tracer = self.tracer
         if tracer is not None:
@@ -237,6 +252,7 @@ class Driver:
         try:
             await self.store.commit(out, self.engine, lease)
         except StaleLeader as exc:
+            self.stale.set()
             if tracer is not None:
                 tracer.failed(exc)
             raise

@@ -11,15 +11,18 @@ from typing import Any
 
 import pytest
 
-from hub.engine import guard
+from hub.engine import guard, inputs
+from hub.engine.state import RunState
 from hub.service import Hub, HubSettings
 from hub.store.state import StateStore
 from protocols import payloads as p
 from protocols.codec import Envelope, encode, make
-from protocols.errors import Unreachable
+from protocols.errors import StaleLeader, Unreachable
 from protocols.keys import HUB_GROUP, STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.states import RunStatus
+from protocols.transport import Transport
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -30,10 +33,10 @@ def _escalation(agent: str, cause: str) -> Envelope:
 
 
 @contextlib.asynccontextmanager
-async def _leading(settings: Settings) -> AsyncIterator[Hub]:
+async def _leading(settings: Settings, **overrides: Any) -> AsyncIterator[Hub]:
     """A hub on a short lease that dead-letters an entry after 2 deliveries, once it leads."""
     base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
-    hub = Hub(HubSettings(**base, lease_ms=600))
+    hub = Hub(HubSettings(**{**base, "lease_ms": 600, **overrides}))
     stop = asyncio.Event()
     task = asyncio.create_task(hub.run(stop))
     try:
@@ -161,3 +164,55 @@ async def test_what_another_hub_reads_during_this_term_is_claimed_at_once(
         stop.set()
         await asyncio.wait_for(task, 10)
         await hub.close()
+
+
+async def test_a_reply_whose_lingering_write_is_refused_is_handled_again_not_dropped(
+    settings: Settings, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A late reply's step sends nothing, so its write lingers. A reclaim reads the reply
+    again while that write is out, and then the write is refused: the lease was lost. The
+    reply is not acknowledged unwritten (once it was skipped as seen and acknowledged, and
+    lost), and the refusal ends the term at once: the next term handles it again."""
+    handled: list[str] = []
+    reclaimed: list[str] = []
+    refused: list[str] = []
+    real_handle, real_commit, real_reclaim = inputs.handle, StateStore.commit, Transport.reclaim
+
+    def handle(engine: Any, msg: Envelope) -> None:
+        handled.append(msg.message_id)
+        real_handle(engine, msg)
+
+    async def reclaim(transport: Transport, stream: str, *args: Any, **kwargs: Any) -> Any:
+        got = await real_reclaim(transport, stream, *args, **kwargs)
+        if stream == keys.out("late"):
+            reclaimed.extend(d.entry_id for d in got)
+        return got
+
+    async def commit(store: StateStore, out: Any, engine: Any, lease: str) -> None:
+        acks = [c for c in out.raw if c[0] == "XACK" and c[1] == keys.out("late")]
+        if acks and not refused:  # the reply's write: held until a reclaim read it again
+            await eventually(lambda: reclaimed, 10, message="read again while written")
+            refused.append(lease)
+            raise StaleLeader("STALE leader lease lost: state write refused")
+        await real_commit(store, out, engine, lease)
+
+    monkeypatch.setattr(inputs, "handle", handle)
+    monkeypatch.setattr(StateStore, "commit", commit)
+    monkeypatch.setattr(Transport, "reclaim", reclaim)
+    fast_claims = {"min_idle_ms": 100, "claim_interval_ms": 50, "max_deliveries": 5}
+    async with _leading(settings, lease_ms=5000, **fast_claims) as hub:
+        client = hub.transport._client
+        ended = RunState(run_id="done-before", cuelist="c", version="v",
+                         status=RunStatus.SUCCESS, created_at=1.0, completed_at=2.0)  # fmt: skip
+        await hub.store.save_run(ended)
+        reply = make(T.STATUS_COMPLETED, p.StatusCompleted(attempt=1), from_agent="late",
+                     run_id="done-before", cue_id="C")  # fmt: skip
+        await client.xadd(keys.out("late"), {STREAM_FIELD: encode(reply)})
+        await eventually(lambda: len(handled) == 2, 15, message="handled again by a new term")
+        assert handled == [reply.message_id] * 2 and len(refused) == 1
+
+        async def nothing_pending() -> bool:
+            return (await client.xpending(keys.out("late"), HUB_GROUP))["pending"] == 0
+
+        await eventually(nothing_pending, 10, message="acknowledged by the second write")
+        assert await client.xrange(keys.dead) == []

@@ -8,15 +8,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from callboard.embedded_cluster import EmbeddedCluster
-from protocols.keys import Keys
+from protocols.keys import Keys, hub_group
 from tests.e2e.procs import Procs, child_env, wait_online
 from tests.faults.conftest import Figure
-from tests.faults.tools import get_run, gos, start, submit, sync_client
+from tests.faults.tools import dead_letters, get_run, gos, messages, start, submit, sync_client
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -76,6 +77,11 @@ def test_a_master_restarts_mid_run_and_no_acknowledged_work_is_lost(
             return runs if all(run.get("status") in DONE for run in runs) else None
 
         runs = eventually_sync(finished, 60, interval_s=0.2, message="every run finished")
+        traces = {
+            str(run["run_id"]): _trace(r, keys, str(run["run_id"]))
+            for run in runs
+            if run["status"] != "success"
+        }
         counted: Counter[tuple[str, str, int]] = Counter()
         for run_id in run_ids:
             counted.update({(run_id, *k): v for k, v in gos(r, keys, AGENTS, run_id).items()})
@@ -97,7 +103,8 @@ def test_a_master_restarts_mid_run_and_no_acknowledged_work_is_lost(
         for run in runs
         if run["status"] != "success" and isinstance(run.get("cues"), dict)
     }
-    assert statuses == {"success": RUNS}, (statuses, why)
+    # and for each, what each side wrote: the agents' replies, the hub's pending entries
+    assert statuses == {"success": RUNS}, (statuses, why, traces)
     assert set(counted) == expected, sorted(expected - set(counted))[:5]
     assert set(counted.values()) == {1}, counted
 
@@ -106,3 +113,29 @@ def _port_of(r: object, key: str) -> int:
     """The port of the master that holds `key`."""
     node = r.get_node_from_key(key)  # type: ignore[attr-defined]
     return int(node.port)
+
+
+def _trace(r: Any, keys: Keys, run_id: str) -> dict[str, object]:
+    """For a run that failed: each agent's GOs and replies for it (type, cue, entry id),
+    and the entries still pending in the hub's group on each out stream."""
+    found: dict[str, object] = {}
+    for agent in AGENTS:
+        got = [
+            (m["message_type"], m["cue_id"], i)
+            for i, m in messages(r, keys.inbox(agent))
+            if m.get("run_id") == run_id
+        ]
+        sent = [
+            (m["message_type"], m["cue_id"], i)
+            for i, m in messages(r, keys.out(agent))
+            if m.get("run_id") == run_id
+        ]
+        pending = r.xpending_range(keys.out(agent), hub_group(0), "-", "+", 100)
+        found[agent] = {"got": got, "sent": sent, "hub_pending": [
+            (p["message_id"], p["consumer"], p["times_delivered"]) for p in pending
+        ]}  # fmt: skip
+    found["dead"] = [
+        (letter.get("reason"), letter.get("entry_id"), letter.get("stream"))
+        for letter in dead_letters(r, keys)
+    ]
+    return found

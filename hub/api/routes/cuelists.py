@@ -3,15 +3,14 @@ describe, delete (a version or all), and pause or resume a schedule."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from functools import partial
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 
 from hub.api.deps import HubDep
 from hub.api.errors import issue_dict
+from hub.api.offload import off_the_loop_if
 from hub.api.schemas import (
     CuelistDeleted,
     CuelistErrorPublic,
@@ -75,28 +74,17 @@ async def _checked(request: Request, strict: bool) -> Any:
         if not isinstance(doc.data, dict):
             raise _refuse("json", "a cuelist must be a JSON object")
         check = partial(validation.validate_data, doc.data, strict=strict, issues=doc.issues)
-        return await _off_the_loop_if_big(len(body), check)
+        return await off_the_loop_if(len(body) > BIG_BODY_BYTES, check)
     if media in YAML_TYPES:
-        return await _off_the_loop_if_big(
-            len(body), partial(validation.validate_text, body, strict=strict)
-        )
+        check_text = partial(validation.validate_text, body, strict=strict)
+        return await off_the_loop_if(len(body) > BIG_BODY_BYTES, check_text)
     raise HTTPException(
         status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
         f"send the cuelist as application/yaml or application/json, not {media!r}",
     )
 
 
-T = TypeVar("T")
 BIG_BODY_BYTES = 64 * 1024  # a cuelist this big (about 1,000 cues) is checked off the loop
-
-
-async def _off_the_loop_if_big(size: int, check: Callable[[], T]) -> T:
-    """Run `check` in a worker thread when the body is big: checking a 10,000-cue cuelist
-    takes a quarter of a second, which would hold the engine's event loop (and its lease
-    renewals, fault row 21); small ones are checked at once."""
-    if size > BIG_BODY_BYTES:
-        return await asyncio.to_thread(check)
-    return check()
 
 
 def _issues(items: Any) -> list[dict[str, Any]]:

@@ -3,9 +3,9 @@ events, context."""
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
@@ -13,6 +13,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from hub.api import idempotency, sse
 from hub.api.deps import EventSlotDep, HubDep, RunDep, StoppingDep
+from hub.api.offload import off_the_loop_if
 from hub.api.routes.budgets import budget_changes
 from hub.api.schemas import (
     CancelCreate,
@@ -137,10 +138,7 @@ async def list_runs(
 async def get_run(run: RunDep) -> Response:
     """The run as JSON; a big run's is built in a worker thread (a 10,000-cue run takes a
     quarter of a second), so a client polling it never holds the engine's event loop."""
-    if len(run.cues) > BIG_RUN_CUES:
-        body = await asyncio.to_thread(_run_json, run)
-    else:
-        body = _run_json(run)
+    body = await off_the_loop_if(len(run.cues) > BIG_RUN_CUES, partial(_run_json, run))
     return Response(content=body, media_type="application/json")
 
 
@@ -153,9 +151,7 @@ def _run_json(run: RunState) -> bytes:
 
 async def run_view(run: RunState) -> RunPublic:
     """`run_public`, off the event loop for a big run (as `get_run`)."""
-    if len(run.cues) > BIG_RUN_CUES:
-        return await asyncio.to_thread(run_public, run)
-    return run_public(run)
+    return await off_the_loop_if(len(run.cues) > BIG_RUN_CUES, partial(run_public, run))
 
 
 @router.post("/{run_id}/cues/{cue_id}/go", response_model=GoPublic, responses=REFUSED)

@@ -13,7 +13,9 @@ import pytest
 
 from hub import commands as c
 from hub.service import Hub, HubSettings
+from hub.store.state import StateStore
 from protocols.canonical import canonical_json
+from protocols.errors import Unreachable
 from protocols.ids import new_id
 from protocols.settings import Settings
 from protocols.validation import load_cuelist
@@ -106,3 +108,34 @@ async def test_a_start_for_a_run_redis_holds_answers_it_and_starts_nothing(
         reply = await hub.commands.call(start)
         assert (reply.run_id, reply.status) == (run_id, "success")
         assert await _run_events(hub, run_id) == before  # nothing started again
+
+
+async def test_a_batch_whose_look_up_loses_redis_is_served_when_it_comes_back(
+    settings: Settings, echo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's one look-up fails (Redis unreachable): its starts stay pending, are read
+    again and served, and the run starts once."""
+    failed: list[list[str]] = []
+    real = StateStore.stored_runs
+
+    async def stored_runs(store: StateStore, run_ids: list[str]) -> set[str]:
+        if not failed:
+            failed.append(list(run_ids))
+            raise Unreachable("Redis went away mid-look-up")
+        return await real(store, run_ids)
+
+    monkeypatch.setattr(StateStore, "stored_runs", stored_runs)
+    async with _hub(settings) as hub:
+        await asyncio.wait_for(hub.leading.wait(), 10)
+        version = await _stored(hub)
+        run_id = new_id()
+        reply = await hub.commands.call(c.StartRun(cuelist="plain", version=version, run_id=run_id))
+        assert reply.run_id == run_id and failed == [[run_id]]
+
+        async def done() -> bool:
+            run = await hub.store.run(run_id)
+            return run is not None and run.status.value == "success"
+
+        await eventually(done, 10, message="the run succeeds")
+        events = await _run_events(hub, run_id)
+        assert [e["status"] for e in events if e["type"] == "run"].count("running") == 1

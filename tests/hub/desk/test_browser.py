@@ -224,6 +224,24 @@ def test_raise_a_spent_budget_from_the_run_page(stage: Stage, page: Page) -> Non
     assert run["usage"]["tokens"] == 240
 
 
+def test_a_live_update_keeps_what_the_operator_has_typed(stage: Stage, page: Page) -> None:
+    """A live update redraws the part that holds the budget form between typing and Raise:
+    the typed value is still there, and Raise sends it."""
+    run_id = stage.start("desk-budget")
+    eventually_sync(lambda: stage.run(run_id)["status"] == "holding", 20)
+    page.goto(f"{stage.url}/runs/{run_id}")
+    field = page.locator("#budget-tokens")
+    field.fill("1000")
+    field.evaluate("el => { el.dataset.drawn = 'before'; }")  # gone once redrawn
+    page.evaluate("refreshSoon(0)")  # what an event of the run does: its parts are redrawn
+    expect(page.locator("#budget-tokens[data-drawn]")).to_have_count(0)
+    expect(field).to_have_value("1000")
+    page.locator("form.budget-form").get_by_role("button", name="Raise").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    run = wait_done(stage.api, run_id)
+    assert run["status"] == "success" and run["budget"]["tokens"] == 1000
+
+
 @pytest.mark.parametrize("pick", ["holder", "waiter"])
 def test_resolve_an_arbitration(stage: Stage, page: Page, pick: str) -> None:
     run_id = stage.start("desk-arbitration")

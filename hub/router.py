@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -88,8 +88,10 @@ class Router:
         self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
-        # handled by a quiet step whose write has not landed yet -> that step's number
-        self._unwritten: dict[str, int] = {}
+        # handled by quiet steps whose writes have not landed yet: (step, message ids) in
+        # step order, and the ids for look-ups
+        self._unwritten: deque[tuple[int, list[str]]] = deque()
+        self._unwritten_ids: set[str] = set()
         self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
         self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
@@ -105,6 +107,7 @@ class Router:
         lost), so claiming back its own entries is not a delivery toward poison."""
         self._seen.clear()
         self._unwritten.clear()
+        self._unwritten_ids.clear()
         self._absent.clear()
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
@@ -198,7 +201,7 @@ class Router:
                 continue
             if msg.message_id in self._seen or msg.message_id in seen:
                 continue  # a message seen twice is handled once
-            if msg.message_id in self._unwritten:
+            if msg.message_id in self._unwritten_ids:
                 # read again (reclaimed) while the write of its first handling is still
                 # out: that write acknowledges it, or fails, ends the term and leaves it
                 # for the next one to handle. Acknowledged here, it could be lost.
@@ -261,18 +264,19 @@ class Router:
         # skipped but not acknowledged (its write failing ends the term, and the next one
         # handles it again).
         last = self.driver.applied  # this batch's step, or a later one
-        for message_id in seen:
-            if self.driver.durable >= last:
+        if self.driver.durable >= last:
+            for message_id in seen:
                 self._remember(message_id)
-            else:
-                self._unwritten[message_id] = last
+        elif seen:
+            self._unwritten.append((last, list(seen)))
+            self._unwritten_ids.update(seen)
 
     def _settle(self) -> None:
         """Remember as seen the messages whose quiet step's write has landed."""
-        durable = self.driver.durable
-        for message_id, step in list(self._unwritten.items()):
-            if step <= durable:
-                del self._unwritten[message_id]
+        durable, unwritten = self.driver.durable, self._unwritten
+        while unwritten and unwritten[0][0] <= durable:
+            for message_id in unwritten.popleft()[1]:
+                self._unwritten_ids.discard(message_id)
                 self._remember(message_id)
 
     def _mine(self, msg: Envelope | None) -> bool:

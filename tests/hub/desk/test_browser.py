@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -324,6 +325,9 @@ def test_a_late_answer_does_not_undo_a_newer_one(stage: Stage, page: Page) -> No
     page.get_by_role("button", name="Cancel run").click()
     expect(page.locator("[data-live-note]")).to_have_text("finished: cancelled")
     expect(node_label(page, "LONG-100")).to_have_text("cancelled")  # straight from the event
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:  # the sync API runs the route handler
+        page.wait_for_timeout(20)  # only inside a call: this one lets it
     assert held, "the cancel asked for no refresh"
     # a page that asks again meanwhile gets that answer before the held one; this page
     # waits for the held answer before it asks again

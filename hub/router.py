@@ -173,7 +173,7 @@ class Router:
         forwards: list[tuple[str, Envelope | bytes]] = []
         routed: list[Envelope] = []
         registry_changed: set[str] = set()
-        seen: set[str] = set()  # remembered once what they caused is written
+        seen: set[str] = set()  # "sender message-id": remembered once what they caused is written
         to_save: set[str] = set()  # registry records partition 0 writes
         held: set[int] = set()  # deliveries (by id()) this batch does not acknowledge
         self._settle()
@@ -199,15 +199,17 @@ class Router:
                 detail = f"{agent} may not send {msg.message_type.value}"
                 bad.append(Bad(d, guard.NOT_ALLOWED, detail, agent))
                 continue
-            if msg.message_id in self._seen or msg.message_id in seen:
+            # per sender: another agent reusing a message's id cannot get it skipped
+            once = f"{agent} {msg.message_id}"
+            if once in self._seen or once in seen:
                 continue  # a message seen twice is handled once
-            if msg.message_id in self._unwritten_ids:
+            if once in self._unwritten_ids:
                 # read again (reclaimed) while the write of its first handling is still
                 # out: that write acknowledges it, or fails, ends the term and leaves it
                 # for the next one to handle. Acknowledged here, it could be lost.
                 held.add(id(d))
                 continue
-            seen.add(msg.message_id)
+            seen.add(once)
             if msg.message_type is T.TASK_HANDOFF and msg.run_id is None:
                 if not self.runless_handoffs.take(agent):
                     detail = f"{agent}: handoffs outside a run past its budget"

@@ -130,6 +130,17 @@ async def test_a_message_seen_twice_is_handled_once(hub: Hub) -> None:
     assert [m.payload.handoff_context.model_extra["n"] for m in inbox] == [1, 2]  # type: ignore[attr-defined]
 
 
+async def test_another_agent_reusing_a_message_id_does_not_get_it_skipped(hub: Hub) -> None:
+    """Duplicates are told apart per sender: a hostile agent that sends a message under
+    an honest one's id first (or at the same time) gets nothing of it dropped."""
+    honest = _handoff("gail", "frank", n=1)
+    copy = _handoff("hugo", "frank", n=2).model_copy(update={"message_id": honest.message_id})
+    await _send(hub, "hugo", copy)
+    await _send(hub, "gail", honest)
+    inbox = await eventually(lambda: _has(_inbox(hub, "frank"), 2), 10)
+    assert sorted(m.payload.handoff_context.model_extra["n"] for m in inbox) == [1, 2]  # type: ignore[attr-defined]
+
+
 async def test_handoff_against_registered_contracts(hub: Hub) -> None:
     from protocols.contracts import Contract
 

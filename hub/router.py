@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -88,10 +88,9 @@ class Router:
         self.runless_handoffs = Budgets(RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S)
         self.streams: list[str] = []
         self._seen: OrderedDict[str, None] = OrderedDict()
-        # handled by quiet steps whose writes have not landed yet: (step, message ids) in
-        # step order, and the ids for look-ups
-        self._unwritten: deque[tuple[int, list[str]]] = deque()
-        self._unwritten_ids: set[str] = set()
+        # handled by quiet steps whose writes have not landed yet -> the step's number, in
+        # step order (steps only grow)
+        self._unwritten: OrderedDict[str, int] = OrderedDict()
         self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
         self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
         self._last_discover = 0.0
@@ -107,7 +106,6 @@ class Router:
         lost), so claiming back its own entries is not a delivery toward poison."""
         self._seen.clear()
         self._unwritten.clear()
-        self._unwritten_ids.clear()
         self._absent.clear()
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
@@ -203,7 +201,7 @@ class Router:
             once = f"{agent} {msg.message_id}"
             if once in self._seen or once in seen:
                 continue  # a message seen twice is handled once
-            if once in self._unwritten_ids:
+            if once in self._unwritten:
                 # read again (reclaimed) while the write of its first handling is still
                 # out: that write acknowledges it, or fails, ends the term and leaves it
                 # for the next one to handle. Acknowledged here, it could be lost.
@@ -269,17 +267,14 @@ class Router:
         if self.driver.durable >= last:
             for message_id in seen:
                 self._remember(message_id)
-        elif seen:
-            self._unwritten.append((last, list(seen)))
-            self._unwritten_ids.update(seen)
+        else:
+            self._unwritten.update(dict.fromkeys(seen, last))
 
     def _settle(self) -> None:
         """Remember as seen the messages whose quiet step's write has landed."""
         durable, unwritten = self.driver.durable, self._unwritten
-        while unwritten and unwritten[0][0] <= durable:
-            for message_id in unwritten.popleft()[1]:
-                self._unwritten_ids.discard(message_id)
-                self._remember(message_id)
+        while unwritten and next(iter(unwritten.values())) <= durable:
+            self._remember(unwritten.popitem(last=False)[0])
 
     def _mine(self, msg: Envelope | None) -> bool:
         """Does this partition handle the entry? Its run's partition does; partition 0

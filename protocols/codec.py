@@ -118,7 +118,7 @@ def encode(message: Envelope) -> bytes:
     return message.model_dump_json().encode()
 
 
-def _writes_fields(model: type[BaseModel]) -> bool:
+def writes_fields(model: type[BaseModel]) -> bool:
     """Does pydantic write `model` as its fields (extras after them), as they are? No
     serializer, alias, computed field or exclusion but the envelope's absent traceparent."""
     found = model.__pydantic_decorators__
@@ -135,16 +135,17 @@ def _writes_fields(model: type[BaseModel]) -> bool:
     )
 
 
-def _models_in(tp: Any) -> set[type[BaseModel]]:
+def models_in(tp: Any) -> set[type[BaseModel]]:
+    """The models a type names, and the models their fields name, all the way down."""
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return {tp}.union(*(_models_in(f.annotation) for f in tp.model_fields.values()))
-    return set().union(*(_models_in(arg) for arg in get_args(tp)))
+        return {tp}.union(*(models_in(f.annotation) for f in tp.model_fields.values()))
+    return set().union(*(models_in(arg) for arg in get_args(tp)))
 
 
 # The models orjson writes from their fields: the envelopes and what they hold. Any other
 # object (a model in a free-form JSON field, a set, an int past 64 bits...) sends the
 # message through pydantic.
-_FIELDS_ONLY = frozenset(m for e in ENVELOPES.values() for m in _models_in(e) if _writes_fields(m))
+_FIELDS_ONLY = frozenset(m for e in ENVELOPES.values() for m in models_in(e) if writes_fields(m))
 
 
 def _as_json(value: Any) -> Any:

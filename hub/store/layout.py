@@ -11,23 +11,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from hub.engine.state import CueRun, RunState
+from hub.store.dump import dump_changed
 
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
 OWNER = "w:"  # ...and one field per context key: the agent that wrote it (written once)
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
+_NOT_HEADER = frozenset({"cues", "context_owners"})  # a field each, written when changed
 
 
 def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
     """HSET operations for a run: its header, and the named cues, one field each; `fresh`
     (a new or adopted run) adds the cue order, which never changes."""
-    header = run.model_dump_json(exclude={"cues", "context_owners"}, exclude_defaults=True)
-    fields: list[Any] = [HEADER, header]
+    fields: list[Any] = [HEADER, dump_changed(run, _NOT_HEADER)]
     if fresh:
         fields += [ORDER, json.dumps(list(run.cues))]
     for cue_id in cue_ids:
-        fields += [CUE + cue_id, run.cues[cue_id].model_dump_json(exclude_defaults=True)]
+        fields += [CUE + cue_id, dump_changed(run.cues[cue_id])]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
 
 

@@ -99,7 +99,7 @@ class Sim:
             for op in ops:
                 items = op[2:]
                 pairs = zip(items[::2], items[1::2], strict=True)
-                stored.update((k.encode(), v.encode()) for k, v in pairs)
+                stored.update((_bytes(k), _bytes(v)) for k, v in pairs)
         for run_id, run in self.engine.runs.items():
             assert read_run(self.persisted.get(run_id, {})) == run, f"{run_id}: stale write"
 
@@ -179,3 +179,8 @@ class Sim:
 
     def cue(self, cue_id: str, run_id: str = "r1") -> CueRun:
         return self.run(run_id).cues[cue_id]
+
+
+def _bytes(word: str | bytes) -> bytes:
+    """A hash field or value as Redis keeps it (the state's JSON is bytes already)."""
+    return word if isinstance(word, bytes) else word.encode()

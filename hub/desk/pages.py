@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -81,19 +80,20 @@ async def _run(hub: Any, run_id: str) -> dict[str, Any]:
         "context": await data.context(hub, run_id),
         "live": data.is_live(run),
         "cue_states": CUE_STATES,
-        # events older than this are already in the page: the event stream's replay of
-        # them must not flip the picture back for a moment
-        "rendered_ms": int(time.time() * 1000),
     }
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 async def run_page(request: Request, hub: HubDep, run_id: str) -> HTMLResponse:
+    # the page follows the run's events after the newest one its state holds: read first
+    events_after = await hub.store.events_position(run_id)
     try:
         context = await _run(hub, run_id)
     except NotFound as exc:
         return _missing(request, str(exc))
-    return HTMLResponse(page(request, "run.html", nav="board", **context))
+    return HTMLResponse(
+        page(request, "run.html", nav="board", events_after=events_after, **context)
+    )
 
 
 @parts_router.get("/runs/{run_id}/parts")

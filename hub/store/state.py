@@ -138,6 +138,12 @@ class StateStore:
         rows = await self.db.xrange(self.keys.run_events(run_id), start, count)
         return [run_event(entry_id, fields) for entry_id, fields in rows]
 
+    async def events_position(self, run_id: str) -> str:
+        """The id of the run's newest event ("0-0": none yet). Read before the run: each
+        step writes its state and its events at once, so every event up to this id is in
+        the state read after it, and the events after it are news to that reader."""
+        return await self.db.last_id(self.keys.run_events(run_id))
+
     async def tail_events(
         self, run_id: str, after: str, count: int, block_ms: int
     ) -> list[RunEvent]:

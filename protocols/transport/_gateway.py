@@ -17,6 +17,7 @@ from protocols.transport._client import (
     DEFAULT_RETRY_S,
     Redis,
     T,
+    _text,
     connect,
     is_cluster,
     retry_transient,
@@ -81,6 +82,11 @@ class Gateway:
     async def ping(self) -> bool:
         """True when the server answers (no retry: a health check wants the truth now)."""
         return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
+
+    async def last_id(self, stream: str) -> str:
+        """The newest entry's id, "0-0" for an empty or missing stream."""
+        rows = await self._call("XREVRANGE", lambda: self._client.xrevrange(stream, count=1))
+        return _text(rows[0][0]) if rows else "0-0"
 
     async def write_refusal(self, key: str | None = None) -> OutOfMemory | ReadOnly | None:
         """The error a write would get now (full with `noeviction`: OutOfMemory; a

@@ -32,11 +32,6 @@ class Probe(Transport):
         rows = await self._call("XRANGE", lambda: self._client.xrange(stream))
         return [self._delivery(stream, entry_id, fields, 1) for entry_id, fields in rows or []]
 
-    async def last_id(self, stream: str) -> str:
-        """The newest entry's id, "0-0" for an empty or missing stream."""
-        rows = await self._call("XREVRANGE", lambda: self._client.xrevrange(stream, count=1))
-        return _text(rows[0][0]) if rows else "0-0"
-
     async def groups(self, stream: str) -> dict[str, dict[str, Any]]:
         """XINFO GROUPS: {group: {"pending": n, "last_delivered": id}}; {} for no stream."""
         try:

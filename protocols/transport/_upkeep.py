@@ -78,10 +78,7 @@ class _Upkeep(_TransportBase):
 
     async def broadcast_tail(self) -> str:
         """The id of the newest broadcast entry ("0-0" if none): read after it for new ones."""
-        rows = await self._call(
-            "XREVRANGE", lambda: self._client.xrevrange(self.keys.broadcast, count=1)
-        )
-        return _text(rows[0][0]) if rows else "0-0"
+        return await self.last_id(self.keys.broadcast)
 
     async def consumers(self, stream: str, group: str) -> dict[str, dict[str, int]]:
         """XINFO CONSUMERS: {consumer: {"pending": n, "idle_ms": n, "inactive_ms": n}}."""

@@ -214,6 +214,30 @@ def test_run_to_completion_with_events_and_context(api: httpx.Client) -> None:
     assert run_id in {r["run_id"] for r in listed}
 
 
+def _stream_ids(response: httpx.Response) -> list[str]:
+    assert response.status_code == 200, response.text
+    return [line[3:].strip() for line in response.text.splitlines() if line.startswith("id:")]
+
+
+def test_a_stream_starts_after_the_event_id_asked_for(api: httpx.Client) -> None:
+    """`after` (the desk's page: the newest event its state holds) starts the stream after
+    that event; a reconnecting client's Last-Event-ID wins over it; an id Redis would not
+    take is a JSON 422."""
+    run_id = start(api, "api-simple")
+    wait_done(api, run_id)
+    url = f"/v1/runs/{run_id}/events"
+    ids = _stream_ids(api.get(url))
+    assert len(ids) >= 4
+    assert _stream_ids(api.get(url, params={"after": ids[1]})) == ids[2:]
+    resumed = api.get(url, params={"after": ids[0]}, headers={"Last-Event-ID": ids[2]})
+    assert _stream_ids(resumed) == ids[3:]
+    for bad in ("99999999999999999999-0", "1-2-3", "x"):
+        for asked in ({"params": {"after": bad}}, {"headers": {"Last-Event-ID": bad}}):
+            refused = api.get(url, **asked)  # type: ignore[arg-type]
+            assert refused.status_code == 422, (bad, refused.text)
+            assert "detail" in refused.json()
+
+
 def test_manual_go_409_with_reason_until_armed(api: httpx.Client) -> None:
     run_id = start(api, "api-manual")
     r = api.post(f"/v1/runs/{run_id}/cues/CUE-2/go")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Response, status
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from hub.api import idempotency, sse
@@ -38,6 +38,7 @@ from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
 from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
+from protocols.keys import ENTRY_ID_PATTERN, is_entry_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -218,6 +219,27 @@ async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> 
     return CancelPublic(run_id=run.run_id, status=reply.status)
 
 
+def _events_after(
+    last_event_id: Annotated[
+        str | None, Header(max_length=64, pattern=ENTRY_ID_PATTERN)
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=64, pattern=ENTRY_ID_PATTERN,
+            description="start after this event id (a page drawn from the run's state at "
+            "that event); a reconnecting client's Last-Event-ID wins",
+        ),
+    ] = None,
+) -> str:  # fmt: skip
+    """Where a run's event stream starts: after the reconnecting client's last event, else
+    after `after`, else at the first. 422 for an id Redis would not take."""
+    for name, value in (("Last-Event-ID", last_event_id), ("after", after)):
+        if value is not None and not is_entry_id(value):
+            raise HTTPException(422, f"{name}: {value!r} is not a stream entry id Redis accepts")
+    return last_event_id or after or "0-0"
+
+
 @router.get(
     "/{run_id}/events", response_class=EventSourceResponse,
     responses={**JSON_ERRORS, 503: {"model": ErrorPublic}},
@@ -226,12 +248,12 @@ async def events(
     run: RunDep,
     hub: HubDep,
     stopping: StoppingDep,
+    after: Annotated[str, Depends(_events_after)],
     client: EventSlotDep,
-    last_event_id: Annotated[str | None, Header(max_length=64, pattern=r"^\d+-\d+$")] = None,
 ) -> AsyncIterator[ServerSentEvent]:
-    """The run's events from the start (or after `Last-Event-ID`), live until it finishes.
-    503 with Retry-After when the hub, or this client, has the most streams open it may."""
-    after = last_event_id or "0-0"
+    """The run's events from the start (or after `after`, or `Last-Event-ID`), live until
+    it finishes. 503 with Retry-After when the hub, or this client, has the most streams
+    open it may."""
     max_s = hub.settings.sse_max_s
     async for event in sse.follow(hub.fanout, run.run_id, after, stopping, client, max_s):
         kind = str(event.data.get("type", "event"))

@@ -247,27 +247,35 @@ function refreshSoon(delayMs) {
   }, delayMs);
 }
 
+// The newest event the page shows: at first the run's last one when its state was read
+// for the page (every earlier one is drawn already), then each one received. The stream
+// starts after it, so an event is news exactly once, whatever the clocks say.
+let after = main.dataset.after || "0-0";
+
 function follow() {
-  source = new EventSource(`/v1/runs/${encodeURIComponent(runId)}/events`);
+  const run = encodeURIComponent(runId);
+  source = new EventSource(`/v1/runs/${run}/events?after=${encodeURIComponent(after)}`);
   const note = main.querySelector("[data-live-note]");
   source.onopen = () => { if (note) note.textContent = "live"; };
-  const rendered = Number(main.dataset.rendered || 0);
+  const news = (event) => {
+    if (event.lastEventId) after = event.lastEventId;
+    return JSON.parse(event.data);
+  };
   source.addEventListener("cue", (event) => {
-    const e = JSON.parse(event.data);
-    if (Date.parse(e.at) < rendered) return; // the page already shows it
+    const e = news(event);
     setNode(e.cue, e.state);
     setRowState(e.cue, e.state);
     changed.add(e.cue);
     refreshSoon(250);
   });
   for (const kind of ["go", "reason", "condition", "escalation", "context", "handoff", "attempt_failed"]) {
-    source.addEventListener(kind, () => refreshSoon(250));
+    source.addEventListener(kind, (event) => {
+      news(event);
+      refreshSoon(250);
+    });
   }
   source.addEventListener("run", (event) => {
-    const e = JSON.parse(event.data);
-    // a page that showed the run ended follows it again after a retry: its old ending
-    // (replayed from the stream's start) is not news
-    if (main.dataset.live !== "1" && Date.parse(e.at) < rendered) return;
+    const e = news(event);
     if (!FINAL.has(e.status)) {
       refreshSoon(250);
       return;

@@ -305,6 +305,44 @@ def test_cancel_a_run(stage: Stage, page: Page) -> None:
     assert run["cues"]["LONG-100"]["state"] == "cancelled"
 
 
+# Every label a node of the graph shows, in order, from the moment the page is parsed.
+RECORD_NODES = """document.addEventListener('DOMContentLoaded', () => {
+  window.__labels = [];
+  const nodeOf = (target) => (target.closest ? target : target.parentElement).closest('.node');
+  new MutationObserver((changes) => {
+    for (const c of changes) {
+      const node = nodeOf(c.target);
+      if (!node) continue;
+      window.__labels.push([node.dataset.node, node.querySelector('[data-label]').textContent]);
+    }
+  }).observe(document.querySelector('svg.dag-svg'),
+             {subtree: true, characterData: true, childList: true});
+});"""
+
+
+def test_a_page_drawn_before_the_run_moved_on_catches_up(stage: Stage, page: Page) -> None:
+    """The page's state was read, then the run moved on before the page followed its events
+    (as when a GO is written between the read and the page's drawing, stamped before it):
+    the page follows the events after the newest one its state holds, so it shows every
+    move after it, and none before it again."""
+    run_id = stage.start("desk-manual")
+    eventually_sync(lambda: stage.cue_state(run_id, "GATE-100") == "armed", 20)
+    drawn = page.request.get(f"{stage.url}/runs/{run_id}")
+    assert drawn.ok and re.search(r'data-after="\d+-\d+"', drawn.text())
+    assert stage.api.post(f"/v1/runs/{run_id}/cues/GATE-100/go").status_code == 200
+    assert wait_done(stage.api, run_id)["status"] == "success"
+    page.route(
+        f"{stage.url}/runs/{run_id}",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=drawn.text()),
+    )
+    page.add_init_script(RECORD_NODES)
+    page.goto(f"{stage.url}/runs/{run_id}")
+    expect(node_label(page, "GATE-100")).to_have_text("completed")
+    expect(page.locator("#run-status")).to_have_text("success")
+    labels = [label for node, label in page.evaluate("window.__labels") if node == "GATE-100"]
+    assert "go" in labels and "armed" not in labels, labels  # news once; the past not again
+
+
 def test_a_late_answer_does_not_undo_a_newer_one(stage: Stage, page: Page) -> None:
     """A refresh asked before the cancel and answered after it: the page still ends up
     showing the cancel, because it asks again once that answer is in."""

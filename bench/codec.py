@@ -20,6 +20,9 @@ rules: no `BeforeValidator` (a malformed traceparent is kept, where pydantic dro
 msgspec's strict types (pydantic's JSON mode takes "5" for an int), and a HandoffContext
 becomes a plain dict (a Struct cannot keep unknown keys as pydantic's `extra="allow"`),
 checked by pydantic in msgspec+pyd.
+Run state (hub/store/dump.py, what every engine step writes: its run's header, each cue
+it changed): pydantic's `model_dump_json(exclude_defaults=True)` against `dump_changed`
+(orjson, the same bytes), for a finished direct cue and a run's header.
 Each figure is the best of `--repeat` timings of `--number` calls, in µs per message;
 ratios are pydantic's time over the candidate's (above 1: the candidate is faster).
 
@@ -47,6 +50,9 @@ from pydantic_core import PydanticUndefined
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hub.engine.state import CueRun, RunState
+from hub.store.dump import dump_changed
+from hub.store.layout import NOT_HEADER
 from protocols import payloads as p
 from protocols.codec import _ANY_ENVELOPE, ENVELOPES, Envelope, decode, encode, make
 from protocols.messages import MessageType
@@ -230,6 +236,37 @@ def measure(message: Envelope, decoder: Any, number: int, repeat: int) -> dict[s
     return {name: best_us(call, number, repeat) for name, call in calls.items()}
 
 
+def state_rows(number: int, repeat: int) -> list[tuple[str, int, float, float]]:
+    """(what, bytes, pydantic µs, dump_changed µs) for a finished cue and a run's header."""
+    at = 1_795_800_000.25
+    cue = CueRun.model_validate({
+        "state": "completed", "attempt": 1, "fired_by": "run-start", "fired_seq": 42,
+        "go_by": "run-start", "warned_at": at, "standby_at": at, "go_at": at,
+        "completed_at": at + 0.01, "targets": {"worker": "completed"},
+        "gos": [{"attempt": 1, "at": at, "fired_by": "run-start"}],
+        "result": {"worker": {"echo": True}},
+    })  # fmt: skip
+    run = RunState(run_id=RUN, cuelist="direct", version="v1", created_at=at, started_at=at)
+    run.cues = {"cue-0042": cue}
+    rows = []
+    for name, model, exclude in (
+        ("cue (finished)", cue, frozenset()),
+        ("run header", run, NOT_HEADER),
+    ):
+
+        def theirs(m: BaseModel = model, x: frozenset[str] = exclude) -> bytes:
+            return m.model_dump_json(exclude=set(x) or None, exclude_defaults=True).encode()
+
+        def ours(m: BaseModel = model, x: frozenset[str] = exclude) -> bytes:
+            return dump_changed(m, x)
+
+        assert ours() == theirs()
+        rows.append(
+            (name, len(ours()), best_us(theirs, number, repeat), best_us(ours, number, repeat))
+        )
+    return rows
+
+
 ENCODER = msgspec.json.Encoder()
 DECODE_COLUMNS = 5  # the first five of `measure`; the rest are encoders
 
@@ -258,6 +295,9 @@ def main() -> None:
             ratio = f" {base / us[c]:4.1f}x" if base != us[c] else " " * 6
             cells.append(f"{us[c]:6.2f}{ratio}")
         print(f"{name:<18}{size:>6}" + "".join(f"{cell:>13}" for cell in cells))
+    print("\nrun state, µs per document: pydantic exclude_defaults | dump_changed (orjson)")
+    for name, size, theirs, ours in state_rows(args.number, args.repeat):
+        print(f"{name:<18}{size:>6}{theirs:13.2f}{ours:13.2f} {theirs / ours:4.1f}x")
 
 
 if __name__ == "__main__":

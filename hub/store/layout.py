@@ -18,13 +18,13 @@ OWNER = "w:"  # ...and one field per context key: the agent that wrote it (writt
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
-_NOT_HEADER = frozenset({"cues", "context_owners"})  # a field each, written when changed
+NOT_HEADER = frozenset({"cues", "context_owners"})  # a field each, written when changed
 
 
 def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
     """HSET operations for a run: its header, and the named cues, one field each; `fresh`
     (a new or adopted run) adds the cue order, which never changes."""
-    fields: list[Any] = [HEADER, dump_changed(run, _NOT_HEADER)]
+    fields: list[Any] = [HEADER, dump_changed(run, NOT_HEADER)]
     if fresh:
         fields += [ORDER, json.dumps(list(run.cues))]
     for cue_id in cue_ids:

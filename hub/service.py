@@ -321,6 +321,8 @@ class Hub:
 
     async def close(self) -> None:
         await self.fanout.close()
+        for store in self.commands.stores:
+            await store.answers.close()
         await self.transport.close()
         if self.tracer is not None:  # export what is left (in a thread: it may wait on I/O)
             await asyncio.to_thread(self.tracer.shutdown)

@@ -282,6 +282,10 @@ class Keys:
         """The answer to one operator command (a list the asking hub blocks on)."""
         return f"{self.prefix}hub:reply:{command_id}"
 
+    def answers(self, asker: str) -> str:
+        """The answers to one asking process's commands (a stream it reads in one task)."""
+        return f"{self.prefix}hub:answers:{asker}"
+
     @property
     def paused(self) -> str:
         """Why GOs are paused (a critical escalation), when they are."""

@@ -64,8 +64,14 @@ class CommandClient:
 
     async def send(self, command: Command[R], partition: int = 0) -> str:
         """Queue a command for the leader; its answer waits for `answer` (REPLY_TTL_S)."""
-        request = Request.model_validate({"command": command})
-        await self.stores[partition].push(request.model_dump_json().encode())
+        store = self.stores[partition]
+        request = Request.model_validate({"command": command, "reply_to": store.answers.asker})
+        store.answers.expect(request.id)
+        try:
+            await store.push(request.model_dump_json().encode())
+        except BaseException:
+            store.answers.forget(request.id)
+            raise
         return request.id
 
     async def answer(

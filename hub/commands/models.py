@@ -168,6 +168,9 @@ AnyCommand = Annotated[
 ]
 
 
+ASKER_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # a name in a key: no separator, no glob
+
+
 class Request(BaseModel):
     """A command on the wire, with the id its answer is filed under."""
 
@@ -175,6 +178,9 @@ class Request(BaseModel):
 
     id: str = Field(default_factory=new_id)
     command: AnyCommand
+    # the asker's answer stream (Keys.answers), read for all its commands at once; absent:
+    # the answer goes on the command's own list (Keys.reply)
+    reply_to: str | None = Field(default=None, pattern=ASKER_PATTERN)
 
 
 class ErrorCode(StrEnum):

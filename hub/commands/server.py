@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from hub.commands.models import Answer, Command, ErrorCode, Reply, Request
-from hub.store.commands import CommandStore, QueuedCommand
+from hub.commands.models import ASKER_PATTERN, Answer, Command, ErrorCode, Reply, Request
+from hub.store.commands import Answered, CommandStore, QueuedCommand
 from protocols.errors import (
     CallboardError,
     Conflict,
@@ -110,19 +111,20 @@ class CommandServer:
         failing = [q for q in queued if tries.get(q.entry_id, 0) > self.max_tries]
         if not failing:
             return queued
-        answers = []
+        answers: list[Answered] = []
         for q in failing:
             n = tries[q.entry_id] - 1
             log.error("command %s failed on %d tries: answered as failing", q.entry_id, n)
             detail = f"the command failed on {n} tries (the hub serving it stopped each time)"
-            answers.append((_request_id(q.body), _refused(ErrorCode.FAILING, detail)))
+            answers.append((*_asker(q.body), _refused(ErrorCode.FAILING, detail)))
         await self.store.answer([q.entry_id for q in failing], answers)
         return [q for q in queued if q not in failing]
 
-    async def _serve(self, queued: QueuedCommand, request: Request | str) -> tuple[str, bytes]:
-        """(command id, answer) for one command (`request`: parsed, or why it did not)."""
+    async def _serve(self, queued: QueuedCommand, request: Request | str) -> Answered:
+        """(command id, its asker's stream, answer) for one command (`request`: parsed, or
+        why it did not)."""
         if isinstance(request, str):
-            return _request_id(queued.body), _refused(ErrorCode.NOT_FOUND, request)
+            return *_asker(queued.body), _refused(ErrorCode.NOT_FOUND, request)
         handler = self.handlers.of(request.command)
         try:
             if handler is None:
@@ -141,7 +143,7 @@ class CommandServer:
             answer = Answer(ok=False, error=ErrorCode.UNAVAILABLE, detail=str(exc))
         except CallboardError as exc:  # any other refusal
             answer = Answer(ok=False, error=ErrorCode.ENGINE, detail=str(exc))
-        return request.id, answer.model_dump_json().encode()
+        return request.id, request.reply_to, answer.model_dump_json().encode()
 
 
 def _parsed(queued: QueuedCommand) -> Request | str:
@@ -156,11 +158,16 @@ def _refused(code: ErrorCode, detail: str) -> bytes:
     return Answer(ok=False, error=code, detail=detail).model_dump_json().encode()
 
 
-def _request_id(body: bytes) -> str:
-    """The id of a request that does not validate, if it has one (so its asker hears)."""
+def _asker(body: bytes) -> tuple[str, str | None]:
+    """The id of a request that does not validate and its asker's stream, when it names
+    them (so its asker hears)."""
     try:
         data = json.loads(body)
     except ValueError:
-        return ""
-    found = data.get("id") if isinstance(data, dict) else None
-    return found if isinstance(found, str) else ""
+        return "", None
+    if not isinstance(data, dict):
+        return "", None
+    found, asker = data.get("id"), data.get("reply_to")
+    command_id = found if isinstance(found, str) else ""
+    valid = isinstance(asker, str) and re.fullmatch(ASKER_PATTERN, asker) is not None
+    return command_id, asker if valid else None

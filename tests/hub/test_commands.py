@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from hub.store import CommandStore
 from protocols.errors import Conflict, EngineError, NotFound
 from protocols.keys import Keys
 from protocols.transport import Storage
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -144,3 +146,94 @@ async def test_commands_queued_at_once_go_in_one_round_trip_in_their_order(
     assert trips == ["QUEUE COMMANDS"]
     entries = await real_redis.xrange(keys.commands(0))
     assert [fields[b"c"] for _, fields in entries] == bodies
+
+
+async def test_many_waits_share_one_connection_and_the_answer_stream_is_emptied(
+    redis_server: Any, keys: Keys
+) -> None:
+    """300 commands waiting at once through a pool of 8 connections: one task reads every
+    answer (a blocking pop per command held a connection each: the 9th waited for one, and
+    the server's own reads with it). What was read is deleted from the stream."""
+    from protocols.transport import connect
+
+    tight = connect(redis_server.url, max_connections=8, timeout=2.0)
+    store = CommandStore(Storage(tight), keys)
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
+    client = CommandClient(store)
+    try:
+        await store.ensure_group()
+        replies = await asyncio.gather(
+            *(client.call(Go(run_id=f"r{i}", cue_id="C"), 10) for i in range(300))
+        )
+        assert replies == [GoReply(state="go", attempt=1)] * 300
+        # each round deletes what the one before read: after one more call, at most its
+        # own answer is left of the 301
+        await client.call(Go(run_id="last", cue_id="C"), 10)
+        assert await tight.xlen(keys.answers(store.answers.asker)) <= 1
+    finally:
+        stop.set()
+        await server
+        await store.answers.close()
+        async for key in tight.scan_iter(match=f"{keys.prefix}*"):
+            await tight.delete(key)
+        await tight.aclose()
+
+
+async def test_an_answer_that_comes_before_its_wait_is_kept_and_one_never_asked_for_is_not(
+    real_redis: Any, keys: Keys
+) -> None:
+    store = CommandStore(Storage(real_redis), keys)
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
+    client = CommandClient(store)
+    try:
+        await store.ensure_group()
+        early = await client.send(Go(run_id="r1", cue_id="C"))
+        await eventually(lambda: _read_all(store, early), 10)  # answered, not yet asked for
+        assert await client.answer(Go(run_id="r1", cue_id="C"), early, 5) == GoReply(
+            state="go", attempt=1
+        )
+        store.answers.keep_s = 0.0
+        for i in range(5):  # sent, never asked for: forgotten by the next round
+            await client.send(Go(run_id=f"x{i}", cue_id="C"))
+        await eventually(lambda: _none_waiting(store), 10)
+    finally:
+        stop.set()
+        await server
+        await store.answers.close()
+
+
+async def test_a_request_that_does_not_validate_is_refused_on_its_askers_stream(
+    real_redis: Any, keys: Keys
+) -> None:
+    store = CommandStore(Storage(real_redis), keys)
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
+    try:
+        await store.ensure_group()
+        store.answers.expect("bad-1")
+        body = {"id": "bad-1", "reply_to": store.answers.asker, "command": {"op": "explode"}}
+        await store.push(json.dumps(body).encode())
+        raw = await store.wait_answer("bad-1", 5)
+        assert raw is not None and b"unknown command" in raw
+        # a reply_to that is not a name (a key of someone else's, a glob): no answer there
+        store.answers.expect("bad-2")
+        evil = {"id": "bad-2", "reply_to": "x:*", "command": {"op": "explode"}}
+        await store.push(json.dumps(evil).encode())
+        assert await store.wait_answer("bad-2", 0.5) is None
+        assert await real_redis.lpop(keys.reply("bad-2")) is not None  # on its own list
+        assert not [k async for k in real_redis.scan_iter(match=f"{keys.prefix}hub:answers:x*")]
+    finally:
+        stop.set()
+        await server
+        await store.answers.close()
+
+
+async def _read_all(store: CommandStore, command_id: str) -> bool:
+    waiting = store.answers._waiting.get(command_id)
+    return waiting is not None and waiting[1].done()
+
+
+async def _none_waiting(store: CommandStore) -> bool:
+    return not store.answers._waiting

@@ -38,6 +38,7 @@ def test_the_layout_is_spelled_as_designed() -> None:
     assert K.cuelist("deploy") == "cb:cuelist:{deploy}"
     assert K.cuelist_versions("deploy") == "cb:cuelist:{deploy}:versions"
     assert K.reply("c1") == "cb:hub:reply:c1"
+    assert K.answers("a1") == "cb:hub:answers:a1"
     assert K.out_pattern == "cb:out:{*}"
 
 

@@ -142,7 +142,7 @@ class StateStore:
         """The id of the run's newest event ("0-0": none yet). Read before the run: each
         step writes its state and its events at once, so every event up to this id is in
         the state read after it, and the events after it are news to that reader."""
-        return await self.db.last_id(self.keys.run_events(run_id))
+        return await self.db.newest_id(self.keys.run_events(run_id))
 
     async def tail_events(
         self, run_id: str, after: str, count: int, block_ms: int

@@ -83,7 +83,7 @@ class Gateway:
         """True when the server answers (no retry: a health check wants the truth now)."""
         return bool(await self._call("PING", lambda: self._client.ping(), retry_s=0))
 
-    async def last_id(self, stream: str) -> str:
+    async def _newest_id(self, stream: str) -> str:
         """The newest entry's id, "0-0" for an empty or missing stream."""
         rows = await self._call("XREVRANGE", lambda: self._client.xrevrange(stream, count=1))
         return _text(rows[0][0]) if rows else "0-0"

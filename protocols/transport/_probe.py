@@ -32,6 +32,10 @@ class Probe(Transport):
         rows = await self._call("XRANGE", lambda: self._client.xrange(stream))
         return [self._delivery(stream, entry_id, fields, 1) for entry_id, fields in rows or []]
 
+    async def last_id(self, stream: str) -> str:
+        """The newest entry's id, "0-0" for an empty or missing stream."""
+        return await self._newest_id(stream)
+
     async def groups(self, stream: str) -> dict[str, dict[str, Any]]:
         """XINFO GROUPS: {group: {"pending": n, "last_delivered": id}}; {} for no stream."""
         try:

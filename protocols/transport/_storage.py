@@ -163,6 +163,10 @@ class Storage(Gateway):
         rows = await self._call("XRANGE", lambda: self._client.xrange(stream, min=low, count=count))
         return _entries(rows)
 
+    async def newest_id(self, stream: str) -> str:
+        """The newest entry's id, "0-0" for an empty or missing stream."""
+        return await self._newest_id(stream)
+
     async def xread(self, stream: str, after: str, count: int, block_ms: int) -> list[Entry]:
         """Entries after `after`, waiting up to `block_ms` for some (XREAD BLOCK)."""
         reply = await self._call(

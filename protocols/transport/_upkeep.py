@@ -78,7 +78,7 @@ class _Upkeep(_TransportBase):
 
     async def broadcast_tail(self) -> str:
         """The id of the newest broadcast entry ("0-0" if none): read after it for new ones."""
-        return await self.last_id(self.keys.broadcast)
+        return await self._newest_id(self.keys.broadcast)
 
     async def consumers(self, stream: str, group: str) -> dict[str, dict[str, int]]:
         """XINFO CONSUMERS: {consumer: {"pending": n, "idle_ms": n, "inactive_ms": n}}."""

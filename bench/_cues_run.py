@@ -39,6 +39,7 @@ from bench._cues_host import (
 )
 from bench._cues_procs import agents_process, hub_process, raw_agents_process
 from hub.commands import CommandClient, StartRun
+from hub.commands.models import Answer, Request
 from hub.store import CommandStore, CuelistStore, StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
@@ -116,11 +117,23 @@ class Harness:
         self.procs: list[Any] = []
         self.prefixes: list[str] = []
         self.client: Redis = connect(self.url)
+        self._commands: dict[str, CommandClient] = {}
+
+    def commands(self, prefix: str) -> CommandClient:
+        """The command client of a prefix: one per prefix, as an API process has one."""
+        found = self._commands.get(prefix)
+        if found is None:
+            found = self._commands[prefix] = CommandClient(
+                CommandStore(Storage(self.client), Keys(prefix))
+            )
+        return found
 
     async def __aenter__(self) -> Harness:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for commands in self._commands.values():
+            await commands.store.answers.close()
         for proc in self.procs:
             end(proc)
         for prefix in self.prefixes:
@@ -243,7 +256,7 @@ class Harness:
         return cuelist.cuelist, version
 
     async def start(self, prefix: str, name: str, version: str, run_id: str) -> None:
-        commands = CommandClient(CommandStore(Storage(self.client), Keys(prefix)))
+        commands = self.commands(prefix)
         command = _start(name, version, run_id)
         await commands.answer(command, await commands.send(command))
 
@@ -260,11 +273,13 @@ class Harness:
         self, prefix: str, name: str, version: str, run_id: str, ended: asyncio.Queue[bytes]
     ) -> None:
         """Start a run and return once it ended, without waking in between: the start
-        command's answer is read after the run left the active set (`run_ends`)."""
+        command names no asker, so its answer waits on a list of its own, read after the
+        run left the active set (`run_ends`), where an API process's answer reader would
+        wake for it mid-call."""
         keys = Keys(prefix)
-        commands = CommandClient(CommandStore(Storage(self.client), keys))
         command = _start(name, version, run_id)
-        command_id = await commands.send(command)
+        request = Request(command=command)
+        await self.commands(prefix).store.push(request.model_dump_json().encode())
         deadline, key = time.monotonic() + 60.0, keys.active_runs().encode()
         while True:
             try:
@@ -275,7 +290,10 @@ class Harness:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end in 60s")
-        await commands.answer(command, command_id)
+        raw = await Storage(self.client).blpop(keys.reply(request.id), 10.0)
+        answer = Answer.model_validate_json(raw or b'{"ok": false, "detail": "no answer"}')
+        if not answer.ok:
+            raise RuntimeError(f"start of {run_id} refused: {answer.detail}")
 
     async def _ended(self, keys: Keys, run_id: str) -> bool:
         async with self.client.pipeline(transaction=False) as pipe:

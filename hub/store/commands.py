@@ -115,7 +115,7 @@ class Answers:
     """This process's answers, on a stream of its own: one task reads it for every command
     waiting (one connection and one read for a burst of answers, where a blocking pop per
     command held a pooled connection each, and 500 at once starved the hub's own engine of
-    connections). The task runs while some command waits, and deletes what it read."""
+    connections). The task runs while an answer is expected, and deletes what it read."""
 
     def __init__(self, db: Storage, keys: Keys) -> None:
         self.db = db
@@ -127,17 +127,25 @@ class Answers:
         self._last = "0-0"  # the newest entry read (the stream is this process's alone)
         self._read_ids: list[str] = []  # read, not deleted yet
         self.keep_s: float = REPLY_TTL_S  # how long an answer expected is waited for
+        self._open = 0  # answers expected and not in yet: the reader runs while there are
 
     def expect(self, command_id: str) -> None:
         """Before the command is sent: its answer will be kept for `wait` (REPLY_TTL_S)."""
         loop = asyncio.get_running_loop()
+        self._drop(command_id)
         self._waiting[command_id] = (loop.time(), loop.create_future())
+        self._open += 1
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read(), name="command-answers")
 
     def forget(self, command_id: str) -> None:
         """The command was not sent after all."""
-        self._waiting.pop(command_id, None)
+        self._drop(command_id)
+
+    def _drop(self, command_id: str) -> None:
+        found = self._waiting.pop(command_id, None)
+        if found is not None and not found[1].done():
+            self._open -= 1
 
     async def wait(self, command_id: str, timeout_s: float) -> bytes | None:
         if command_id not in self._waiting:
@@ -148,7 +156,7 @@ class Answers:
         except TimeoutError:
             return None
         finally:
-            self._waiting.pop(command_id, None)
+            self._drop(command_id)
 
     async def close(self) -> None:
         if self._reader is not None:
@@ -157,9 +165,10 @@ class Answers:
             self._reader = None
 
     async def _read(self) -> None:
-        """Until no command waits (checked with no pause before the task ends, so a command
-        expected meanwhile starts a new reader): read answers, hand each to its waiter."""
-        while self._waiting:
+        """Until every answer expected is in (checked with no pause before the task ends, so
+        a command expected meanwhile starts a new reader): read answers, hand each to its
+        waiter."""
+        while self._open > 0:
             try:
                 if self._read_ids:  # what the last round read, deleted with this round
                     await self.db.xdel(self.stream, self._read_ids)
@@ -175,6 +184,7 @@ class Answers:
                 waiting = self._waiting.get(fields.get(ANSWER_ID.encode(), b"").decode())
                 if waiting is not None and not waiting[1].done():
                     waiting[1].set_result(fields.get(ANSWER.encode(), b""))
+                    self._open -= 1
             self._sweep()
 
     def _sweep(self) -> None:
@@ -185,4 +195,4 @@ class Answers:
             command_id, (at, _) = next(iter(self._waiting.items()))
             if at > too_old:
                 return
-            del self._waiting[command_id]
+            self._drop(command_id)

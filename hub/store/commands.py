@@ -174,8 +174,8 @@ class Answers:
                     await self.db.xdel(self.stream, self._read_ids)
                     self._read_ids = []
                 rows = await self.db.xread(self.stream, self._last, 1000, ANSWERS_BLOCK_MS)
-            except Exception:  # Redis away: the waits time out unless it comes back
-                log.exception("reading command answers from %s", self.stream)
+            except TransportError as exc:  # Redis away: the waits time out unless it is back
+                log.warning("reading command answers from %s: %s", self.stream, exc)
                 await asyncio.sleep(ANSWERS_BLOCK_MS / 1000)
                 continue
             for entry_id, fields in rows:

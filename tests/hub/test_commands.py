@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -158,23 +160,18 @@ async def test_many_waits_share_one_connection_and_the_answer_stream_is_emptied(
 
     tight = connect(redis_server.url, max_connections=8, timeout=2.0)
     store = CommandStore(Storage(tight), keys)
-    stop = asyncio.Event()
-    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
     client = CommandClient(store)
     try:
-        await store.ensure_group()
-        replies = await asyncio.gather(
-            *(client.call(Go(run_id=f"r{i}", cue_id="C"), 10) for i in range(300))
-        )
-        assert replies == [GoReply(state="go", attempt=1)] * 300
-        # each round deletes what the one before read: after one more call, at most its
-        # own answer is left of the 301
-        await client.call(Go(run_id="last", cue_id="C"), 10)
-        assert await tight.xlen(keys.answers(store.answers.asker)) <= 1
+        async with serving(store):
+            replies = await asyncio.gather(
+                *(client.call(Go(run_id=f"r{i}", cue_id="C"), 10) for i in range(300))
+            )
+            assert replies == [GoReply(state="go", attempt=1)] * 300
+            # each round deletes what the one before read: after one more call, at most
+            # its own answer is left of the 301
+            await client.call(Go(run_id="last", cue_id="C"), 10)
+            assert await tight.xlen(keys.answers(store.answers.asker)) <= 1
     finally:
-        stop.set()
-        await server
-        await store.answers.close()
         async for key in tight.scan_iter(match=f"{keys.prefix}*"):
             await tight.delete(key)
         await tight.aclose()
@@ -184,11 +181,8 @@ async def test_an_answer_that_comes_before_its_wait_is_kept_and_one_never_asked_
     real_redis: Any, keys: Keys
 ) -> None:
     store = CommandStore(Storage(real_redis), keys)
-    stop = asyncio.Event()
-    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
     client = CommandClient(store)
-    try:
-        await store.ensure_group()
+    async with serving(store):
         early = await client.send(Go(run_id="r1", cue_id="C"))
         await eventually(lambda: _read_all(store, early), 10)  # answered, not yet asked for
         assert await client.answer(Go(run_id="r1", cue_id="C"), early, 5) == GoReply(
@@ -198,20 +192,13 @@ async def test_an_answer_that_comes_before_its_wait_is_kept_and_one_never_asked_
         for i in range(5):  # sent, never asked for: forgotten by the next round
             await client.send(Go(run_id=f"x{i}", cue_id="C"))
         await eventually(lambda: _none_waiting(store), 10)
-    finally:
-        stop.set()
-        await server
-        await store.answers.close()
 
 
 async def test_a_request_that_does_not_validate_is_refused_on_its_askers_stream(
     real_redis: Any, keys: Keys
 ) -> None:
     store = CommandStore(Storage(real_redis), keys)
-    stop = asyncio.Event()
-    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
-    try:
-        await store.ensure_group()
+    async with serving(store):
         store.answers.expect("bad-1")
         body = {"id": "bad-1", "reply_to": store.answers.asker, "command": {"op": "explode"}}
         await store.push(json.dumps(body).encode())
@@ -224,6 +211,16 @@ async def test_a_request_that_does_not_validate_is_refused_on_its_askers_stream(
         assert await store.wait_answer("bad-2", 0.5) is None
         assert await real_redis.lpop(keys.reply("bad-2")) is not None  # on its own list
         assert not [k async for k in real_redis.scan_iter(match=f"{keys.prefix}hub:answers:x*")]
+
+
+@contextlib.asynccontextmanager
+async def serving(store: CommandStore) -> AsyncIterator[None]:
+    """A leader serving `store`'s commands (Go, by `_go`) while the block runs."""
+    await store.ensure_group()
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, _go)).run(stop))
+    try:
+        yield
     finally:
         stop.set()
         await server

@@ -24,7 +24,7 @@ from hub.commands import (
     StartRunReply,
 )
 from hub.store import CommandStore
-from protocols.errors import Conflict, EngineError, NotFound
+from protocols.errors import Conflict, EngineError, NotFound, TransportError
 from protocols.keys import Keys
 from protocols.transport import Storage
 from tests.helpers import eventually
@@ -234,3 +234,34 @@ async def _read_all(store: CommandStore, command_id: str) -> bool:
 
 async def _none_waiting(store: CommandStore) -> bool:
     return not store.answers._waiting
+
+
+async def test_an_answer_read_that_fails_is_tried_again(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis fails the reader's XREAD (and then its XDEL) once each: the reader logs,
+    waits, reads again, and the command still gets its answer, once."""
+    db = Storage(real_redis)
+    store = CommandStore(db, keys)
+    client = CommandClient(store)
+    failures = {"xread": 1, "xdel": 1}
+
+    def failing(name: str) -> Any:
+        real = getattr(db, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise TransportError(f"{name.upper()}: connection lost")
+            return await real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(db, "xread", failing("xread"))
+    monkeypatch.setattr(db, "xdel", failing("xdel"))
+    monkeypatch.setattr("hub.store.answers.ANSWERS_BLOCK_MS", 100)
+    async with serving(store):
+        first = await client.call(Go(run_id="r1", cue_id="C"), 10)
+        second = await client.call(Go(run_id="r2", cue_id="C"), 10)  # its round meets the XDEL
+    assert first == second == GoReply(state="go", attempt=1)
+    assert failures == {"xread": 0, "xdel": 0}

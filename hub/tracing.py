@@ -96,7 +96,7 @@ class HubTracer:
 
     def __init__(self, spans: Spans) -> None:
         self.spans = spans
-        self._cues: dict[tuple[str, str], _Cue] = {}  # (run id, cue id) -> its open span
+        self._cues: dict[str, dict[str, _Cue]] = {}  # run id -> cue id -> its open span
         self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
         # (run id, cue id, attempt) -> span id, derived for this write's messages: the span
         # its step opens takes it (no cache outlives the write for the collector to rescan)
@@ -165,7 +165,7 @@ class HubTracer:
         attempt = self._attempt(msg, engine) if cue_id is not None else None
         if cue_id is None or attempt is None:
             return trace_context(run_id, run_span_id(run_id))
-        held = self._cues.get((run_id, cue_id))
+        held = self._open(run_id, cue_id)
         if held is not None and held.attempt == attempt:
             span_id = held.span_id
         else:
@@ -218,7 +218,7 @@ class HubTracer:
         for msg in messages:
             if msg.traceparent is None:
                 continue
-            held = self._cues.get((msg.run_id or "", msg.cue_id or ""))
+            held = self._open(msg.run_id or "", msg.cue_id or "")
             if held is None:  # outside a cue, or its span is not open on this hub
                 continue
             if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
@@ -255,7 +255,9 @@ class HubTracer:
         at = _ns(float(event.get("at", 0.0)))
         attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
         if kind == "cue":
-            state = CueState(event["state"])
+            state = event["state"]
+            if not isinstance(state, CueState):  # the engine's events hold the member
+                state = CueState(state)
             if state is CueState.WARNING or state is CueState.STANDBY:
                 span = self._cue(run, cue_id, attempt, at, state.value)
                 span.events.append((state.value, None, at))
@@ -272,11 +274,11 @@ class HubTracer:
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")
             span.events.append(("go", _fired_by(event.get("fired_by")), at))
-        elif kind == "attempt_failed" and (run.run_id, cue_id) in self._cues:
+        elif kind == "attempt_failed" and self._open(run.run_id, cue_id) is not None:
             span = self._cue(run, cue_id, attempt, at)
             span.error = str(event.get("error") or "failed")
             span.events.append(("failed", {"error": span.error}, at))
-        elif kind == "handoff" and (run.run_id, cue_id) in self._cues:
+        elif kind == "handoff" and self._open(run.run_id, cue_id) is not None:
             span = self._cue(run, cue_id, attempt, at)
             span.events.append(("handoff", {"callboard.handoff.to": event.get("to")}, at))
 
@@ -284,8 +286,7 @@ class HubTracer:
         """The span of this attempt: open already, or opened now at `phase` (its first, or
         a later one when this hub did not see it start: after a restart or a change of
         leader); an older attempt's span ends here."""
-        key = (run.run_id, cue_id)
-        held = self._cues.get(key)
+        held = self._open(run.run_id, cue_id)
         if held is not None:
             if held.attempt == attempt:
                 return held
@@ -306,11 +307,19 @@ class HubTracer:
             run.run_id, cue_id, attempt
         )
         span = _Cue(attempt, span_id, start, attrs, started)
-        self._cues[key] = span
+        self._cues.setdefault(run.run_id, {})[cue_id] = span
         return span
 
+    def _open(self, run_id: str, cue_id: str) -> _Cue | None:
+        """The open span of the cue's attempt, if any."""
+        cues = self._cues.get(run_id)
+        return None if cues is None else cues.get(cue_id)
+
     def _end_cue(self, run_id: str, cue_id: str, at: int) -> None:
-        span = self._cues.pop((run_id, cue_id))
+        cues = self._cues[run_id]
+        span = cues.pop(cue_id)
+        if not cues:
+            del self._cues[run_id]
         self.spans.emit(
             f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
             SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events,
@@ -320,9 +329,9 @@ class HubTracer:
     def _end_run(self, run: RunState) -> None:
         start = run.started_at or run.created_at
         end = _ns(max(run.completed_at or start, start))
-        for key in [k for k in self._cues if k[0] == run.run_id]:
-            self._cues[key].attributes["callboard.cue.state"] = run.cues[key[1]].state.value
-            self._end_cue(run.run_id, key[1], end)
+        for cue_id, span in list(self._cues.get(run.run_id, {}).items()):  # its cues' only
+            span.attributes["callboard.cue.state"] = run.cues[cue_id].state.value
+            self._end_cue(run.run_id, cue_id, end)
         attrs: dict[str, Any] = {
             RUN_ID: run.run_id, "callboard.cuelist": run.cuelist,
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,

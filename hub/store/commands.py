@@ -87,6 +87,7 @@ class CommandStore:
         one trip. Both expire when no one reads them."""
 
         def build(pipe: Pipeline) -> None:
+            streams: set[str] = set()  # each asker's expires once a batch, after its answers
             for command_id, asker, answer in answers:
                 if asker is None:
                     pipe.rpush(self.keys.reply(command_id), answer)
@@ -95,6 +96,8 @@ class CommandStore:
                 stream = self.keys.answers(asker)
                 fields = {ANSWER_ID: command_id, ANSWER: answer}
                 pipe.xadd(stream, fields, maxlen=ANSWERS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+                streams.add(stream)
+            for stream in streams:
                 pipe.expire(stream, REPLY_TTL_S)
             pipe.xack(self.stream, GROUP, *entry_ids)
             pipe.xdel(self.stream, *entry_ids)

@@ -170,7 +170,9 @@ async def test_many_waits_share_one_connection_and_the_answer_stream_is_emptied(
             # each round deletes what the one before read: after one more call, at most
             # its own answer is left of the 301
             await client.call(Go(run_id="last", cue_id="C"), 10)
-            assert await tight.xlen(keys.answers(store.answers.asker)) <= 1
+            stream = keys.answers(store.answers.asker)
+            assert await tight.xlen(stream) <= 1
+            assert 0 < await tight.ttl(stream) <= 60  # and the stream expires unread
     finally:
         async for key in tight.scan_iter(match=f"{keys.prefix}*"):
             await tight.delete(key)

@@ -77,11 +77,11 @@ class Answers:
         a command expected meanwhile starts a new reader): read answers, hand each to its
         waiter."""
         while self._open > 0:
-            try:
-                if self._read_ids:  # what the last round read, deleted with this round
-                    await self.db.xdel(self.stream, self._read_ids)
-                    self._read_ids = []
-                rows = await self.db.xread(self.stream, self._last, 1000, ANSWERS_BLOCK_MS)
+            try:  # what the last round read is deleted with this round's read
+                rows = await self.db.xdel_then_xread(
+                    self.stream, self._read_ids, self._last, 1000, ANSWERS_BLOCK_MS
+                )
+                self._read_ids = []
             except TransportError as exc:  # Redis away: the waits time out unless it is back
                 log.warning("reading command answers from %s: %s", self.stream, exc)
                 await asyncio.sleep(ANSWERS_BLOCK_MS / 1000)

@@ -174,6 +174,21 @@ class Storage(Gateway):
         )
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
 
+    async def xdel_then_xread(
+        self, stream: str, done: Sequence[str], after: str, count: int, block_ms: int
+    ) -> list[Entry]:
+        """Delete entries `done`, then `xread`: one round trip (a reader that deletes what
+        it read, with its next read)."""
+        if not done:
+            return await self.xread(stream, after, count, block_ms)
+
+        def build(pipe: Pipeline) -> None:
+            pipe.xdel(stream, *done)
+            pipe.xread({stream: after}, count=count, block=block_ms)
+
+        _, reply = await self.pipeline("XDEL XREAD", build)
+        return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
+
     async def xread_many(
         self, after: Mapping[str, str], count: int, block_ms: int
     ) -> list[tuple[str, list[Entry]]]:

@@ -70,3 +70,18 @@ async def test_xread_over_many_slots_wakes_on_any(
     finally:
         await db.delete(*streams)
         await db.close()
+
+
+@pytest.mark.parametrize("where", ["server", "cluster"])
+async def test_a_read_deletes_what_the_last_one_read_in_the_same_trip(
+    where: str, real_redis: Any, cluster_redis: Any, keys: Keys
+) -> None:
+    db = Storage(real_redis if where == "server" else cluster_redis)
+    stream = keys.answers("asker-1")
+    ids = [await db.xadd(stream, {"i": str(n)}) for n in range(3)]
+    assert [e for e, _ in await db.xdel_then_xread(stream, [], "0-0", 10, 100)] == ids
+    rows = await db.xdel_then_xread(stream, ids[:1], ids[0], 10, 100)  # the one read
+    assert [e for e, _ in rows] == ids[1:]
+    assert [e for e, _ in await db.xrange(stream)] == ids[1:]
+    assert await db.xdel_then_xread(stream, ids[1:], ids[2], 10, 50) == []  # blocked, timed out
+    assert await db.xrange(stream) == []

@@ -14,6 +14,8 @@ span before that span ends, and a hub that resumes a run after a restart or a ch
 leader re-opens the span of a cue in flight under the same id, with the phases it missed
 taken from the cue's state. Spans are records here, emitted once they end
 (protocols.telemetry); the run's span is emitted when the run ends, from its start time.
+A run the sampler leaves out (protocols.telemetry.Sampler, by its trace id) has no span;
+its messages carry its context flagged unsampled, so no specialist records its work.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class HubTracer:
 
     def __init__(self, spans: Spans) -> None:
         self.spans = spans
+        self.sampler = spans.sampler
         self._cues: dict[str, dict[str, _Cue]] = {}  # run id -> cue id -> its open span
         self._sending: list[tuple[str, int, _Batch]] = []  # run id, start, batch: this write's
         # (run id, cue id, attempt) -> span id, derived for this write's messages: the span
@@ -132,18 +135,20 @@ class HubTracer:
         (hub.store.commit): a copy of each envelope cost more than the rest of tracing."""
         if not out.messages:
             return
-        batches: dict[str, _Batch] = {}
+        batches: dict[str, _Batch | None] = {}  # None: a run the sampler leaves out
         traced = out.traceparents
         copies: dict[int, Envelope] = {}  # of messages that came with a traceparent
         for stream, msg in out.messages:
             run_id = msg.run_id
             if run_id is None:  # broadcasts, runless handoffs: outside any trace
                 continue
-            batch = batches.get(run_id)
-            if batch is None:
-                batch = batches[run_id] = _Batch()
-            batch.count += 1
-            batch.streams.add(stream)
+            if run_id in batches:
+                batch = batches[run_id]
+            else:
+                batch = batches[run_id] = _Batch() if self.recorded(run_id) else None
+            if batch is not None:
+                batch.count += 1
+                batch.streams.add(stream)
             key = id(msg)
             if key in traced or key in copies:  # the same message to another inbox
                 continue
@@ -155,16 +160,29 @@ class HubTracer:
         if copies:
             out.messages = [(stream, copies.get(id(msg), msg)) for stream, msg in out.messages]
         now = time.time_ns()
-        self._sending.extend((run_id, now, batch) for run_id, batch in batches.items())
+        self._sending.extend(
+            (run_id, now, batch) for run_id, batch in batches.items() if batch is not None
+        )
 
-    def _traceparent(self, msg: Envelope, run_id: str, engine: EngineBase, batch: _Batch) -> str:
-        """The message's creation context: its cue attempt's span, else the run's."""
-        if msg.traceparent is not None and len(batch.links) < MAX_LINKS:
+    def recorded(self, run_id: str) -> bool:
+        """Does the sampler keep this run's trace? (Every hub decides the same: by its id.)"""
+        return self.sampler.everything or self.sampler.root(run_trace_id(run_id))
+
+    def _traceparent(
+        self, msg: Envelope, run_id: str, engine: EngineBase, batch: _Batch | None
+    ) -> str:
+        """The message's creation context: its cue attempt's span, else the run's; flagged
+        unsampled when the sampler leaves the run out (`batch` None: no span opens, but
+        the ids are the ones its spans would have)."""
+        recorded = batch is not None
+        if batch is not None and msg.traceparent is not None and len(batch.links) < MAX_LINKS:
             batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
         cue_id = msg.cue_id
         attempt = self._attempt(msg, engine) if cue_id is not None else None
         if cue_id is None or attempt is None:
-            return trace_context(run_id, run_span_id(run_id))
+            return trace_context(run_id, run_span_id(run_id), recorded)
+        if batch is None:
+            return trace_context(run_id, cue_span_id(run_id, cue_id, attempt), sampled=False)
         held = self._open(run_id, cue_id)
         if held is not None and held.attempt == attempt:
             span_id = held.span_id
@@ -240,11 +258,11 @@ class HubTracer:
             kind = event["type"]
             if kind not in _TRACED or (kind == "cue" and event["state"] not in _CALLED):
                 continue  # a cue pending, waiting, armed, or at GO (its own "go" event)
-            if (run := runs.get(run_id)) is not None and not run.dry:
+            if (run := runs.get(run_id)) is not None and not run.dry and self.recorded(run_id):
                 self._event(run, event)
         for run_id in out.finished:
             run = runs.get(run_id)
-            if run is not None and not run.dry:
+            if run is not None and not run.dry and self.recorded(run_id):
                 self._end_run(run)
         self._derived.clear()
 

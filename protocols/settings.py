@@ -74,6 +74,13 @@ class Settings(BaseSettings):
     otel_sdk_disabled: bool = Field(  # the standard switch: true turns tracing off
         default=False, validation_alias=AliasChoices("OTEL_SDK_DISABLED")
     )
+    # head sampling of runs (protocols.telemetry.Sampler): the standard names and values
+    otel_traces_sampler: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_TRACES_SAMPLER")
+    )
+    otel_traces_sampler_arg: str | None = Field(
+        default=None, validation_alias=AliasChoices("OTEL_TRACES_SAMPLER_ARG")
+    )
     # span export batches, under the SDK batch processor's standard names (protocols.telemetry)
     otel_bsp_schedule_delay_ms: int = Field(
         default=5_000, gt=0, validation_alias=AliasChoices("OTEL_BSP_SCHEDULE_DELAY")

@@ -32,13 +32,14 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from protocols.settings import Settings
 
-__all__ = ["EventRecord", "LinkRecord", "SpanContext", "SpanKind", "Spans"]
+__all__ = ["EventRecord", "LinkRecord", "Sampler", "SpanContext", "SpanKind", "Spans"]
 
 # Span attribute and name words both sides use (OpenTelemetry semantic conventions:
 # messaging, GenAI agents; callboard's own under `callboard.`).
@@ -72,10 +73,73 @@ def new_trace_id() -> int:
     return _random.getrandbits(128) or 1
 
 
+class Sampler:
+    """Which traces are recorded: head sampling under OpenTelemetry's standard
+    OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG.
+
+    `always_on`, `always_off` and `traceidratio` (ARG: the share kept, 0 to 1; 1 when
+    unset) decide by the trace id alone, by the SDK's own rule (`TraceIdRatioBased`: the
+    id's low 64 bits under the ratio's bound), so every process decides the same for a
+    trace; their `parentbased_` forms (the default: `parentbased_always_on`) follow the
+    sampled flag of the context a message came with, when it came with one. A run's trace
+    id derives from its run id, so every hub, after any restart, keeps or leaves out the
+    same runs. A trace left out still propagates, flagged unsampled, and nobody records it.
+    A name or argument the SDK would not take is refused (ValueError) rather than traced
+    otherwise than asked."""
+
+    NAMES = ("always_on", "always_off", "traceidratio")
+
+    def __init__(self, name: str | None = None, arg: str | None = None) -> None:
+        kind = (name or "parentbased_always_on").strip().lower()
+        self.name = kind
+        self.parent_based = kind.startswith("parentbased_")
+        root = kind.removeprefix("parentbased_")
+        if root not in self.NAMES:
+            raise ValueError(
+                f"OTEL_TRACES_SAMPLER={name!r}: callboard samples with "
+                + ", ".join(f"{n}, parentbased_{n}" for n in self.NAMES)
+            )
+        rate = 1.0 if root == "always_on" else 0.0
+        if root == "traceidratio":
+            rate = _ratio(arg)
+        self.rate = rate
+        self.bound = TraceIdRatioBased.get_bound_for_rate(rate)
+        self.everything = self.bound > TraceIdRatioBased.TRACE_ID_LIMIT  # no id is left out
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Sampler:
+        return cls(settings.otel_traces_sampler, settings.otel_traces_sampler_arg)
+
+    def root(self, trace_id: int) -> bool:
+        """Is trace `trace_id` recorded, when nothing upstream decided (a run, a message
+        that came with no context)?"""
+        return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self.bound
+
+    def decide(self, trace_id: int, parent_sampled: bool | None) -> bool:
+        """Is a span of trace `trace_id` recorded, under a parent flagged `parent_sampled`
+        (None: no parent)?"""
+        if self.parent_based and parent_sampled is not None:
+            return parent_sampled
+        return self.root(trace_id)
+
+
+def _ratio(arg: str | None) -> float:
+    if arg is None or not arg.strip():
+        return 1.0
+    try:
+        rate = float(arg)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:  # NaN fails this too
+        raise ValueError(f"OTEL_TRACES_SAMPLER_ARG={arg!r}: a ratio from 0 to 1")
+    return rate
+
+
 class Spans:
     """Where this process's spans go: `emit` an ended span, `flush`, `shutdown`."""
 
     def __init__(self, settings: Settings, service: str, exporter: SpanExporter | None = None):
+        self.sampler = Sampler.from_settings(settings)  # first: a bad setting starts nothing
         name = settings.otel_service_name or service
         self.resource = Resource.create({"service.name": name})
         self.scope = InstrumentationScope("callboard")

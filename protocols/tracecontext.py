@@ -76,6 +76,6 @@ def _trace_prefix(run_id: str) -> str:
     return f"00-{run_trace_id(run_id):032x}-"
 
 
-def trace_context(run_id: str, span_id: int) -> str:
-    """The traceparent of span `span_id` of run `run_id`'s trace (sampled)."""
-    return f"{_trace_prefix(run_id)}{span_id:016x}-01"
+def trace_context(run_id: str, span_id: int, sampled: bool = True) -> str:
+    """The traceparent of span `span_id` of run `run_id`'s trace."""
+    return f"{_trace_prefix(run_id)}{span_id:016x}-{'01' if sampled else '00'}"

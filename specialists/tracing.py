@@ -115,13 +115,16 @@ class _Invocation:
     def __enter__(self) -> None:
         parent = self.message.traceparent  # absent, or malformed and dropped by the codec
         span_id = new_span_id()
+        sampler = self.tracer.spans.sampler
         if parent is not None:
-            trace_id, parent_id, sampled = parse_traceparent(parent)
+            trace_id, parent_id, flagged = parse_traceparent(parent)
+            sampled = sampler.decide(trace_id, flagged)
             # the parent's trace id, this span's id, the sampled flag
             self.traceparent = f"{parent[:36]}{span_id:016x}-{'01' if sampled else '00'}"
         else:
-            trace_id, parent_id, sampled = new_trace_id(), None, True
-            self.traceparent = format_traceparent(trace_id, span_id)
+            trace_id, parent_id = new_trace_id(), None
+            sampled = sampler.decide(trace_id, None)
+            self.traceparent = format_traceparent(trace_id, span_id, sampled)
         self._ids = trace_id, span_id, parent_id, sampled
         context = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
         self._work: Token[_Invocation | None] = _WORK.set(self)

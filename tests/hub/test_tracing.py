@@ -22,7 +22,8 @@ from protocols.codec import decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
-from protocols.tracecontext import cue_span_id, run_span_id, run_trace_id
+from protocols.telemetry import Sampler
+from protocols.tracecontext import cue_span_id, parse_traceparent, run_span_id, run_trace_id
 from protocols.validation import load_cuelist
 from specialists.builtin.echo import Echo
 from specialists.tracing import SpecialistTracer
@@ -37,9 +38,11 @@ AGENTS = ("specialist-code", "specialist-test", "specialist-deploy")
 async def running(
     settings: Settings, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Hub, InMemorySpanExporter, InMemorySpanExporter]]:
-    traced = getattr(request, "param", True)
+    param = getattr(request, "param", True)  # False: off; a dict: settings, tracing on
+    traced = param is not False
     # ms between exports (OTEL_BSP_SCHEDULE_DELAY, default 5 s)
-    settings = settings.model_copy(update={"otel_bsp_schedule_delay_ms": 20})
+    update = {"otel_bsp_schedule_delay_ms": 20, **(param if isinstance(param, dict) else {})}
+    settings = settings.model_copy(update=update)
     hub_spans, agent_spans = InMemorySpanExporter(), InMemorySpanExporter()
     hub = Hub(
         HubSettings(**settings.model_dump(), lease_ms=2000),
@@ -287,3 +290,57 @@ async def test_a_rerun_is_a_trace_of_its_own_linked_to_the_run_it_reruns(
     assert (link.context.trace_id, link.context.span_id) == (
         run_trace_id("run-first"), run_span_id("run-first"),
     )  # fmt: skip
+
+
+def _runs_by_sampler(sampler: Sampler) -> tuple[str, str]:
+    """A run id the sampler keeps and one it leaves out (decided by the id alone)."""
+    ids = [f"run-sampled-{i}" for i in range(64)]
+    kept = next(i for i in ids if sampler.root(run_trace_id(i)))
+    left_out = next(i for i in ids if not sampler.root(run_trace_id(i)))
+    return kept, left_out
+
+
+HALF = {"otel_traces_sampler": "traceidratio", "otel_traces_sampler_arg": "0.5"}
+
+
+@pytest.mark.parametrize("running", [HALF], indirect=True)
+async def test_a_run_the_sampler_leaves_out_is_not_recorded_anywhere_but_propagates(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    hub, hub_spans, agent_spans = running
+    assert hub.tracer is not None and hub.tracer.sampler.rate == 0.5
+    kept, left_out = _runs_by_sampler(hub.tracer.sampler)
+    text = (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+    assert (await _run(hub, text, left_out))["status"] == "success"
+    assert (await _run(hub, text, kept))["status"] == "success"
+    await _exported(hub, hub_spans, "run handoff-chain", run_trace_id(kept))
+
+    def invoked(run_id: str) -> list[ReadableSpan]:
+        return [
+            s for s in agent_spans.get_finished_spans()
+            if s.context.trace_id == run_trace_id(run_id)
+        ]  # fmt: skip
+
+    # the kept run: recorded by the hub and by every specialist, as with no sampler
+    assert len(await eventually(lambda: len(invoked(kept)) == len(AGENTS) and invoked(kept), 10))
+    # the other: no span anywhere (its spans would have ended, and gone, before the kept one's)
+    gone = run_trace_id(left_out)
+    assert not [s for s in hub_spans.get_finished_spans() if s.context.trace_id == gone]
+    assert invoked(left_out) == []
+    # but its context went with every message of the run, both ways, flagged unsampled
+    flags: dict[str, set[str]] = {kept: set(), left_out: set()}
+    for agent in AGENTS:
+        for stream in (hub.keys.inbox(agent), hub.keys.out(agent)):
+            for _, fields in await hub.transport._client.xrange(stream):
+                msg = decode(fields[STREAM_FIELD.encode()])
+                if msg.run_id in flags and msg.traceparent is not None:
+                    trace_id, _, sampled = parse_traceparent(msg.traceparent)
+                    assert trace_id == run_trace_id(msg.run_id)
+                    flags[msg.run_id].add(f"{msg.message_type.value}:{sampled}")
+    assert flags[kept] and all(f.endswith(":True") for f in flags[kept])
+    assert {f.split(":")[0] for f in flags[left_out]} == {f.split(":")[0] for f in flags[kept]}
+    assert all(f.endswith(":False") for f in flags[left_out])

@@ -3,16 +3,21 @@ SDK's batch processor batches them (OTEL_BSP_*), dropped past a full queue."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
 from protocols.settings import Settings
-from protocols.telemetry import BUILD_CHUNK, Spans
+from protocols.telemetry import BUILD_CHUNK, Sampler, Spans
+from protocols.tracecontext import run_trace_id
 
 WAIT_S = 10  # a deadline, never a sleep
 
@@ -146,3 +151,62 @@ def test_the_batch_settings_are_the_sdk_processors_variables(
     assert spans.delay_s == 0.02 and spans.max_queue == 100
     assert spans.batch_size == 100  # a batch is never more than the queue holds
     spans.shutdown()
+
+
+# -- head sampling ------------------------------------------------------------------------
+TRACE_IDS = st.integers(min_value=1, max_value=2**128 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(trace_id=TRACE_IDS, rate=st.floats(min_value=0.0, max_value=1.0))
+def test_a_ratio_keeps_the_traces_the_sdks_ratio_sampler_keeps(trace_id: int, rate: float) -> None:
+    sdk = TraceIdRatioBased(rate).should_sample(None, trace_id, "span").decision.is_sampled()
+    assert Sampler("traceidratio", repr(rate)).root(trace_id) is sdk
+    # parent-based, a run (no parent) is decided the same way
+    assert Sampler("parentbased_traceidratio", repr(rate)).decide(trace_id, None) is sdk
+
+
+@given(trace_id=TRACE_IDS, parent=st.booleans())
+def test_parent_based_samplers_follow_the_parent_and_the_others_do_not(
+    trace_id: int, parent: bool
+) -> None:
+    for name in ("parentbased_always_on", "parentbased_always_off", None):
+        assert Sampler(name).decide(trace_id, parent) is parent
+    assert Sampler("always_on").decide(trace_id, parent) is True
+    assert Sampler("always_off").decide(trace_id, parent) is False
+    assert Sampler(None).decide(trace_id, None) is True  # the default: every run
+    assert Sampler("parentbased_always_off").decide(trace_id, None) is False
+
+
+def test_a_ratio_keeps_about_its_share_of_runs() -> None:
+    sampler = Sampler("traceidratio", "0.25")
+    kept = sum(sampler.root(run_trace_id(f"run-{i}")) for i in range(4000))
+    assert 850 < kept < 1150  # 1,000 expected; the ids are SHA-256 digests
+    assert Sampler("traceidratio").rate == 1.0 and Sampler("traceidratio", " ").rate == 1.0
+    assert Sampler("traceidratio", "0").root(2**64 - 1 + 2**100) is False
+    assert Sampler("traceidratio", "1").everything and not sampler.everything
+
+
+@pytest.mark.parametrize(
+    ("name", "arg", "named"),
+    [
+        ("probabilistic", None, "OTEL_TRACES_SAMPLER='probabilistic'"),
+        ("parentbased_jaeger_remote", None, "OTEL_TRACES_SAMPLER="),
+        ("traceidratio", "1.5", "OTEL_TRACES_SAMPLER_ARG='1.5'"),
+        ("traceidratio", "-0.1", "OTEL_TRACES_SAMPLER_ARG="),
+        ("parentbased_traceidratio", "half", "OTEL_TRACES_SAMPLER_ARG='half'"),
+        ("traceidratio", "nan", "OTEL_TRACES_SAMPLER_ARG='nan'"),
+    ],
+)
+def test_a_sampler_setting_the_sdk_would_not_take_is_refused_at_start(
+    name: str, arg: str | None, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        Sampler(name, arg)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
+    if arg is not None:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    started = threading.active_count()
+    with pytest.raises(ValueError, match=re.escape(named)):
+        Spans(Settings(), "svc", Held())
+    assert threading.active_count() == started  # no export thread was left running

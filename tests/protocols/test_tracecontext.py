@@ -93,3 +93,7 @@ def test_a_traceparent_added_to_an_encoded_envelope_is_the_envelope_encoded_with
 def test_the_trace_context_of_a_span_of_a_run() -> None:
     span_id = cue_span_id("r", "C", 1)
     assert trace_context("r", span_id) == format_traceparent(run_trace_id("r"), span_id)
+    left_out = trace_context("r", span_id, sampled=False)
+    assert left_out == format_traceparent(run_trace_id("r"), span_id, sampled=False)
+    assert left_out.endswith("-00") and valid_traceparent(left_out) == left_out
+    assert parse_traceparent(left_out) == (run_trace_id("r"), span_id, False)

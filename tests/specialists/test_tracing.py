@@ -89,3 +89,30 @@ def test_tracing_is_off_unless_configured(monkeypatch: Any) -> None:
     monkeypatch.setenv("CALLBOARD_TRACING", "1")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert Settings().tracing_on is False
+
+
+async def test_work_the_sampler_leaves_out_propagates_unsampled_and_records_nothing() -> None:
+    unsampled = format_traceparent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False)
+    payload = p.CoordGo(cue_id="C", target_agents=["agent-a"], attempt=1)
+    left_out = make(T.COORD_GO, payload, run_id="run-1", cue_id="C", traceparent=unsampled)
+    no_context = make(T.COORD_GO, payload, run_id="run-2", cue_id="C")
+    seen: list[str | None] = []
+    # the default (parent-based) follows the hub's flag; always_off starts no trace
+    for name, message in (("parentbased_always_on", left_out), ("always_off", no_context)):
+        spans = InMemorySpanExporter()
+        settings = Settings(otel_traces_sampler=name)
+        tracer = SpecialistTracer.from_settings(settings, "agent-a", "r1", spans)
+        with tracer.invoke(message, "C", 1, "echo"):
+            seen.append(current_traceparent())
+        tracer.shutdown()
+        assert spans.get_finished_spans() == ()
+    # the context still travels (to the replies, the http and a2a calls), flagged unsampled
+    assert seen[0] is not None and seen[0].startswith(unsampled[:36]) and seen[0][-3:] == "-00"
+    assert seen[1] is not None and seen[1][-3:] == "-00"
+    # a sampled GO under the default is recorded, as before
+    spans = InMemorySpanExporter()
+    tracer = SpecialistTracer.from_settings(Settings(), "agent-a", "r1", spans)
+    with tracer.invoke(_go(), "C", 2, "echo"):
+        pass
+    tracer.shutdown()
+    assert len(spans.get_finished_spans()) == 1

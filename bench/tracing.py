@@ -13,6 +13,9 @@ second run of a version), cues/s from the start to the last completion. Modes:
   otlp   the same, exported for real: OTLP over HTTP (protobuf) to a sink this process
          serves on loopback, which answers 200 and throws the spans away (the protobuf
          encoding runs in each process's export thread, on the same 2 cores)
+  unsampled  tracing on, as `on`, with the run left out by the head sampler
+         (OTEL_TRACES_SAMPLER=always_off): no span is made, the context still goes on
+         every message (flagged unsampled); what a run costs that a ratio sampler drops
 
 Each round runs every mode once, in a fresh worker process with its own server; rounds
 alternate modes so all meet the same load on a shared machine. It prints the median
@@ -38,6 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACING_ENV = ("CALLBOARD_TRACING", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+               "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED")  # fmt: skip
 
 
@@ -80,6 +84,9 @@ def run_worker(mode: str, tree: Path, jobs: int, prefetch: int, sink: Sink) -> d
         env.update(CALLBOARD_TRACING="1", OTEL_TRACES_EXPORTER="none")
     elif mode == "otlp":
         env.update(CALLBOARD_TRACING="1", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=sink.url)
+    elif mode == "unsampled":
+        env.update(CALLBOARD_TRACING="1", OTEL_TRACES_EXPORTER="none",
+                   OTEL_TRACES_SAMPLER="always_off")  # fmt: skip
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree),
             "--jobs", str(jobs), "--prefetch", str(prefetch)]  # fmt: skip
     done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -101,7 +108,7 @@ async def worker(tree: Path, jobs: int, prefetch: int) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> None:
-    trees = {"off": ROOT, "on": ROOT, "otlp": ROOT}
+    trees = {"off": ROOT, "on": ROOT, "otlp": ROOT, "unsampled": ROOT}
     if args.baseline_tree:
         trees = {"today": Path(args.baseline_tree).resolve(), **trees}
     if args.only:
@@ -114,7 +121,7 @@ def main(args: argparse.Namespace) -> None:
             for mode in order:
                 result = run_worker(mode, trees[mode], args.jobs, args.prefetch, sink)
                 found[mode].append(result)
-                print(f"round {r + 1} {mode:>5}: {result['per_s']:,.0f} cues/s "
+                print(f"round {r + 1} {mode:>9}: {result['per_s']:,.0f} cues/s "
                       f"(hub {result['hub_cpu_us']:,.0f} us, echo {result['echo_cpu_us']:,.0f} "
                       "us CPU per cue)", file=sys.stderr)  # fmt: skip
     finally:
@@ -130,12 +137,12 @@ def main(args: argparse.Namespace) -> None:
           f"{args.rounds} rounds")  # fmt: skip
     for mode in found:
         hub_us, echo_us = cpu[mode]
-        print(f"  {mode:>5}: {rate[mode]:>8,.0f} cues/s (best {best[mode]:,.0f})   CPU per cue: "
+        print(f"  {mode:>9}: {rate[mode]:>8,.0f} cues/s (best {best[mode]:,.0f})   CPU per cue: "
               f"hub {hub_us:,.0f} us, echo {echo_us:,.0f} us")  # fmt: skip
     # The rate swings with whatever else the machine runs; the CPU each cue costs the hub and
     # the echo moves much less, and it is what tracing adds: both ratios are printed.
     pairs = [("off", "today", "does not move"), ("on", "off", "< 15% slower"),
-             ("otlp", "off", "")]  # fmt: skip
+             ("otlp", "off", ""), ("unsampled", "off", "")]  # fmt: skip
     for mode, base, target in pairs:
         if mode not in rate or base not in rate:
             continue

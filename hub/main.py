@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import uvicorn
@@ -44,10 +44,10 @@ class _Server(uvicorn.Server):
         self._captured_signals.clear()
 
 
-def serve(settings: HubSettings, log_level: str = "info") -> None:
-    """Run the hub and its API until a signal."""
+def serve(settings: HubSettings, log_level: str = "info", built: Hub | None = None) -> None:
+    """Run the hub (`built` from `settings`, unless given) and its API until a signal."""
     tune_gc()
-    app = create_app(Hub(settings))
+    app = create_app(built or Hub(settings))
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level.lower(),
         timeout_graceful_shutdown=GRACEFUL_S, lifespan="on", loop=loop_name(),
@@ -64,15 +64,26 @@ def hub(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = HubSettings(host=host, port=port)
+    try:
+        settings = HubSettings(host=host, port=port)
+    except ValueError as exc:  # a pydantic ValidationError is a ValueError
+        _refuse(str(exc))
     if not settings.api_key and not is_loopback(host):
-        typer.echo(
-            f"error: refusing to listen on {host} without CALLBOARD_API_KEY "
-            "(set a key, or listen on 127.0.0.1)",
-            err=True,
+        _refuse(
+            f"refusing to listen on {host} without CALLBOARD_API_KEY "
+            "(set a key, or listen on 127.0.0.1)"
         )
-        raise typer.Exit(2)
-    serve(settings, log_level)
+    try:
+        built = Hub(settings)  # a setting it cannot take (a tracing one) stops it here
+    except ValueError as exc:
+        _refuse(str(exc))
+    serve(settings, log_level, built)
+
+
+def _refuse(reason: str) -> NoReturn:
+    """A configuration the hub cannot run with: one line and exit status 2, no traceback."""
+    typer.echo(f"error: {reason}", err=True)
+    raise typer.Exit(2)
 
 
 def main() -> None:

@@ -149,6 +149,25 @@ def test_hub_refuses_to_listen_beyond_loopback_without_a_key(tmp_path: Path) -> 
     assert b"CALLBOARD_API_KEY" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"CALLBOARD_LEASE_MS": "soon"}, b"lease_ms"),
+        ({"CALLBOARD_TRACING": "1", "OTEL_TRACES_SAMPLER": "sometimes"}, b"OTEL_TRACES_SAMPLER"),
+        ({"CALLBOARD_TRACING": "1", "OTEL_TRACES_EXPORTER": "jaeger"}, b"OTEL_TRACES_EXPORTER"),
+    ],
+)
+def test_a_setting_the_hub_cannot_run_with_is_one_line_not_a_traceback(
+    setting: dict[str, str], named: bytes, tmp_path: Path
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": "redis://127.0.0.1:1/0", **setting}
+    argv = [sys.executable, "-m", "hub.main", "--port", "1"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd=tmp_path.parent)
+    assert done.returncode == 2
+    assert done.stderr.startswith(b"error: ") and named in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
 def test_503_json_when_redis_is_gone(tmp_path: Path) -> None:
     with EmbeddedServer() as server, processes(child_env(server), tmp_path) as procs:
         url = procs.hub()

@@ -1,17 +1,21 @@
 """Spans for one process (hub or specialist), when tracing is on: each handed over as a
-record when it ends, made into the SDK's span a few dozen at a time, and exported in
-batches by a thread of its own.
+record when it ends, written out a few dozen at a time, and exported in batches by a
+thread of its own.
 
 callboard knows each span's ids, times, events and links by the time it ends, so it makes
 no live span: a tuple of plain values when the span ends (no sampler, no attribute checks:
-a quarter of the SDK's cost per span), and the SDK's `ReadableSpan`s from BUILD_CHUNK of
-them at once, on the thread that emitted them. Not on the export thread: a second thread
-busy with Python holds the GIL the event loop wants after each of its socket calls, and
-that costs the process more than the building does (bench/tracing.py, 5 alternating
-rounds: building on the export thread, on/off 0.69x-0.85x the rate, hub 194-230 us and
-echo 122-164 us CPU per cue; building here, 0.76x-1.15x, 166-224 us and 106-168 us). The
-export thread only hands built batches to the SDK's exporter (whose OTLP encoding runs
-there). Batching is the SDK batch processor's, with its settings:
+a quarter of the SDK's cost per span). BUILD_CHUNK records at once are then written, on
+the thread that emitted them, as what the exporter takes: for OTLP (and `none`), each
+span's OTLP/protobuf bytes (protocols.otlp: the message the SDK's encoder would build, at
+a fifth of its cost, and with no `ReadableSpan` made); for any other exporter (console, a
+test's), the SDK's `ReadableSpan`s. Not on the export thread: a second thread busy with
+Python holds the GIL the event loop wants after each of its socket calls, and that costs
+the process more than the writing does (bench/tracing.py, 5 alternating rounds: building
+on the export thread, on/off 0.69x-0.85x the rate, hub 194-230 us and echo 122-164 us CPU
+per cue; building here, 0.76x-1.15x, 166-224 us and 106-168 us). The export thread only
+joins a batch's spans into one request and posts it with the SDK's OTLP/HTTP client (its
+endpoint, headers, compression, timeout and retries), or hands a batch of SDK spans to
+another exporter. Batching is the SDK batch processor's, with its settings:
 batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every OTEL_BSP_SCHEDULE_DELAY
 or as soon as one is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a span is dropped. The
 exporter: OTLP over HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
@@ -26,8 +30,8 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -37,6 +41,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from protocols import otlp
 from protocols.settings import Settings
 
 __all__ = ["EventRecord", "LinkRecord", "Sampler", "SpanContext", "SpanKind", "Spans"]
@@ -149,8 +154,12 @@ class Spans:
         self.batch_size = min(settings.otel_bsp_max_export_batch_size, self.max_queue)
         self.dropped = 0  # spans the full queue turned away
         self.build_chunk = min(BUILD_CHUNK, self.batch_size)
-        self._records: deque[_Record] = deque()  # ended, not yet made into SDK spans
-        self._queue: deque[ReadableSpan] = deque()  # made, waiting for their batch
+        # OTLP (and `none`): each span written as its OTLP bytes (protocols.otlp), a batch
+        # sent as one request; any other exporter is given the SDK's spans
+        self._send = _bytes_sender(self.exporter)
+        self.request = otlp.Request(self.resource, self.scope)
+        self._records: deque[_Record] = deque()  # ended, not yet made into spans
+        self._queue: deque[ReadableSpan | bytes] = deque()  # made, waiting for their batch
         self._wake = threading.Event()
         self._exporting = threading.Lock()
         self._stopped = False
@@ -196,15 +205,28 @@ class Spans:
             self._wake.clear()
             self._export(everything=not full)
 
+    @property
+    def encoded(self) -> bool:
+        """Are spans written as OTLP bytes here (not handed to the exporter as SDK spans)?"""
+        return self._send is not None
+
     def _build(self) -> None:
-        """The records emitted so far, made into SDK spans in the export queue."""
+        """The records emitted so far, made into spans (OTLP bytes, or the SDK's) in the
+        export queue."""
         records, queue = self._records, self._queue
+        encoded = self._send is not None
         while records:
             try:
                 record = records.popleft()
             except IndexError:  # the other thread took the last one
                 return
-            queue.append(self._span(record))
+            if not encoded:
+                queue.append(self._span(record))
+                continue
+            try:
+                queue.append(otlp.span(*record))
+            except (TypeError, ValueError) as exc:  # a name that is not UTF-8: this span
+                log.warning("span %r left out: %s", record[0], exc)
 
     def _export(self, everything: bool) -> None:
         """Full batches, then (on the delay, a flush) what is left, the records not yet
@@ -216,7 +238,10 @@ class Spans:
             while len(queue) >= self.batch_size or (everything and queue):
                 batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
                 try:
-                    self.exporter.export(batch)
+                    if self._send is not None:
+                        self._send(self.request(cast("list[bytes]", batch)))
+                    else:
+                        self.exporter.export(cast("list[ReadableSpan]", batch))
                 except Exception:  # an exporter's failure costs its batch, not the thread
                     log.exception("exporting %d spans failed", len(batch))
 
@@ -236,11 +261,43 @@ class Spans:
 
 
 class Dropped(SpanExporter):
-    """OTEL_TRACES_EXPORTER=none with CALLBOARD_TRACING=1: spans are made and the context
-    propagates (to messages, to the http and a2a kinds' calls), but nothing is exported."""
+    """OTEL_TRACES_EXPORTER=none with CALLBOARD_TRACING=1: spans are made (written as
+    OTLP would send them) and the context propagates (to messages, to the http and a2a
+    kinds' calls), but nothing is exported."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
+
+    def send(self, request: bytes) -> None:
+        """An encoded request, thrown away."""
+
+
+def _bytes_sender(exporter: SpanExporter) -> Callable[[bytes], None] | None:
+    """How to send an encoded request through `exporter`, when it takes one: `none`, and
+    the SDK's OTLP/HTTP exporter (its HTTP client: endpoint, headers, compression,
+    timeout and retries as OTEL_EXPORTER_OTLP_* configure them; not its encoder). None
+    for any other exporter (console, a test's), which is given the SDK's spans."""
+    if isinstance(exporter, Dropped):
+        return exporter.send
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    client = getattr(exporter, "_client", None)  # the SDK's own HTTP client (1.45)
+    post = getattr(client, "export", None)
+    if type(exporter) is not OTLPSpanExporter or not callable(post):
+        return None
+    limit = getattr(exporter, "_max_request_size", 0) or 0
+
+    def send(request: bytes) -> None:
+        if exporter._shutdown:
+            return
+        if 0 < limit < len(request):  # as the SDK's exporter drops it
+            log.warning("dropping a span batch of %d bytes over the %d limit", len(request), limit)
+            return
+        result = post(request)
+        if not result.success:
+            log.warning("exporting spans failed: %s", result.error)
+
+    return send
 
 
 def _configured_exporter(settings: Settings) -> SpanExporter:

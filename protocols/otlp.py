@@ -1,0 +1,219 @@
+"""The OTLP/protobuf bytes of an export request, written straight from span records.
+
+The OpenTelemetry SDK's OTLP exporter encodes `ReadableSpan`s through protobuf objects,
+one per span, attribute, value, event and link: 28-45 us a span on the bench machine
+(bench/codec.py), more than the hub spends on the cue the span describes. callboard knows
+each ended span as a record of plain values (protocols.telemetry), so it writes the
+protobuf wire format of `ExportTraceServiceRequest` (opentelemetry-proto's
+collector/trace/v1) directly: the resource and scope once per process, each span's bytes
+once. The message written is the one the SDK's encoder builds from the same span, field
+for field (tests/protocols/test_otlp.py parses both and compares them), so a collector
+cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind
+
+_KIND = {  # Span.SpanKind's values, as varints
+    SpanKind.INTERNAL: b"\x01", SpanKind.SERVER: b"\x02", SpanKind.CLIENT: b"\x03",
+    SpanKind.PRODUCER: b"\x04", SpanKind.CONSUMER: b"\x05",
+}  # fmt: skip
+HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # SpanFlags, as the SDK's encoder sets them
+STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
+_Q = struct.Struct("<Q")
+_D = struct.Struct("<d")
+
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        n &= 0xFFFFFFFFFFFFFFFF  # int64: two's complement over ten bytes
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint(field << 3 | wire)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, its length, its bytes."""
+    return tag + _varint(len(payload)) + payload
+
+
+def _prefixed(payload: bytes) -> bytes:
+    """A length-delimited field's length and bytes (its tag goes before)."""
+    return _varint(len(payload)) + payload
+
+
+# Tags, by message and field (wire type 0: varint, 1: 64-bit, 2: length-delimited, 5: 32-bit)
+_ANY_STRING, _ANY_BOOL, _ANY_INT, _ANY_DOUBLE = _tag(1, 2), _tag(2, 0), _tag(3, 0), _tag(4, 1)
+_ANY_ARRAY, _ANY_KVLIST, _ANY_BYTES = _tag(5, 2), _tag(6, 2), _tag(7, 2)
+_LIST_VALUES = _tag(1, 2)  # ArrayValue.values, KeyValueList.values
+_KV_KEY, _KV_VALUE = _tag(1, 2), _tag(2, 2)
+_SPAN_TRACE, _SPAN_ID, _SPAN_PARENT, _SPAN_NAME = _tag(1, 2), _tag(2, 2), _tag(4, 2), _tag(5, 2)
+_SPAN_KIND, _SPAN_START, _SPAN_END, _SPAN_ATTR = _tag(6, 0), _tag(7, 1), _tag(8, 1), _tag(9, 2)
+_SPAN_EVENT, _SPAN_LINK, _SPAN_STATUS = _tag(11, 2), _tag(13, 2), _tag(15, 2)
+_SPAN_FLAGS = _tag(16, 5)
+_EVENT_TIME, _EVENT_NAME, _EVENT_ATTR = _tag(1, 1), _tag(2, 2), _tag(3, 2)
+_LINK_TRACE, _LINK_SPAN, _LINK_ATTR, _LINK_FLAGS = _tag(1, 2), _tag(2, 2), _tag(4, 2), _tag(6, 5)
+_STATUS_MESSAGE, _STATUS_CODE = _tag(2, 2), _tag(3, 0)
+_REQUEST_RESOURCE_SPANS = _tag(1, 2)
+_RS_RESOURCE, _RS_SCOPE_SPANS, _RS_SCHEMA = _tag(1, 2), _tag(2, 2), _tag(3, 2)
+_RESOURCE_ATTR = _tag(1, 2)
+_SS_SCOPE, _SS_SPANS, _SS_SCHEMA = _tag(1, 2), _tag(2, 2), _tag(3, 2)
+_SCOPE_NAME, _SCOPE_VERSION, _SCOPE_ATTR = _tag(1, 2), _tag(2, 2), _tag(3, 2)
+_FLAGS_ROOT = _SPAN_FLAGS + struct.pack("<I", HAS_IS_REMOTE)
+_FLAGS_REMOTE = _SPAN_FLAGS + struct.pack("<I", HAS_IS_REMOTE | IS_REMOTE)
+_LINK_FLAGS_LOCAL = _LINK_FLAGS + struct.pack("<I", HAS_IS_REMOTE)
+_LINK_FLAGS_REMOTE = _LINK_FLAGS + struct.pack("<I", HAS_IS_REMOTE | IS_REMOTE)
+_STATUS_UNSET = _SPAN_STATUS + b"\x00"  # present and empty, as the SDK writes it
+
+
+def any_value(value: Any) -> bytes:
+    """An AnyValue's bytes, by the SDK encoder's rules (None: an empty value). What it
+    refuses (a type, an int past int64, a string that is not UTF-8) raises TypeError or
+    ValueError: the attribute is then left out, as the SDK leaves it out."""
+    if value is None:
+        return b""
+    if isinstance(value, bool):
+        return _ANY_BOOL + (b"\x01" if value else b"\x00")
+    if isinstance(value, str):
+        return _field(_ANY_STRING, value.encode())
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise TypeError(f"int {value} is out of int64's range")
+        return _ANY_INT + _varint(value)
+    if isinstance(value, float):
+        return _ANY_DOUBLE + _D.pack(value)
+    if isinstance(value, bytes):
+        return _field(_ANY_BYTES, value)
+    if isinstance(value, Sequence):
+        return _field(_ANY_ARRAY, b"".join(_field(_LIST_VALUES, any_value(v)) for v in value))
+    if isinstance(value, Mapping):
+        pairs = b"".join(_field(_LIST_VALUES, _key_value(str(k), v)) for k, v in value.items())
+        return _field(_ANY_KVLIST, pairs)
+    raise TypeError(f"invalid type {type(value).__name__} of value {value!r}")
+
+
+def _key_value(key: str, value: Any) -> bytes:
+    return _field(_KV_KEY, key.encode()) + _field(_KV_VALUE, any_value(value))
+
+
+_CACHED = (str, int, bool)  # values whose pair is kept (not floats: -0.0 == 0.0)
+_pairs: dict[tuple[str, type, Any], bytes] = {}  # (key, value's type, value) -> its bytes
+MAX_PAIRS = 4096  # past this many, the cache starts again
+
+
+def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
+    """Repeated KeyValue fields under `tag`; a value the SDK refuses is left out. The
+    bytes of a (key, scalar value) pair are kept (their tag aside): most repeat (a run's
+    id, an agent's name, an attempt number), so a span is mostly joined, not written."""
+    if not attrs:
+        return b""
+    out = []
+    for key, value in attrs.items():
+        kind = type(value)
+        if kind in _CACHED:
+            found = _pairs.get((key, kind, value))
+            if found is None:
+                try:
+                    found = _prefixed(_key_value(key, value))
+                except (TypeError, ValueError):
+                    continue
+                if len(_pairs) >= MAX_PAIRS:
+                    _pairs.clear()
+                _pairs[key, kind, value] = found
+            out.append(found)
+            continue
+        try:
+            out.append(_prefixed(_key_value(key, value)))
+        except (TypeError, ValueError):
+            continue
+    return tag + tag.join(out) if out else b""
+
+
+def _id(trace_id: int) -> bytes:
+    return trace_id.to_bytes(16, "big")
+
+
+def span(
+    name: str, trace_id: int, span_id: int, parent_id: int | None, kind: SpanKind,
+    start_ns: int, end_ns: int, attrs: Mapping[str, Any],
+    events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
+    links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
+    error: str | None,
+) -> bytes:  # fmt: skip
+    """One Span's bytes (a record of protocols.telemetry: its parent, when it has one, is
+    remote; the end is not before the start). `error` is the status message of an error
+    status, cut to 500 characters; none, the status is unset."""
+    parts = [
+        _SPAN_TRACE, b"\x10", _id(trace_id), _SPAN_ID, b"\x08", span_id.to_bytes(8, "big"),
+    ]  # fmt: skip
+    if parent_id is not None:
+        parts += (_SPAN_PARENT, b"\x08", parent_id.to_bytes(8, "big"))
+    parts += (
+        _field(_SPAN_NAME, name.encode()) if name else b"",
+        _SPAN_KIND, _KIND[kind],
+        _SPAN_START, _Q.pack(start_ns), _SPAN_END, _Q.pack(max(end_ns, start_ns)),
+        attributes(_SPAN_ATTR, attrs),
+    )  # fmt: skip
+    for event_name, event_attrs, at in events:
+        body = _EVENT_TIME + _Q.pack(at)
+        if event_name:
+            body += _field(_EVENT_NAME, event_name.encode())
+        parts.append(_field(_SPAN_EVENT, body + attributes(_EVENT_ATTR, event_attrs)))
+    for link_trace, link_span, remote, _, link_attrs in links:
+        body = _LINK_TRACE + b"\x10" + _id(link_trace) + _LINK_SPAN + b"\x08"
+        body += link_span.to_bytes(8, "big") + attributes(_LINK_ATTR, link_attrs)
+        body += _LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL
+        parts.append(_field(_SPAN_LINK, body))
+    if error is None:
+        parts.append(_STATUS_UNSET)
+    else:
+        status = _STATUS_CODE + bytes((STATUS_ERROR,))
+        if error:
+            status = _field(_STATUS_MESSAGE, error[:500].encode()) + status
+        parts.append(_field(_SPAN_STATUS, status))
+    parts.append(_FLAGS_ROOT if parent_id is None else _FLAGS_REMOTE)
+    return b"".join(parts)
+
+
+class Request:
+    """ExportTraceServiceRequest bytes for one process: its resource and scope, written
+    once, around the spans of each batch."""
+
+    def __init__(self, resource: Resource, scope: InstrumentationScope) -> None:
+        self.resource = _field(_RS_RESOURCE, attributes(_RESOURCE_ATTR, resource.attributes))
+        self.resource_schema = (
+            _field(_RS_SCHEMA, resource.schema_url.encode()) if resource.schema_url else b""
+        )
+        body = _field(_SCOPE_NAME, scope.name.encode()) if scope.name else b""
+        if scope.version:
+            body += _field(_SCOPE_VERSION, scope.version.encode())
+        body += attributes(_SCOPE_ATTR, scope.attributes)
+        self.scope = _field(_SS_SCOPE, body)
+        self.scope_schema = (
+            _field(_SS_SCHEMA, scope.schema_url.encode()) if scope.schema_url else b""
+        )
+
+    def __call__(self, spans: Sequence[bytes]) -> bytes:
+        """The request carrying `spans` (each a Span's bytes, from `span`)."""
+        scope_spans = b"".join((self.scope, *(_field(_SS_SPANS, s) for s in spans)))
+        resource_spans = b"".join(
+            (self.resource, _field(_RS_SCOPE_SPANS, scope_spans + self.scope_schema),
+             self.resource_schema)
+        )  # fmt: skip
+        return _field(_REQUEST_RESOURCE_SPANS, resource_spans)

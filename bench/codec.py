@@ -23,6 +23,11 @@ checked by pydantic in msgspec+pyd.
 Run state (hub/store/dump.py, what every engine step writes: its run's header, each cue
 it changed): pydantic's `model_dump_json(exclude_defaults=True)` against `dump_changed`
 (orjson, the same bytes), for a finished direct cue and a run's header.
+Spans (tracing on, exported over OTLP): what the SDK's OTLP exporter does with a span
+record (a `ReadableSpan` made, then `encode_spans` and serialized, in batches of 512)
+against protocols.otlp writing the same request's bytes, for the hub's cue span (two
+phase events, a link) and a specialist's `invoke_agent` span; each run's bytes parsed
+equal before timing.
 Each figure is the best of `--repeat` timings of `--number` calls, in µs per message;
 ratios are pydantic's time over the candidate's (above 1: the candidate is faster).
 
@@ -43,6 +48,9 @@ import annotated_types as at
 import msgspec
 import orjson
 import pydantic_core
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, StringConstraints
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -53,9 +61,12 @@ if __package__ in (None, ""):
 from hub.engine.state import CueRun, RunState
 from hub.store.dump import dump_changed
 from hub.store.layout import NOT_HEADER
+from protocols import otlp
 from protocols import payloads as p
 from protocols.codec import _ANY_ENVELOPE, ENVELOPES, Envelope, decode, encode, make
 from protocols.messages import MessageType
+from protocols.settings import Settings
+from protocols.telemetry import Dropped, Spans
 
 RUN = "0192f3a4-5b6c-7d8e-9f01-23456789abcd"
 
@@ -267,6 +278,50 @@ def state_rows(number: int, repeat: int) -> list[tuple[str, int, float, float]]:
     return rows
 
 
+def span_rows(number: int, repeat: int) -> list[tuple[str, int, float, float]]:
+    """(what, bytes, SDK µs, protocols.otlp µs) per span, in batches of BATCH spans."""
+    spans = Spans(Settings(), "callboard-hub", Dropped())  # its resource, scope, SDK spans
+    request = otlp.Request(spans.resource, spans.scope)
+    trace_id, now = 0x0AF7651916CD43DD8448EB211C80319C, 1_795_800_000_000_000_000
+    link = (trace_id, 0x77, True, True, {"messaging.system": "redis"})
+    made: dict[str, Callable[[int], Any]] = {
+        "cue span": lambda i: (
+            f"cue C{i:05d}", trace_id, 0x1000 + i, 0x99, SpanKind.INTERNAL, now, now + 9_000,
+            {"callboard.run.id": RUN, "callboard.cue.id": f"C{i:05d}",
+             "callboard.cue.attempt": 1},
+            [("go", {"callboard.go.fired_by": "run-start"}, now), ("completed", None, now)],
+            [link], None,
+        ),
+        "invoke span": lambda i: (
+            "invoke_agent worker", trace_id, 0x2000 + i, 0x1000 + i, SpanKind.INTERNAL, now,
+            now + 5_000,
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "worker",
+             "callboard.cue.id": f"C{i:05d}", "callboard.cue.attempt": 1,
+             "callboard.run.id": RUN},
+            (), (), None,
+        ),
+    }  # fmt: skip
+    rows = []
+    for name, record in made.items():
+        records = [record(i) for i in range(BATCH)]
+
+        def theirs(rs: list[Any] = records) -> bytes:
+            return encode_spans([spans._span(r) for r in rs]).SerializeToString()
+
+        def ours(rs: list[Any] = records) -> bytes:
+            return request([otlp.span(*r) for r in rs])
+
+        parsed = ExportTraceServiceRequest.FromString
+        assert parsed(ours()) == parsed(theirs())
+        batches = max(1, number // BATCH)
+        sdk = best_us(theirs, batches, repeat) / BATCH
+        direct = best_us(ours, batches, repeat) / BATCH
+        rows.append((name, len(ours()) // BATCH, sdk, direct))
+    spans.shutdown()
+    return rows
+
+
+BATCH = 512  # spans per export request (OTEL_BSP_MAX_EXPORT_BATCH_SIZE's default)
 ENCODER = msgspec.json.Encoder()
 DECODE_COLUMNS = 5  # the first five of `measure`; the rest are encoders
 
@@ -297,6 +352,9 @@ def main() -> None:
         print(f"{name:<18}{size:>6}" + "".join(f"{cell:>13}" for cell in cells))
     print("\nrun state, µs per document: pydantic exclude_defaults | dump_changed (orjson)")
     for name, size, theirs, ours in state_rows(args.number, args.repeat):
+        print(f"{name:<18}{size:>6}{theirs:13.2f}{ours:13.2f} {theirs / ours:4.1f}x")
+    print("\nspans, µs per span: SDK ReadableSpan + OTLP encoder | protocols.otlp")
+    for name, size, theirs, ours in span_rows(args.number, args.repeat):
         print(f"{name:<18}{size:>6}{theirs:13.2f}{ours:13.2f} {theirs / ours:4.1f}x")
 
 

@@ -360,13 +360,16 @@ def test_a_late_answer_does_not_undo_a_newer_one(stage: Stage, page: Page) -> No
             held.append(route)
 
     page.route(re.compile(r"/runs/[^/]+/parts\?"), hold_the_first)
-    page.get_by_role("button", name="Cancel run").click()
-    expect(page.locator("[data-live-note]")).to_have_text("finished: cancelled")
-    expect(node_label(page, "LONG-100")).to_have_text("cancelled")  # straight from the event
+    # the page asks for a refresh before the cancel is sent (as any event of the run makes
+    # it do), and that answer is held: it can only be the state from before the cancel
+    page.evaluate("() => { refreshSoon(0); }")
     deadline = time.monotonic() + 10
     while not held and time.monotonic() < deadline:  # the sync API runs the route handler
         page.wait_for_timeout(20)  # only inside a call: this one lets it
-    assert held, "the cancel asked for no refresh"
+    assert held, "the page asked for no refresh"
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("[data-live-note]")).to_have_text("finished: cancelled")
+    expect(node_label(page, "LONG-100")).to_have_text("cancelled")  # straight from the event
     # a page that asks again meanwhile gets that answer before the held one; this page
     # waits for the held answer before it asks again
     with contextlib.suppress(PlaywrightTimeout):

@@ -174,13 +174,12 @@ class HubTracer:
         """The message's creation context: its cue attempt's span, else the run's; flagged
         unsampled when the sampler leaves the run out (`batch` None: no span opens, but
         the ids are the ones its spans would have)."""
-        recorded = batch is not None
         if batch is not None and msg.traceparent is not None and len(batch.links) < MAX_LINKS:
             batch.links.extend(_links(msg))  # a forwarded handoff: from the sender's span
         cue_id = msg.cue_id
         attempt = self._attempt(msg, engine) if cue_id is not None else None
         if cue_id is None or attempt is None:
-            return trace_context(run_id, run_span_id(run_id), recorded)
+            return trace_context(run_id, run_span_id(run_id), sampled=batch is not None)
         if batch is None:
             return trace_context(run_id, cue_span_id(run_id, cue_id, attempt), sampled=False)
         held = self._open(run_id, cue_id)

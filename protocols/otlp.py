@@ -48,14 +48,14 @@ def _tag(field: int, wire: int) -> bytes:
     return _varint(field << 3 | wire)
 
 
-def _field(tag: bytes, payload: bytes) -> bytes:
-    """A length-delimited field: its tag, its length, its bytes."""
-    return tag + _varint(len(payload)) + payload
-
-
 def _prefixed(payload: bytes) -> bytes:
     """A length-delimited field's length and bytes (its tag goes before)."""
     return _varint(len(payload)) + payload
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, its length, its bytes."""
+    return tag + _prefixed(payload)
 
 
 # Tags, by message and field (wire type 0: varint, 1: 64-bit, 2: length-delimited, 5: 32-bit)

@@ -68,6 +68,15 @@ async def running(
         await hub.close()
 
 
+def _handoff_chain() -> str:
+    """The shipped handoff chain, its work taking no time."""
+    return (
+        (ROOT / "cuelists/handoff-chain.yaml")
+        .read_text()
+        .replace("execute_ms: 100", "execute_ms: 0")
+    )
+
+
 async def _run(hub: Hub, text: str, run_id: str) -> dict[str, Any]:
     parsed, version = load_cuelist(text)
     await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
@@ -114,11 +123,7 @@ async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
     running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
 ) -> None:
     hub, hub_spans, agent_spans = running
-    text = (
-        (ROOT / "cuelists/handoff-chain.yaml")
-        .read_text()
-        .replace("execute_ms: 100", "execute_ms: 0")
-    )
+    text = _handoff_chain()
     assert (await _run(hub, text, "run-traced"))["status"] == "success"
     (run,) = await _exported(hub, hub_spans, "run handoff-chain", run_trace_id("run-traced"))
     trace_id = run_trace_id("run-traced")
@@ -172,11 +177,7 @@ async def test_tracing_off_writes_no_traceparent_and_makes_no_span(
 ) -> None:
     hub, hub_spans, agent_spans = running
     assert hub.tracer is None and hub.driver.tracer is None
-    text = (
-        (ROOT / "cuelists/handoff-chain.yaml")
-        .read_text()
-        .replace("execute_ms: 100", "execute_ms: 0")
-    )
+    text = _handoff_chain()
     assert (await _run(hub, text, "run-dark"))["status"] == "success"
     streams = [hub.keys.inbox(a) for a in AGENTS] + [hub.keys.out(a) for a in AGENTS]
     raw = []
@@ -310,11 +311,7 @@ async def test_a_run_the_sampler_leaves_out_is_not_recorded_anywhere_but_propaga
     hub, hub_spans, agent_spans = running
     assert hub.tracer is not None and hub.tracer.sampler.rate == 0.5
     kept, left_out = _runs_by_sampler(hub.tracer.sampler)
-    text = (
-        (ROOT / "cuelists/handoff-chain.yaml")
-        .read_text()
-        .replace("execute_ms: 100", "execute_ms: 0")
-    )
+    text = _handoff_chain()
     assert (await _run(hub, text, left_out))["status"] == "success"
     assert (await _run(hub, text, kept))["status"] == "success"
     await _exported(hub, hub_spans, "run handoff-chain", run_trace_id(kept))

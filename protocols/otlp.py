@@ -29,13 +29,14 @@ HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # SpanFlags, as the SDK's encoder sets 
 STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 _Q = struct.Struct("<Q")
 _D = struct.Struct("<d")
+_BYTE = [bytes((i,)) for i in range(0x80)]  # the one-byte varints
 
 
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _BYTE[n]
     if n < 0:
         n &= 0xFFFFFFFFFFFFFFFF  # int64: two's complement over ten bytes
-    if n < 0x80:
-        return bytes((n,))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -50,7 +51,8 @@ def _tag(field: int, wire: int) -> bytes:
 
 def _prefixed(payload: bytes) -> bytes:
     """A length-delimited field's length and bytes (its tag goes before)."""
-    return _varint(len(payload)) + payload
+    n = len(payload)
+    return (_BYTE[n] if n < 0x80 else _varint(n)) + payload
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -80,6 +82,10 @@ _FLAGS_REMOTE = _SPAN_FLAGS + struct.pack("<I", HAS_IS_REMOTE | IS_REMOTE)
 _LINK_FLAGS_LOCAL = _LINK_FLAGS + struct.pack("<I", HAS_IS_REMOTE)
 _LINK_FLAGS_REMOTE = _LINK_FLAGS + struct.pack("<I", HAS_IS_REMOTE | IS_REMOTE)
 _STATUS_UNSET = _SPAN_STATUS + b"\x00"  # present and empty, as the SDK writes it
+# An id field's tag and length: trace ids are 16 bytes, span ids 8
+_TRACE_FIELD, _ID_FIELD = _SPAN_TRACE + b"\x10", _SPAN_ID + b"\x08"
+_PARENT_FIELD = _SPAN_PARENT + b"\x08"
+_LINK_TRACE_FIELD, _LINK_SPAN_FIELD = _LINK_TRACE + b"\x10", _LINK_SPAN + b"\x08"
 
 
 def any_value(value: Any) -> bytes:
@@ -112,9 +118,27 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(_KV_KEY, key.encode()) + _field(_KV_VALUE, any_value(value))
 
 
-_CACHED = (str, int, bool)  # values whose pair is kept (not floats: -0.0 == 0.0)
 _pairs: dict[tuple[str, type, Any], bytes] = {}  # (key, value's type, value) -> its bytes
 MAX_PAIRS = 4096  # past this many, the cache starts again
+_keys: dict[str, bytes] = {}  # key -> a KeyValue's key field and its value's tag
+MAX_KEYS = 1024
+
+
+def _pair(key: str, value: Any) -> bytes:
+    """A KeyValue's bytes, length first: a short string value written here, any other
+    value by `any_value` (which raises on what the SDK refuses)."""
+    head = _keys.get(key)
+    if head is None:
+        if len(_keys) >= MAX_KEYS:
+            _keys.clear()
+        head = _keys[key] = _field(_KV_KEY, key.encode()) + _KV_VALUE
+    if type(value) is str:
+        raw = value.encode()
+        n = len(raw)
+        if n < 0x7E:  # the AnyValue and its length in one byte each
+            body = head + _BYTE[n + 2] + _ANY_STRING + _BYTE[n] + raw
+            return _prefixed(body)
+    return _prefixed(head + _prefixed(any_value(value)))
 
 
 def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
@@ -126,27 +150,23 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
     out = []
     for key, value in attrs.items():
         kind = type(value)
-        if kind in _CACHED:
-            found = _pairs.get((key, kind, value))
-            if found is None:
-                try:
-                    found = _prefixed(_key_value(key, value))
-                except (TypeError, ValueError):
-                    continue
-                if len(_pairs) >= MAX_PAIRS:
-                    _pairs.clear()
-                _pairs[key, kind, value] = found
-            out.append(found)
-            continue
         try:
-            out.append(_prefixed(_key_value(key, value)))
+            if kind is str or kind is int or kind is bool:  # not floats: -0.0 == 0.0
+                found = _pairs.get((key, kind, value))
+                if found is None:
+                    found = _pair(key, value)
+                    if len(_pairs) >= MAX_PAIRS:
+                        _pairs.clear()
+                    _pairs[key, kind, value] = found
+                out.append(found)
+            else:
+                out.append(_pair(key, value))
         except (TypeError, ValueError):
             continue
     return tag + tag.join(out) if out else b""
 
 
-def _id(trace_id: int) -> bytes:
-    return trace_id.to_bytes(16, "big")
+_events: dict[str, bytes] = {}  # an event name -> its name field (most spans' are few)
 
 
 def span(
@@ -159,27 +179,36 @@ def span(
     """One Span's bytes (a record of protocols.telemetry: its parent, when it has one, is
     remote; the end is not before the start). `error` is the status message of an error
     status, cut to 500 characters; none, the status is unset."""
-    parts = [
-        _SPAN_TRACE, b"\x10", _id(trace_id), _SPAN_ID, b"\x08", span_id.to_bytes(8, "big"),
-    ]  # fmt: skip
+    parts = [_TRACE_FIELD, trace_id.to_bytes(16, "big"), _ID_FIELD, span_id.to_bytes(8, "big")]
     if parent_id is not None:
-        parts += (_SPAN_PARENT, b"\x08", parent_id.to_bytes(8, "big"))
+        parts += (_PARENT_FIELD, parent_id.to_bytes(8, "big"))
+    if name:
+        parts += (_SPAN_NAME, _prefixed(name.encode()))
     parts += (
-        _field(_SPAN_NAME, name.encode()) if name else b"",
-        _SPAN_KIND, _KIND[kind],
-        _SPAN_START, _Q.pack(start_ns), _SPAN_END, _Q.pack(max(end_ns, start_ns)),
-        attributes(_SPAN_ATTR, attrs),
+        _SPAN_KIND, _KIND[kind], _SPAN_START, _Q.pack(start_ns), _SPAN_END,
+        _Q.pack(end_ns if end_ns > start_ns else start_ns), attributes(_SPAN_ATTR, attrs),
     )  # fmt: skip
     for event_name, event_attrs, at in events:
-        body = _EVENT_TIME + _Q.pack(at)
-        if event_name:
-            body += _field(_EVENT_NAME, event_name.encode())
-        parts.append(_field(_SPAN_EVENT, body + attributes(_EVENT_ATTR, event_attrs)))
+        tail = _events.get(event_name)
+        if tail is None:
+            if len(_events) >= MAX_KEYS:
+                _events.clear()
+            tail = _events[event_name] = (
+                _field(_EVENT_NAME, event_name.encode()) if event_name else b""
+            )
+        if event_attrs:
+            tail += attributes(_EVENT_ATTR, event_attrs)
+        n = len(tail) + 9  # the time's tag and 8 bytes
+        parts += (
+            _SPAN_EVENT, _BYTE[n] if n < 0x80 else _varint(n), _EVENT_TIME, _Q.pack(at), tail
+        )  # fmt: skip
     for link_trace, link_span, remote, _, link_attrs in links:
-        body = _LINK_TRACE + b"\x10" + _id(link_trace) + _LINK_SPAN + b"\x08"
-        body += link_span.to_bytes(8, "big") + attributes(_LINK_ATTR, link_attrs)
-        body += _LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL
-        parts.append(_field(_SPAN_LINK, body))
+        body = b"".join((
+            _LINK_TRACE_FIELD, link_trace.to_bytes(16, "big"), _LINK_SPAN_FIELD,
+            link_span.to_bytes(8, "big"), attributes(_LINK_ATTR, link_attrs),
+            _LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL,
+        ))  # fmt: skip
+        parts += (_SPAN_LINK, _prefixed(body))
     if error is None:
         parts.append(_STATUS_UNSET)
     else:

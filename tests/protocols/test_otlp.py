@@ -23,8 +23,10 @@ IDS64 = st.integers(min_value=1, max_value=2**64 - 1)
 IDS128 = st.integers(min_value=1, max_value=2**128 - 1)
 NANOS = st.integers(min_value=0, max_value=2**63)
 TEXT = st.text(max_size=12)
+LONG = st.text(st.characters(max_codepoint=127), min_size=122, max_size=130)  # around a
+# length that takes a second byte (the AnyValue 128 bytes and up)
 SCALARS = st.one_of(
-    st.none(), st.booleans(), TEXT, st.integers(min_value=-(2**70), max_value=2**70),
+    st.none(), st.booleans(), TEXT, LONG, st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=False), st.binary(max_size=8),
 )  # fmt: skip
 VALUES = st.recursive(

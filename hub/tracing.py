@@ -58,7 +58,11 @@ if TYPE_CHECKING:
 # (a re-opened span gets the ones that passed before this hub saw them).
 _PHASES = (("warning", "warned_at"), ("standby", "standby_at"), ("go", "go_at"))
 _ENDS = frozenset({CueState.COMPLETED, CueState.FAILED, CueState.CANCELLED, CueState.BLOCKED})
-_CALLED = _ENDS | {CueState.WARNING, CueState.STANDBY}  # GO: its own "go" event
+# the states a cue's span shows (GO: its own "go" event), as strings: an enum member's
+# hash and `.value` are Python code, a str's are not
+_CALLED = frozenset(str(s) for s in _ENDS | {CueState.WARNING, CueState.STANDBY})
+_WARNED = frozenset({str(CueState.WARNING), str(CueState.STANDBY)})
+_COMPLETED = str(CueState.COMPLETED)
 _TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
 _PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
 _RESUMED = {"callboard.resumed": True}
@@ -255,7 +259,9 @@ class HubTracer:
         runs = engine.runs
         for run_id, event in out.events:
             kind = event["type"]
-            if kind not in _TRACED or (kind == "cue" and event["state"] not in _CALLED):
+            if kind not in _TRACED:
+                continue
+            if kind == "cue" and str(event["state"]) not in _CALLED:
                 continue  # a cue pending, waiting, armed, or at GO (its own "go" event)
             if (run := runs.get(run_id)) is not None and not run.dry and self.recorded(run_id):
                 self._event(run, event)
@@ -267,26 +273,24 @@ class HubTracer:
 
     def _event(self, run: RunState, event: dict[str, Any]) -> None:
         kind, cue_id = event["type"], event.get("cue")
-        if cue_id is None or cue_id not in run.cues:
+        if cue_id is None or (cr := run.cues.get(cue_id)) is None:
             return
-        at = _ns(float(event.get("at", 0.0)))
-        attempt = int(event.get("attempt") or run.cues[cue_id].attempt)
+        at = int(float(event.get("at") or 0.0) * 1e9)
+        attempt = int(event.get("attempt") or cr.attempt)
         if kind == "cue":
-            state = event["state"]
-            if not isinstance(state, CueState):  # the engine's events hold the member
-                state = CueState(state)
-            if state is CueState.WARNING or state is CueState.STANDBY:
-                span = self._cue(run, cue_id, attempt, at, state.value)
-                span.events.append((state.value, None, at))
+            state = str(event["state"])  # the engine's events hold the member
+            if state in _WARNED:
+                span = self._cue(run, cue_id, attempt, at, state)
+                span.events.append((state, None, at))
             elif attempt > 0:  # ended; called: its span is open here or was
-                span = self._cue(run, cue_id, attempt, at, state.value)
-                if state is CueState.COMPLETED:
-                    span.events.append((state.value, None, at))
+                span = self._cue(run, cue_id, attempt, at, state)
+                if state == _COMPLETED:
+                    span.events.append((state, None, at))
                 else:
-                    reason = event.get("reason") or state.value
-                    span.events.append((state.value, {"reason": reason}, at))
+                    reason = event.get("reason") or state
+                    span.events.append((state, {"reason": reason}, at))
                     span.error = reason
-                    span.attributes["callboard.cue.state"] = state.value
+                    span.attributes["callboard.cue.state"] = state
                 self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")

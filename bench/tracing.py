@@ -20,7 +20,8 @@ second run of a version), cues/s from the start to the last completion. Modes:
 Each round runs every mode once, in a fresh worker process with its own server; rounds
 alternate modes so all meet the same load on a shared machine. It prints the median
 cues/s of each mode and the ratios off/today and on/off (targets: off does not move, on
-loses less than 15%).
+loses less than 15%): of the medians, of the best rounds, and the median (and range) of
+each round's own ratio, its two measures taken one after the other.
 
     python bench/tracing.py [--rounds 3] [--jobs 5000] [--baseline-tree DIR] [--only on,...]
 """
@@ -148,8 +149,14 @@ def main(args: argparse.Namespace) -> None:
             continue
         used = sum(cpu[mode]) / sum(cpu[base])
         ratio, best_ratio = rate[mode] / rate[base], best[mode] / best[base]
+        # each round's two measures ran one after the other: their ratio cancels the drift
+        # of the machine's speed between rounds
+        paired = sorted(
+            a["per_s"] / b["per_s"] for a, b in zip(found[mode], found[base], strict=True)
+        )
         aim = f"  target: {target}" if target else ""
-        print(f"  {mode} / {base}: rate {ratio:.3f}x (best {best_ratio:.3f}x), "
+        print(f"  {mode} / {base}: rate {ratio:.3f}x (best {best_ratio:.3f}x; round by round "
+              f"{statistics.median(paired):.3f}x, {paired[0]:.3f}x-{paired[-1]:.3f}x), "
               f"CPU per cue (hub + echo) {used:.3f}x{aim}")  # fmt: skip
     print(f"  (the sink took {sink.requests} OTLP exports, {sink.bytes / 1e6:.1f} MB)")
 

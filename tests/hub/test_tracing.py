@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,13 @@ from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.telemetry import Sampler
-from protocols.tracecontext import cue_span_id, parse_traceparent, run_span_id, run_trace_id
+from protocols.tracecontext import (
+    cue_span_id,
+    parse_traceparent,
+    run_span_id,
+    run_trace_id,
+    trace_context,
+)
 from protocols.validation import load_cuelist
 from specialists.builtin.echo import Echo
 from specialists.tracing import SpecialistTracer
@@ -190,40 +196,48 @@ async def test_tracing_off_writes_no_traceparent_and_makes_no_span(
     assert hub_spans.get_finished_spans() == () and agent_spans.get_finished_spans() == ()
 
 
-async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
-    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
-) -> None:
-    """A specialist played by the test answers every phase with a broken traceparent: the
-    messages are routed as usual (no dead letter), the run succeeds, nothing is linked."""
-    hub, hub_spans, _ = running
+async def _played(hub: Hub, run_id: str, traceparents: Iterator[str]) -> None:
+    """Run `run_id` of a one-cue cuelist whose agent, mallory, is played here: it answers
+    each phase with the next of `traceparents` (whatever the hub sent it), until the run
+    ends; mallory's messages were routed as usual (no dead letter) and the run succeeded."""
     text = "cuelist: mallory\ncues:\n  - {id: ONLY, target_agents: [mallory]}\n"
     parsed, version = load_cuelist(text)
     await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
-    await hub.driver.start_run("mallory", version, "run-bad-trace", {}, False)
-    bad = iter(["garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x" * 5000])
-    answers = ANSWERS
+    await hub.driver.start_run("mallory", version, run_id, {}, False)
     answered: set[str] = set()
 
     async def answer() -> bool:
         for _, fields in await hub.transport._client.xrange(hub.keys.inbox("mallory")):
             msg = decode(fields[STREAM_FIELD.encode()])
             assert msg.traceparent is not None  # tracing is on: the hub sent its context
-            if msg.message_id in answered or msg.message_type not in answers:
+            if msg.run_id != run_id or msg.message_id in answered:
+                continue
+            if msg.message_type not in ANSWERS:
                 continue
             answered.add(msg.message_id)
-            mt, payload = answers[msg.message_type]
+            mt, payload = ANSWERS[msg.message_type]
             body = json.loads(encode(msg.reply(mt, payload)))
-            body["traceparent"] = next(bad)
+            body["traceparent"] = next(traceparents)
             await hub.transport._client.xadd(
                 hub.keys.out("mallory"), {STREAM_FIELD: json.dumps(body)}
             )
-        run = await hub.store.run("run-bad-trace")
+        run = await hub.store.run(run_id)
         return run is not None and run.status.done
 
     await eventually(answer, 20)
-    run = await hub.store.run("run-bad-trace")
+    run = await hub.store.run(run_id)
     assert run is not None and run.status.value == "success"
     assert await hub.transport._client.xlen(hub.keys.dead) == 0
+
+
+async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """A specialist played by the test answers every phase with a broken traceparent: the
+    messages are routed as usual (no dead letter), the run succeeds, nothing is linked."""
+    hub, hub_spans, _ = running
+    bad = iter(["garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "x" * 5000])
+    await _played(hub, "run-bad-trace", bad)
     (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id("run-bad-trace"))
     assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
     assert not cue.links  # nothing to link to: every traceparent it sent was ignored
@@ -341,3 +355,25 @@ async def test_a_run_the_sampler_leaves_out_is_not_recorded_anywhere_but_propaga
     assert flags[kept] and all(f.endswith(":True") for f in flags[kept])
     assert {f.split(":")[0] for f in flags[left_out]} == {f.split(":")[0] for f in flags[kept]}
     assert all(f.endswith(":False") for f in flags[left_out])
+
+
+@pytest.mark.parametrize("running", [HALF], indirect=True)
+async def test_a_specialist_cannot_make_the_hub_record_a_run_the_sampler_left_out(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """mallory answers every phase of a left-out run with that run's trace context
+    flagged sampled (`-01`), as if recording it: the hub still records nothing of the run
+    (the sampler decides by the run id, and a reply only links to a span already open).
+    A kept run played the same way afterwards is recorded, so the export was reached."""
+    hub, hub_spans, _ = running
+    assert hub.tracer is not None
+    kept, left_out = _runs_by_sampler(hub.tracer.sampler)
+    flagged = iter(trace_context(left_out, 0x5EED + n, sampled=True) for n in range(10))
+    await _played(hub, left_out, flagged)
+    honest = iter(trace_context(kept, 0xC0DE + n, sampled=True) for n in range(10))
+    await _played(hub, kept, honest)
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id(kept))
+    assert {link.context.span_id for link in cue.links} == {0xC0DE, 0xC0DE + 1, 0xC0DE + 2}
+    await _exported(hub, hub_spans, "run mallory", run_trace_id(kept))
+    gone = run_trace_id(left_out)
+    assert not [s for s in hub_spans.get_finished_spans() if s.context.trace_id == gone]

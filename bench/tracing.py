@@ -35,10 +35,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+
+if __package__ in (None, ""):  # last: a worker's tree (its PYTHONPATH) still comes first
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from tests.webserver import Answer, Request, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACING_ENV = ("CALLBOARD_TRACING", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -52,29 +54,12 @@ class Sink:
     def __init__(self) -> None:
         self.requests = 0
         self.bytes = 0
-        sink = self
+        self.url = ""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                size = int(self.headers.get("Content-Length", 0))
-                self.rfile.read(size)
-                sink.requests += 1
-                sink.bytes += size
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def __call__(self, request: Request) -> Answer:
+        self.requests += 1
+        self.bytes += len(request.body)
+        return Answer(200, b"", "application/x-protobuf")
 
 
 def run_worker(mode: str, tree: Path, jobs: int, prefetch: int, sink: Sink) -> dict[str, float]:
@@ -116,7 +101,8 @@ def main(args: argparse.Namespace) -> None:
         trees = {m: t for m, t in trees.items() if m in args.only.split(",") or m == "off"}
     sink = Sink()
     found: dict[str, list[dict[str, float]]] = {mode: [] for mode in trees}
-    try:
+    with serving(sink) as url:
+        sink.url = f"{url}/v1/traces"
         for r in range(args.rounds):
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
             for mode in order:
@@ -125,8 +111,6 @@ def main(args: argparse.Namespace) -> None:
                 print(f"round {r + 1} {mode:>9}: {result['per_s']:,.0f} cues/s "
                       f"(hub {result['hub_cpu_us']:,.0f} us, echo {result['echo_cpu_us']:,.0f} "
                       "us CPU per cue)", file=sys.stderr)  # fmt: skip
-    finally:
-        sink.close()
     rate = {mode: statistics.median(r["per_s"] for r in rs) for mode, rs in found.items()}
     best = {mode: max(r["per_s"] for r in rs) for mode, rs in found.items()}
     cpu = {

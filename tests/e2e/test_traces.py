@@ -8,7 +8,6 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from callboard.embedded import EmbeddedServer
 from protocols.tracecontext import run_span_id, run_trace_id
 from tests.e2e.procs import child_env, processes, wait_done, wait_online
 from tests.helpers import eventually_sync
+from tests.webserver import Answer, Request, serving
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,35 +101,18 @@ def _value(v: Any) -> Any:
 def collector() -> Iterator[Collector]:
     found = Collector()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if self.path == "/v1/traces":
-                found.take(body)
-                answer = ExportTraceServiceResponse().SerializeToString()
-                kind = "application/x-protobuf"
-            else:
-                with found.lock:
-                    found.hooks.append({k.lower(): v for k, v in self.headers.items()})
-                answer, kind = json.dumps({"ok": True}).encode(), "application/json"
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+    def receive(request: Request) -> Answer:
+        if request.path == "/v1/traces":
+            found.take(request.body)
+            answer = ExportTraceServiceResponse().SerializeToString()
+            return Answer(200, answer, "application/x-protobuf")
+        with found.lock:
+            found.hooks.append(request.headers)
+        return Answer(200, json.dumps({"ok": True}).encode(), "application/json")
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    found.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(receive) as url:
+        found.url = url
         yield found
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _env(redis_server: EmbeddedServer, collector: Collector) -> dict[str, str]:

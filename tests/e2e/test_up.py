@@ -8,11 +8,8 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import httpx
 import pytest
@@ -20,6 +17,7 @@ import pytest
 from callboard.embedded import free_port
 from tests.e2e.procs import ROOT
 from tests.helpers import eventually_sync
+from tests.webserver import Answer, Request, serving
 
 pytestmark = pytest.mark.redis
 
@@ -28,28 +26,7 @@ def up_argv(port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "callboard.up", "--port", str(port), *extra]
 
 
-class Recorder(BaseHTTPRequestHandler):
-    """Something already on the port (it even answers /healthz like a hub): it records
-    every request, so a test can show that `up` sent it none."""
-
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        self.seen.append(f"GET {self.path}")
-        body = b'{"status": "ok", "hub_id": "the-first-hub", "leader": true, "redis": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:
-        self.seen.append(f"POST {self.path}")
-        self.send_response(201)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+HEALTHY = b'{"status": "ok", "hub_id": "the-first-hub", "leader": true, "redis": true}'
 
 
 def up_env() -> dict[str, str]:
@@ -113,21 +90,23 @@ def test_up_runs_the_demo_says_how_to_join_and_keeps_state(tmp_path: Path) -> No
 
 
 def test_up_refuses_a_taken_port_and_sends_nothing_there(tmp_path: Path) -> None:
-    Recorder.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
+    seen: list[str] = []
+
+    def owner(request: Request) -> Answer:
+        """Something already on the port (it even answers /healthz like a hub): it
+        records every request, so the test can show that `up` sent it none."""
+        seen.append(f"{request.method} {request.path}")
+        return Answer(200, HEALTHY, "application/json")
+
+    with serving(owner) as url:
+        port = int(url.rsplit(":", 1)[1])
         folder, agent = demo_folder(tmp_path)
         argv = up_argv(port, "--cuelists", str(folder), "--data", str(tmp_path / "d"))
         done = subprocess.run(argv, env=up_env(), cwd=ROOT, capture_output=True, timeout=60)
-    finally:
-        server.shutdown()
-        server.server_close()
     out = done.stdout.decode()
     assert done.returncode == 2, out
     assert f"port {port} is taken" in out and "--port 0" in out
-    assert Recorder.seen == []  # never talked to what owns the port
+    assert seen == []  # never talked to what owns the port
     assert leftovers(agent) == []  # and started nothing
 
 

@@ -3,8 +3,6 @@ from the same span: both are parsed and compared as protobuf messages."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from protocols import otlp
 from protocols.settings import Settings
 from protocols.telemetry import Spans
+from tests.webserver import Answer, Request, serving
 
 IDS64 = st.integers(min_value=1, max_value=2**64 - 1)
 IDS128 = st.integers(min_value=1, max_value=2**128 - 1)
@@ -111,30 +110,20 @@ def test_spans_go_to_an_otlp_collector_as_the_requests_written_here(
     client, not its encoder); if an SDK upgrade took away that seam, `encoded` says so."""
     bodies: list[bytes] = []
 
-    class Collector(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def collect(request: Request) -> Answer:
+        bodies.append(request.body)
+        return Answer()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
-    spans = Spans(Settings(otel_bsp_schedule_delay_ms=60_000), "callboard-hub")
-    try:
-        assert spans.encoded
-        for i in range(3):
-            spans.emit(f"cue C{i}", 7, 100 + i, 1, SpanKind.INTERNAL, 5, 9, {"i": i})
-        spans.flush()
-    finally:
-        spans.shutdown()
-        server.shutdown()
-        server.server_close()
+    with serving(collect) as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+        spans = Spans(Settings(otel_bsp_schedule_delay_ms=60_000), "callboard-hub")
+        try:
+            assert spans.encoded
+            for i in range(3):
+                spans.emit(f"cue C{i}", 7, 100 + i, 1, SpanKind.INTERNAL, 5, 9, {"i": i})
+            spans.flush()
+        finally:
+            spans.shutdown()
     (body,) = bodies
     (resource_spans,) = ExportTraceServiceRequest.FromString(body).resource_spans
     service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings
 from specialists.builtin.shell import Shell, ShellSettings
 from tests.specialists.conftest import AGENT, HubSide, Starter
+from tests.webserver import Answer, Request, serving
 
 pytestmark = pytest.mark.redis
 
@@ -85,73 +84,67 @@ async def test_shell_refuses_bad_argv(start: Starter, hub: HubSide, argv: Any) -
 # -- http -------------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    script: list[int] = []  # status codes to answer, in order; then 200
-    seen: list[dict[str, Any]] = []
+class _Web:
+    """A JSON webhook: answers each POST with the next of `script`'s status codes (then
+    200) and the cue it got; keeps the bodies in `seen`."""
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def __init__(self) -> None:
+        self.script: list[int] = []
+        self.seen: list[dict[str, Any]] = []
+        self.url = ""
+
+    def __call__(self, request: Request) -> Answer:
+        body = json.loads(request.body)
         self.seen.append(body)
         code = self.script.pop(0) if self.script else 200
-        payload = json.dumps({"got": body.get("cue_id"), "code": code}).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        answer = json.dumps({"got": body.get("cue_id"), "code": code}).encode()
+        return Answer(code, answer, "application/json")
 
 
 @pytest.fixture
-def web() -> Iterator[str]:
-    _Handler.script, _Handler.seen = [], []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+def web() -> Iterator[_Web]:
+    hook = _Web()
+    with serving(hook) as url:
+        hook.url = f"{url}/hook"
+        yield hook
 
 
 async def test_http_posts_the_cue_and_reports_the_json(
-    start: Starter, hub: HubSide, web: str
+    start: Starter, hub: HubSide, web: _Web
 ) -> None:
-    await start(Http, http_settings=HttpSettings(url=web, backoff_s=0.01))
+    await start(Http, http_settings=HttpSettings(url=web.url, backoff_s=0.01))
     await hub.go("CUE-1", go_context={"spec": 1}, mode="fast")
     [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
     assert done.payload.result == {"status_code": 200, "response": {"got": "CUE-1", "code": 200}}
-    [body] = _Handler.seen
+    [body] = web.seen
     assert body["action"] == {"mode": "fast"} and body["context"] == {"spec": 1}
     assert (body["run_id"], body["attempt"]) == ("run-1", 1)
     assert _context(await hub.out()) == {"CUE-1.response": {"got": "CUE-1", "code": 200}}
 
 
-async def test_http_retries_5xx_then_fails_on_4xx(start: Starter, hub: HubSide, web: str) -> None:
+async def test_http_retries_5xx_then_fails_on_4xx(start: Starter, hub: HubSide, web: _Web) -> None:
     await start(Http, http_settings=HttpSettings(tries=3, backoff_s=0.01))
-    _Handler.script[:] = [503, 502]
-    await hub.go("CUE-1", url=web, body={"custom": True})
+    web.script[:] = [503, 502]
+    await hub.go("CUE-1", url=web.url, body={"custom": True})
     [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
     assert done.payload.result["status_code"] == 200
-    assert _Handler.seen == [{"custom": True}] * 3
-    _Handler.script[:] = [404]
-    await hub.go("CUE-2", url=web)
+    assert web.seen == [{"custom": True}] * 3
+    web.script[:] = [404]
+    await hub.go("CUE-2", url=web.url)
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-2")
     assert "HTTP 404" in failed.payload.error
 
 
 async def test_http_gives_up_on_a_dead_server_and_without_a_url(
-    start: Starter, hub: HubSide, web: str
+    start: Starter, hub: HubSide, web: _Web
 ) -> None:
     await start(Http, http_settings=HttpSettings(tries=2, backoff_s=0.01))
-    _Handler.script[:] = [500, 500, 500]
-    await hub.go("CUE-1", url=web)
+    web.script[:] = [500, 500, 500]
+    await hub.go("CUE-1", url=web.url)
     await hub.go("CUE-2")
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
     assert "ServerError: HTTP 500" in failed.payload.error
-    assert len(_Handler.seen) == 2
+    assert len(web.seen) == 2
     [no_url] = await hub.wait(M.STATUS_FAILED, "CUE-2")
     assert "no usable URL" in no_url.payload.error
 

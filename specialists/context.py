@@ -12,9 +12,22 @@ import httpx
 
 
 class ContextReader:
+    """The HTTP client is made on the first read: making one loads the system's CA
+    certificates (about 25 ms), which a specialist that never reads the context, or a
+    process starting fifty of them, should not pay."""
+
     def __init__(self, api_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(base_url=api_url, headers=headers, timeout=timeout_s)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_url, self._timeout_s = api_url, timeout_s
+        self._made: httpx.AsyncClient | None = None
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        if self._made is None:
+            self._made = httpx.AsyncClient(
+                base_url=self._api_url, headers=self._headers, timeout=self._timeout_s
+            )
+        return self._made
 
     async def entries(
         self, run_id: str, *, tag: str | None = None, source: str | None = None
@@ -27,4 +40,5 @@ class ContextReader:
         return entries
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._made is not None:
+            await self._made.aclose()

@@ -150,7 +150,8 @@ class Pool(aioredis.BlockingConnectionPool):
     waiting for a connection, redis-py's maintenance mode is off, and neither its metrics
     nor a credential provider (whose re-authentication is the one listener of a release)
     were configured when the pool was made, a free connection is taken and given back
-    directly, still checked as redis-py checks it (`ensure_connection`). Otherwise, and
+    directly, still checked as redis-py checks it (`ensure_connection`, when the connection
+    is closed or has unread bytes). Otherwise, and
     whenever a command must wait, redis-py's own path runs, which wakes the waiters."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -165,8 +166,9 @@ class Pool(aioredis.BlockingConnectionPool):
         if available and self.direct and not self.waiting and not self._in_maintenance:
             connection = available.pop()
             self._in_use_connections.add(connection)
-            try:
-                await self.ensure_connection(connection)
+            try:  # redis-py's check (connect, or reconnect a dirty socket), when needed
+                if not connection.is_connected or await connection.can_read():
+                    await self.ensure_connection(connection)
             except BaseException:
                 await self.release(connection)
                 raise

@@ -79,3 +79,20 @@ def test_a_credential_provider_keeps_redis_pys_own_path(redis_server: EmbeddedSe
     provider = UsernamePasswordCredentialProvider("default", "")
     client = connect(redis_server.url, credential_provider=provider)
     assert not _pool(client).direct
+
+
+async def test_a_pooled_connection_the_server_closed_is_replaced(
+    redis_server: EmbeddedServer,
+) -> None:
+    """The next command goes on a new connection (redis-py's check when the pool hands the
+    connection out, or its one retry on a fresh one), not an error."""
+    client, killer = connect(redis_server.url), connect(redis_server.url)
+    try:
+        first = await client.client_id()
+        assert await killer.client_kill_filter(_id=first) == 1
+        await eventually(lambda: _pool(client)._available_connections[0]._reader.at_eof(), 3)
+        assert await client.ping()
+        assert await client.client_id() != first
+    finally:
+        await client.aclose()
+        await killer.aclose()

@@ -275,7 +275,7 @@ class HubTracer:
         kind, cue_id = event["type"], event.get("cue")
         if cue_id is None or (cr := run.cues.get(cue_id)) is None:
             return
-        at = int(float(event.get("at") or 0.0) * 1e9)
+        at = _ns(float(event.get("at") or 0.0))
         attempt = int(event.get("attempt") or cr.attempt)
         if kind == "cue":
             state = str(event["state"])  # the engine's events hold the member

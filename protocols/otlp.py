@@ -109,13 +109,9 @@ def any_value(value: Any) -> bytes:
     if isinstance(value, Sequence):
         return _field(_ANY_ARRAY, b"".join(_field(_LIST_VALUES, any_value(v)) for v in value))
     if isinstance(value, Mapping):
-        pairs = b"".join(_field(_LIST_VALUES, _key_value(str(k), v)) for k, v in value.items())
+        pairs = b"".join(_LIST_VALUES + _pair(str(k), v) for k, v in value.items())
         return _field(_ANY_KVLIST, pairs)
     raise TypeError(f"invalid type {type(value).__name__} of value {value!r}")
-
-
-def _key_value(key: str, value: Any) -> bytes:
-    return _field(_KV_KEY, key.encode()) + _field(_KV_VALUE, any_value(value))
 
 
 _pairs: dict[tuple[str, type, Any], bytes] = {}  # (key, value's type, value) -> its bytes

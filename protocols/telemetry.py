@@ -7,7 +7,7 @@ no live span: a tuple of plain values when the span ends (no sampler, no attribu
 a quarter of the SDK's cost per span). BUILD_CHUNK records at once are then written, on
 the thread that emitted them, as what the exporter takes: for OTLP (and `none`), each
 span's OTLP/protobuf bytes (protocols.otlp: the message the SDK's encoder would build, at
-about a ninth of its cost, bench/codec.py; no `ReadableSpan` is made); for any other
+a seventh to a tenth of its cost, bench/codec.py; no `ReadableSpan` is made); for any other
 exporter (console, a test's), the SDK's `ReadableSpan`s. Not on the export thread: a
 second thread busy with Python holds the GIL the event loop wants after each of its socket
 calls, and that costs the process more than the writing does (bench/tracing.py, 5

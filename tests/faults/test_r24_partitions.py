@@ -28,7 +28,10 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 4
 LEASE_MS = 2000
 RUNS, LOCKED_RUNS = 1000, 100  # of which claim the one resource
-KILL_AFTER = 250  # runs finished when the second hub is killed
+# The second hub is killed as soon as every run has been started. Starting 1,000 takes
+# seconds on a busy 2-core box; a spread run's TEST lasts 10 s, so the runs started in
+# its last 10 s are in flight. (With 4 s and a threshold of runs finished, 250, the kill
+# could land after the runs had finished in a burst: 90 left, once, in CI.)
 AGENTS = ["pt-build", "pt-test", "pt-lock"]
 SPREAD = {
     "cuelist": "spread",
@@ -39,7 +42,7 @@ SPREAD = {
             "id": "TEST",
             "target_agents": ["pt-test"],
             "depends_on": ["BUILD"],
-            "action": {"execute_ms": 4000},
+            "action": {"execute_ms": 10000},
         },
     ],
 }
@@ -71,7 +74,7 @@ def test_four_partitions_on_two_hubs_survive_the_loss_of_one(
     url_a = procs.hub()
     url_b = procs.hub()
     hub_b = procs.procs[-1]
-    for agent in AGENTS:  # pt-test sleeps 4 s a cue: it holds every run's at once
+    for agent in AGENTS:  # pt-test sleeps 10 s a cue: it holds every run's at once
         procs.echo(agent, CALLBOARD_CONCURRENCY="1000" if agent == "pt-test" else "8")
     api = httpx.Client(base_url=url_a, timeout=30)
     wait_online(api, AGENTS)
@@ -97,7 +100,6 @@ def test_four_partitions_on_two_hubs_survive_the_loss_of_one(
     def active() -> int:
         return sum(int(client.scard(keys.active_runs(p))) for p in range(PARTITIONS))
 
-    eventually_sync(lambda: active() <= RUNS - KILL_AFTER, 60, message="a quarter finished")
     in_flight = active()
     hub_b.send_signal(signal.SIGKILL)
     hub_b.wait(10)

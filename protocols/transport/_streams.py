@@ -25,6 +25,7 @@ from protocols.transport._client import (
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
+from protocols.transport._wire import command, is_lean, pipelined
 
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
 # What `reclaim` hands entries delivered too often to, with the reason for each.
@@ -59,17 +60,12 @@ class Transport(_Upkeep):
         encoded = [(s, m if isinstance(m, bytes) else codec.encode(m)) for s, m in items]
         by_stream = _ids_by_stream(ack) if group is not None else {}
 
-        async def send() -> list[Any]:
-            async with self._client.pipeline(transaction=atomic) as pipe:
-                for stream, data in encoded:
-                    pipe.xadd(stream, {_FIELD: data})
-                for command in then:
-                    pipe.execute_command(*command)
-                for stream, ids in by_stream.items():
-                    pipe.xack(stream, group or "", *ids)
-                return await pipe.execute()
-
-        replies = await self._call("XADD", send)
+        commands = [
+            *(("XADD", stream, "*", _FIELD, data) for stream, data in encoded),
+            *then,
+            *(("XACK", stream, group, *ids) for stream, ids in by_stream.items()),
+        ]
+        replies = await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
         return [_text(entry_id) for entry_id in replies[: len(encoded)]]
 
     # -- consuming -----------------------------------------------------------------------
@@ -136,8 +132,13 @@ class Transport(_Upkeep):
     ) -> list[Delivery]:  # fmt: skip
         """One XREADGROUP over `streams` (one slot on a cluster)."""
         wanted: dict[Any, Any] = dict.fromkeys(streams, ">")
+        lean = is_lean(self._client)
+        blocking = ("BLOCK", block_ms) if block_ms is not None else ()
+        words = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking, "STREAMS")
 
         def send() -> Awaitable[Any]:
+            if lean:  # raw: [[stream, [[id, [field, value...]]...]]...], no parsing by redis-py
+                return command(self._client, *words, *streams, *[">"] * len(streams))
             return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
 
         try:
@@ -148,6 +149,13 @@ class Transport(_Upkeep):
                 response = await self._call("XREADGROUP", send)
             except GroupMissing:
                 return []  # deleted again meanwhile: the next read recovers
+        if lean:
+            streams_read = response.items() if isinstance(response, dict) else response or ()
+            return [
+                self._delivery(_text(stream), entry_id, fields, 1)
+                for stream, entries in streams_read
+                for entry_id, fields in entries
+            ]
         return [
             self._delivery(stream, entry_id, fields, 1)
             for stream, entries in _stream_replies(response)
@@ -156,6 +164,10 @@ class Transport(_Upkeep):
 
     def _delivery(self, stream: str, entry_id: Any, fields: Any, deliveries: int) -> Delivery:
         """Decode one entry; a bad one becomes a Delivery with `.error` and its raw bytes."""
+        if type(fields) is list and len(fields) == 2 and fields[0] == _FIELD:
+            value = fields[1]  # the usual entry, read raw: its one field
+            if type(value) is bytes:
+                return self._decoded(Delivery(stream, _text(entry_id), value, deliveries))
         pairs = (
             list(fields.items())
             if isinstance(fields, dict)
@@ -175,6 +187,9 @@ class Transport(_Upkeep):
             delivery.extra["fields"] = {_text(k): _bytes(v) for k, v in pairs}
             delivery.error = DecodeError(problem, delivery.raw)
             return delivery
+        return self._decoded(delivery)
+
+    def _decoded(self, delivery: Delivery) -> Delivery:
         try:
             delivery.message = codec.decode(delivery.raw, max_bytes=self.max_message_bytes)
         except ProtocolError as exc:

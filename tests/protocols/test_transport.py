@@ -22,7 +22,7 @@ from protocols.codec import Envelope, encode, make
 from protocols.errors import DecodeError, OversizedMessage, TransportError, UnknownMessageType
 from protocols.keys import Keys
 from protocols.messages import MessageType
-from protocols.transport import Delivery, Transport, connect
+from protocols.transport import Delivery, Transport, _wire, connect
 from tests.helpers import eventually
 
 GROUP = "workers"
@@ -166,8 +166,15 @@ async def test_publish_many_keeps_order_in_one_round_trip(
         commands.append(args)
         raise AssertionError(f"publish_many sent {args[0]} outside the pipeline")
 
+    real_exchange = _wire._exchange  # the lean path's one write (a plain Redis client)
+
+    async def counting_exchange(connection: Any, wire: Any) -> Any:
+        executions.append(len(wire))
+        return await real_exchange(connection, wire)
+
     monkeypatch.setattr(client, "pipeline", counting_pipeline)
     monkeypatch.setattr(client, "execute_command", no_direct_command)
+    monkeypatch.setattr(_wire, "_exchange", counting_exchange)
     ids = await transport.publish_many(items)
     monkeypatch.undo()
 
@@ -366,6 +373,29 @@ async def test_entry_with_wrong_fields_is_an_error_delivery(
     assert reason in delivery.error.reason
     assert delivery.raw == raw
     assert delivery.extra["fields"] == fields
+
+
+@pytest.mark.redis
+async def test_an_entry_naming_its_field_twice_is_an_error_delivery(
+    redis_server: EmbeddedServer, keys: Keys, lost: StateLostLog
+) -> None:
+    """Read raw (a plain Redis), an entry's fields are all seen: one written with `m`
+    twice is refused, not read as its last value (redis-py's parsed reply, on a cluster,
+    keeps only that one)."""
+    client = connect(redis_server.url)
+    transport = Transport(client, keys, max_deliveries=3, on_state_lost=lost, retry_s=2.0)
+    stream = keys.out("agent-a")
+    try:
+        await transport.ensure_group(stream, GROUP)
+        await client.execute_command("XADD", stream, "*", "m", b"{}", "m", encode(notice()))
+        [delivery] = await read_all(transport, stream)
+        assert delivery.message is None
+        assert isinstance(delivery.error, DecodeError)
+        assert "unexpected fields ['m']" in delivery.error.reason
+    finally:
+        await transport.close()
+        await _cleanup(client, keys.prefix)
+        await client.aclose()
 
 
 async def test_dead_letter_keeps_reason_and_raw_bytes(transport: Transport, keys: Keys) -> None:

@@ -4,8 +4,11 @@ A producer process writes `task.handoff` messages (each with its own message_id,
 real specialist would) to `out:bench-a`; the hub's router (in this process) checks,
 stamps, audits and forwards each to `in:bench-b`; a consumer process reads them. The bare
 relay (bench/relay.py: XREADGROUP -> XADD, no validation) moves the same bytes through
-the same server in the same run. Figures: sustained msgs/s for N messages, and p50/p99
-latency (producer send -> consumer read) at fixed rates.
+the same server in the same run. Figures: sustained msgs/s for N messages with the CPU
+this process spent a message (the router's, or the relay's), and p50/p99 latency
+(producer send -> consumer read) at fixed rates. This process collects garbage as the
+hub's does (`tune_gc`, hub.main); with Python's defaults its full collections, rescanning
+the whole heap of a hub, cost the router a fifth of its rate (measured 2026-11-28).
 
     python bench/routing.py [-n 50000] [--rates 500,2000] [--seconds 3]
 """
@@ -33,6 +36,7 @@ from protocols import payloads as p
 from protocols.codec import encode, make
 from protocols.keys import Keys
 from protocols.messages import MessageType
+from protocols.process import tune_gc
 from protocols.transport import connect
 
 SENDER, RECEIVER = "bench-a", "bench-b"
@@ -133,8 +137,10 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
         task: asyncio.Future[Any] = asyncio.ensure_future(hub.router.run(stop))
     else:
         task = asyncio.ensure_future(relay_loop(setup, source, sink, total=total, count=BATCH))
+    cpu0 = time.process_time()
     go.set()
     await asyncio.to_thread(consumer.join, 300)
+    cpu = time.process_time() - cpu0  # this process: the router, or the relay
     await asyncio.to_thread(producer.join, 60)
     for proc in (consumer, producer):  # still there only when something went wrong
         if proc.is_alive():
@@ -150,16 +156,21 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
     if consumer.exitcode != 0 or int(stats[0]) != total:
         raise RuntimeError(f"consumer saw {int(stats[0])}/{total}")
     seconds = finished.value - started.value
-    return {"msgs_per_s": total / seconds, "p50_ms": stats[1] * 1000, "p99_ms": stats[2] * 1000}
+    return {
+        "msgs_per_s": total / seconds, "p50_ms": stats[1] * 1000, "p99_ms": stats[2] * 1000,
+        "cpu_us": cpu / total * 1e6,
+    }  # fmt: skip
 
 
 async def main(total: int, rates: list[float], seconds: float) -> None:
+    tune_gc()  # the router runs here as in the hub's process (hub.main), the relay beside it
     with EmbeddedServer() as server:
         print(f"throughput, {total:,} messages (pipelined producer, COUNT {BATCH} reads)")
         bare = await pipeline(server.url, total, 0, via_hub=False)
         hub = await pipeline(server.url, total, 0, via_hub=True)
-        print(f"  bare relay : {bare['msgs_per_s']:9,.0f} msgs/s")
-        print(f"  hub router : {hub['msgs_per_s']:9,.0f} msgs/s")
+        for name, r in (("bare relay", bare), ("hub router", hub)):
+            rate, cpu = r["msgs_per_s"], r["cpu_us"]
+            print(f"  {name} : {rate:9,.0f} msgs/s   CPU {cpu:5.1f} µs a message")
         ratio = hub["msgs_per_s"] / bare["msgs_per_s"]
         verdict = "ok" if ratio >= RATIO_TARGET else "MISSED"
         print(f"  ratio      : {ratio:.2f} (target >= {RATIO_TARGET}: {verdict})")

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
-from pydantic_core import to_json
+import orjson
 
 from hub.dead import Bad, Budgets, DeadLetters
 from hub.engine import guard, inputs
@@ -175,8 +175,11 @@ class Router:
         to_save: set[str] = set()  # registry records partition 0 writes
         held: set[int] = set()  # deliveries (by id()) this batch does not acknowledge
         self._settle()
+        senders: dict[str, str] = {}  # stream -> its agent, worked out once a batch
         for d in batch:
-            agent = self.keys.agent_of_out(d.stream) or "?"
+            agent = senders.get(d.stream)
+            if agent is None:
+                agent = senders[d.stream] = self.keys.agent_of_out(d.stream) or "?"
             msg = d.message
             mine = self._mine(msg)
             if msg is not None and not mine and msg.message_type in _REGISTRY_TYPES:
@@ -357,8 +360,8 @@ def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:
 
 def _audit_entry(messages: list[Envelope]) -> bytes:
     """One audit entry per routed batch, listing every message in it (id, type, who, run)."""
-    return to_json([
-        {"id": m.message_id, "type": m.message_type.value, "from": m.from_agent,
-         "to": list(m.target_agents), "run": m.run_id, "cue": m.cue_id}
+    return orjson.dumps([
+        {"id": m.message_id, "type": m.message_type, "from": m.from_agent,
+         "to": m.target_agents, "run": m.run_id, "cue": m.cue_id}
         for m in messages
     ])  # fmt: skip

@@ -152,8 +152,9 @@ class Transport(_Upkeep):
         if lean:
             streams_read = response.items() if isinstance(response, dict) else response or ()
             return [
-                self._delivery(_text(stream), entry_id, fields, 1)
+                self._delivery(name, entry_id, fields, 1)
                 for stream, entries in streams_read
+                for name in (_text(stream),)
                 for entry_id, fields in entries
             ]
         return [

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hiredis import pack_command
 from redis.exceptions import ResponseError, WatchError
 
 from protocols.transport._client import Pool, Redis, _PackedConnection
@@ -64,7 +65,7 @@ async def command(client: Redis, *args: Any) -> Any:
 
 
 async def _exchange(connection: Any, wire: Sequence[Command]) -> list[Any]:
-    await connection.send_packed_command(connection.pack_commands(wire))
+    await connection.send_packed_command(_packed(connection, wire))
     replies: list[Any] = []
     for _ in wire:
         try:
@@ -72,6 +73,21 @@ async def _exchange(connection: Any, wire: Sequence[Command]) -> list[Any]:
         except ResponseError as error:  # the server's error reply: the next ones still come
             replies.append(error)
     return replies
+
+
+def _packed(connection: Any, wire: Sequence[Command]) -> list[bytes]:
+    """The commands in the protocol, packed by hiredis; a command named in two words
+    ("CONFIG GET") or an argument hiredis does not take goes the connection's way."""
+    chunks = []
+    try:
+        for args in wire:
+            head = args[0]
+            if type(head) is str and " " in head:
+                return connection.pack_commands(wire)  # type: ignore[no-any-return]
+            chunks.append(pack_command(tuple(args)))
+    except TypeError:
+        return connection.pack_commands(wire)  # type: ignore[no-any-return]
+    return [b"".join(chunks)]
 
 
 async def _executed(connection: Any, replies: list[Any], count: int) -> list[Any]:

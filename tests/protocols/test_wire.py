@@ -43,6 +43,13 @@ async def test_replies_come_back_raw_and_in_order(client: aioredis.Redis, prefix
     assert read == [[b"1-1", [b"m", b"a"]], [replies[2], [b"m", b"b"]]]
 
 
+async def test_a_command_named_in_two_words_is_sent_as_two(client: aioredis.Redis) -> None:
+    replies = await pipelined(client, [("PING",), ("CONFIG GET", "maxmemory-policy")])
+    assert replies[0] == b"PONG"
+    policy = replies[1]  # a map in RESP3 (redis-py's default), a flat list in RESP2
+    assert b"maxmemory-policy" in (policy if isinstance(policy, dict) else policy[::2])
+
+
 async def test_an_error_reply_is_raised_after_every_command_ran(
     client: aioredis.Redis, prefix: str
 ) -> None:

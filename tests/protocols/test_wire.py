@@ -50,13 +50,18 @@ async def test_a_command_named_in_two_words_is_sent_as_two(client: aioredis.Redi
     assert b"maxmemory-policy" in (policy if isinstance(policy, dict) else policy[::2])
 
 
+@pytest.mark.parametrize("atomic", [False, True], ids=["pipeline", "transaction"])
 async def test_an_error_reply_is_raised_after_every_command_ran(
-    client: aioredis.Redis, prefix: str
+    client: aioredis.Redis, prefix: str, atomic: bool
 ) -> None:
+    """A command failing as it runs (in a transaction too: EXEC runs the rest, as Redis
+    does) is raised once every reply is read."""
     key, other = f"{prefix}k", f"{prefix}o"
     await command(client, "SET", key, "text")
     with pytest.raises(ResponseError, match="WRONGTYPE"):
-        await pipelined(client, [("SET", other, "1"), ("XLEN", key), ("INCR", other)])
+        await pipelined(
+            client, [("SET", other, "1"), ("XLEN", key), ("INCR", other)], atomic=atomic
+        )
     # the commands around the refused one ran, and the connection is in step
     assert await command(client, "GET", other) == b"2"
     assert await command(client, "PING") == b"PONG"
@@ -72,16 +77,6 @@ async def test_a_transaction_the_server_refused_to_queue_writes_nothing(
     assert await pipelined(client, [("SET", key, "1"), ("GET", key)], atomic=True) == [
         b"OK", b"1",
     ]  # fmt: skip
-
-
-async def test_a_transaction_raises_a_command_that_failed_in_it(
-    client: aioredis.Redis, prefix: str
-) -> None:
-    key, other = f"{prefix}k", f"{prefix}o"
-    await command(client, "SET", key, "text")
-    with pytest.raises(ResponseError, match="WRONGTYPE"):
-        await pipelined(client, [("SET", other, "1"), ("XLEN", key)], atomic=True)
-    assert await command(client, "GET", other) == b"1"  # EXEC ran the rest, as Redis does
 
 
 async def test_a_cancelled_read_never_hands_its_late_reply_to_the_next_command(

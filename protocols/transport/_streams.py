@@ -137,7 +137,7 @@ class Transport(_Upkeep):
         words = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking, "STREAMS")
 
         def send() -> Awaitable[Any]:
-            if lean:  # raw: [[stream, [[id, [field, value...]]...]]...], no parsing by redis-py
+            if lean:  # raw: {stream: [[id, [field, value...]]...]} (RESP2: pairs in a list)
                 return command(self._client, *words, *streams, *[">"] * len(streams))
             return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
 

@@ -4,10 +4,11 @@ redis-py's pipeline spends about 3 µs of Python per command on layers the hot p
 use (a command stack, response callbacks, HIMPORT bookkeeping, metrics hooks, a parse
 call per reply): more than half a pipelined XADD's client CPU. `pipelined` packs the
 commands with hiredis, writes them at once and reads each reply with the connection's
-own `read_response`, so connection errors, cancellation and reconnection stay
-redis-py's. Replies come back as the server sent them (an XADD's id as bytes, a stream
-read as nested lists). A client that is not a plain Redis on callboard's pool (a Redis
-Cluster) goes through redis-py's pipeline.
+own `read_response`, so connection errors, cancellation (a connection left mid-reply is
+closed) and reconnection stay redis-py's. Replies come back as the server sent them, in
+the protocol the connection speaks (RESP3 by redis-py's default: an XADD's id as bytes, a
+stream read as a map of stream to entries). A client that is not a plain Redis on
+callboard's pool (a Redis Cluster, fakeredis) goes through redis-py's pipeline.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -13,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from callboard.embedded import EmbeddedServer
 from protocols.transport import connect
+from protocols.transport._client import _PackedConnection
 from protocols.transport._gateway import Gateway
 from protocols.transport._wire import command, is_lean, pipelined
 from tests.helpers import eventually
@@ -122,3 +124,33 @@ async def test_a_script_the_server_lost_is_sent_again(prefix: str) -> None:
             assert b"cmdstat_incrby:calls=2," in stats
         finally:
             await gateway.close()
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["seen-by-the-pool", "found-by-the-write"])
+async def test_a_write_on_a_connection_the_server_closed_lands_once(
+    client: aioredis.Redis,
+    redis_server: EmbeddedServer,
+    prefix: str,
+    seen: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool's one connection is closed by the server between two writes (a restart,
+    a timeout, CLIENT KILL): the next write goes out on a fresh connection, once. The
+    pool usually sees the closed socket before handing it out; when it does not (told
+    here that the socket is clean), the write fails on it and is tried again."""
+    stream = f"{prefix}s"
+    own_id = await command(client, "CLIENT", "ID")
+    other = connect(redis_server.url)
+    try:
+        assert await other.execute_command("CLIENT", "KILL", "ID", own_id) == 1
+    finally:
+        await other.aclose()
+    if not seen:
+
+        async def clean(self: Any, *args: Any, **kwargs: Any) -> bool:
+            return False
+
+        monkeypatch.setattr(_PackedConnection, "can_read", clean)
+    await pipelined(client, [("XADD", stream, "*", "m", b"once")], atomic=True)
+    assert await command(client, "XLEN", stream) == 1
+    assert await command(client, "CLIENT", "ID") != own_id  # a new connection

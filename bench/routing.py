@@ -8,7 +8,7 @@ the same server in the same run. Figures: sustained msgs/s for N messages with t
 this process spent a message (the router's, or the relay's), and p50/p99 latency
 (producer send -> consumer read) at fixed rates. This process collects garbage as the
 hub's does (`tune_gc`, hub.main); with Python's defaults its full collections, rescanning
-the whole heap of a hub, cost the router a fifth of its rate (measured 2026-11-28).
+the whole heap of a hub, cost the router 21-28% of its rate (measured 2026-11-28).
 
     python bench/routing.py [-n 50000] [--rates 500,2000] [--seconds 3]
 """

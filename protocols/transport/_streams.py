@@ -149,17 +149,14 @@ class Transport(_Upkeep):
                 response = await self._call("XREADGROUP", send)
             except GroupMissing:
                 return []  # deleted again meanwhile: the next read recovers
-        if lean:
-            streams_read = response.items() if isinstance(response, dict) else response or ()
-            return [
-                self._delivery(name, entry_id, fields, 1)
-                for stream, entries in streams_read
-                for name in (_text(stream),)
-                for entry_id, fields in entries
-            ]
+        if lean:  # as sent (redis-py's shapes need `_stream_replies`' unwrapping)
+            read = response.items() if isinstance(response, dict) else response or ()
+            replies = [(_text(stream), entries) for stream, entries in read]
+        else:
+            replies = _stream_replies(response)
         return [
             self._delivery(stream, entry_id, fields, 1)
-            for stream, entries in _stream_replies(response)
+            for stream, entries in replies
             for entry_id, fields in entries
         ]
 

@@ -107,6 +107,13 @@ class Attacker:
         ]:
             self.try_command(*command)
         runs = self.runs()
+        # an entry of its own out stream naming the message field twice: an innocent
+        # message first, a hub-only type last (redis-py's parsed dict would keep the last)
+        notice = self.msg(T.BROADCAST_NOTICE, p.BroadcastNotice(text="nothing to see"))
+        go = p.CoordGo(cue_id="X", target_agents=[victim])
+        self.r.execute_command(
+            "XADD", self.out, "*", STREAM_FIELD, notice, STREAM_FIELD, self.msg(T.COORD_GO, go)
+        )
         messages: list[bytes] = []
         for run in runs:
             run_id = run["run_id"]

@@ -320,6 +320,7 @@ def test_a_hostile_specialist_changes_nothing_outside_its_own_cues(
     ]
     evil_letters = [d for d in s.letters if d.get("sender") == EVIL]
     rejected = [d for d in evil_letters if d["reason"].startswith(f"rejected by {EVIL}: ")]
+    doubled = [d for d in evil_letters if "unexpected fields ['m']" in d["reason"]]
     shared_ctx = {k: (e["value"], e["source"]) for k, e in s.shared_context.items()}
     record = s.shared["record"]
     figure(
@@ -340,7 +341,7 @@ def test_a_hostile_specialist_changes_nothing_outside_its_own_cues(
         f"slots, {sum(e['count'] for e in violations):,} counted, all naming it: "
         f"{not unnamed}; paused: {s.paused is not None}; dead letters: the honest one kept, "
         f"{len(forged)} forged, {len(evil_letters)} of its own ({len(rejected)} it asked "
-        f"for, once); shared run header "
+        f"for, once; {len(doubled)} naming its field twice); shared run header "
         f"{s.header_bytes:,} B, {record['protocol_violations']:,} violations counted, "
         f"{len(record['errors'])} errors kept; hub restarted: {not s.same_hub}",
     )
@@ -359,6 +360,7 @@ def test_a_hostile_specialist_changes_nothing_outside_its_own_cues(
     assert forged == [], forged
     assert all(d["stream"] in (K.out(EVIL), K.inbox(EVIL)) for d in evil_letters)
     assert [d["stream"] for d in rejected] == [K.inbox(EVIL)]  # its own inbox, once
+    assert [d["stream"] for d in doubled] == [K.out(EVIL)]  # its field named twice: refused
     assert shared_ctx["artifact"] == ("app.tar", BUILD)  # another agent's entry: intact
     assert shared_ctx.get("evil-note") == (f"written by {EVIL}", EVIL)  # its own cue: its own
     assert s.header_bytes < 4096, s.header_bytes

@@ -21,6 +21,10 @@ class Coalescer(Generic[T, R]):
     `submit` queues an item at once (so the order of calls is the order of the writes) and
     returns a future for its result; `__call__` awaits it. A failed batch fails every item
     in it; the next batch is tried afresh.
+
+    `take` lends the queued items to a caller that writes them in a round trip of its own
+    (a replica's next read) and `settle`s them; until then no other batch is flushed, so
+    writes still go one batch at a time, in order.
     """
 
     def __init__(
@@ -31,6 +35,9 @@ class Coalescer(Generic[T, R]):
         self._most = most
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._runner: asyncio.Task[None] | None = None
+        self._flushing = False  # a batch of the runner's is being written
+        self._lent: list[tuple[T, asyncio.Future[R]]] | None = None  # taken, not yet settled
+        self._settled = asyncio.Event()  # made again by each `take`, in the caller's loop
 
     def submit(self, item: T) -> asyncio.Future[R]:
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
@@ -48,13 +55,55 @@ class Coalescer(Generic[T, R]):
 
     async def idle(self) -> None:
         """Wait until everything queued so far has been flushed (or has failed)."""
-        while self._runner is not None and not self._runner.done():
-            await asyncio.wait([self._runner])
+        while True:
+            if self._lent is not None:
+                await self._settled.wait()
+            elif self._runner is not None and not self._runner.done():
+                await asyncio.wait([self._runner])
+            else:
+                return
+
+    def take(self) -> list[T] | None:
+        """The items queued now (at most `most`), lent to the caller to write: None when
+        none is queued or a batch is being written. The caller must `settle` them."""
+        if not self._queue or self._flushing or self._lent is not None:
+            return None
+        self._lent, self._queue = self._queue[: self._most], self._queue[self._most :]
+        self._settled = asyncio.Event()
+        return [item for item, _ in self._lent]
+
+    def settle(self, outcome: Sequence[R] | BaseException, again: bool = False) -> None:
+        """The outcome of the items `take` lent out: their results, in order, or the
+        failure of their write. `again`: they were not written; they go first in the next
+        batch."""
+        batch, self._lent = self._lent, None
+        self._settled.set()
+        if batch is None:
+            return
+        if again:
+            self._queue[:0] = batch
+            if self._runner is None or self._runner.done():
+                self._runner = asyncio.create_task(self._run(), name=f"coalesce-{self._name}")
+            return
+        if isinstance(outcome, BaseException):
+            failure = outcome if isinstance(outcome, Exception) else _cut(outcome)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(failure)
+            return
+        for (_, future), result in zip(batch, outcome, strict=True):
+            if not future.done():
+                future.set_result(result)
 
     async def _run(self) -> None:
         while self._queue:
             await self._gather()
+            while self._lent is not None:  # a lent batch is written first: one at a time
+                await self._settled.wait()
+            if not self._queue:  # taken meanwhile
+                return
             batch, self._queue = self._queue[: self._most], self._queue[self._most :]
+            self._flushing = True
             try:
                 results = await self._flush([item for item, _ in batch])
             except BaseException as exc:
@@ -67,6 +116,8 @@ class Coalescer(Generic[T, R]):
                     self._queue = []
                     raise
                 continue
+            finally:
+                self._flushing = False
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)

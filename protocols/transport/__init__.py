@@ -29,6 +29,7 @@ from protocols.transport._gateway import Gateway, Script
 from protocols.transport._probe import Probe
 from protocols.transport._storage import Entry, Storage
 from protocols.transport._streams import Transport
+from protocols.transport._wire import WriteAhead
 
 __all__ = [
     "Delivery",
@@ -40,6 +41,7 @@ __all__ = [
     "Script",
     "Storage",
     "Transport",
+    "WriteAhead",
     "ack_commands",
     "connect",
     "retry_transient",

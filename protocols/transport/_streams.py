@@ -25,7 +25,7 @@ from protocols.transport._client import (
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
-from protocols.transport._wire import command, is_lean, pipelined
+from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean, pipelined
 
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
 # What `reclaim` hands entries delivered too often to, with the reason for each.
@@ -57,16 +57,26 @@ class Transport(_Upkeep):
         deliveries last. `atomic` wraps it all in MULTI/EXEC: every write lands, or none."""
         if not items and not ack and not then:
             return []
+        commands = self.writes(items, ack=ack, group=group, then=then)
+        replies = await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
+        return [_text(entry_id) for entry_id in replies[: len(items)]]
+
+    @staticmethod
+    def writes(
+        items: Sequence[tuple[str, Envelope | bytes]],
+        *,
+        ack: Sequence[Delivery] = (),
+        group: str | None = None,
+        then: Sequence[Sequence[Any]] = (),
+    ) -> list[Command]:
+        """`publish_many`'s commands: the XADDs in order, `then`, the XACKs last."""
         encoded = [(s, m if isinstance(m, bytes) else codec.encode(m)) for s, m in items]
         by_stream = _ids_by_stream(ack) if group is not None else {}
-
-        commands = [
+        return [
             *(("XADD", stream, "*", _FIELD, data) for stream, data in encoded),
             *then,
             *(("XACK", stream, group, *ids) for stream, ids in by_stream.items()),
         ]
-        replies = await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
-        return [_text(entry_id) for entry_id in replies[: len(encoded)]]
 
     # -- consuming -----------------------------------------------------------------------
     async def ensure_group(self, stream: str, group: str, start_id: str = "0") -> None:
@@ -107,15 +117,45 @@ class Transport(_Upkeep):
         *,
         count: int = 100,
         block_ms: int | None = 1000,
+        ahead: WriteAhead | None = None,
     ) -> list[Delivery]:
         """New entries for `consumer` (XREADGROUP >), decoded. Recreates missing groups.
-        On a cluster, one XREADGROUP per slot (see protocols.transport._slots)."""
+        On a cluster, one XREADGROUP per slot (see protocols.transport._slots).
+
+        `ahead`: an atomic write sent first, in the same round trip on a plain Redis
+        (`_wire.ahead_of`), on its own before the read elsewhere; it is told its outcome
+        before the read waits, and told a failure if the read fails before that."""
+        if ahead is None:
+            return await self._read(streams, group, consumer, count, block_ms, None)
+        try:
+            if not streams or self.is_cluster or not is_lean(self._client):
+                await self._write_alone(ahead)
+            return await self._read(streams, group, consumer, count, block_ms, ahead)
+        except BaseException as exc:
+            if not ahead.told:  # never sent, or its outcome unknown: failed for its writers
+                ahead.tell(exc if isinstance(exc, Exception) else _interrupted(exc))
+            raise
+
+    async def _write_alone(self, ahead: WriteAhead) -> None:
+        try:
+            results = await self._call(
+                "XADD", lambda: pipelined(self._client, ahead.commands, atomic=True)
+            )
+        except Exception as exc:
+            ahead.tell(exc)
+        else:
+            ahead.tell(results)
+
+    async def _read(
+        self, streams: Sequence[str], group: str, consumer: str, count: int,
+        block_ms: int | None, ahead: WriteAhead | None,
+    ) -> list[Delivery]:  # fmt: skip
         if not streams:
             return []
         block_ms = self._block(block_ms)
         groups = by_slot(streams) if self.is_cluster else [list(streams)]
         if len(groups) == 1:
-            return await self._read_group(groups[0], group, consumer, count, block_ms)
+            return await self._read_group(groups[0], group, consumer, count, block_ms, ahead)
 
         def start(slot_streams: Sequence[str]) -> Awaitable[list[Delivery]]:
             return self._read_group(slot_streams, group, consumer, count, block_ms)
@@ -128,9 +168,10 @@ class Transport(_Upkeep):
 
     async def _read_group(
         self, streams: Sequence[str], group: str, consumer: str, count: int,
-        block_ms: int | None,
+        block_ms: int | None, ahead: WriteAhead | None = None,
     ) -> list[Delivery]:  # fmt: skip
-        """One XREADGROUP over `streams` (one slot on a cluster)."""
+        """One XREADGROUP over `streams` (one slot on a cluster), behind `ahead` while it
+        has not been told its outcome (a plain Redis: see `read_group`)."""
         wanted: dict[Any, Any] = dict.fromkeys(streams, ">")
         lean = is_lean(self._client)
         blocking = ("BLOCK", block_ms) if block_ms is not None else ()
@@ -138,7 +179,10 @@ class Transport(_Upkeep):
 
         def send() -> Awaitable[Any]:
             if lean:  # raw: {stream: [[id, [field, value...]]...]} (RESP2: pairs in a list)
-                return command(self._client, *words, *streams, *[">"] * len(streams))
+                read = (*words, *streams, *[">"] * len(streams))
+                if ahead is not None and not ahead.told:
+                    return ahead_of(self._client, ahead, *read)
+                return command(self._client, *read)
             return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
 
         try:
@@ -434,3 +478,8 @@ class Transport(_Upkeep):
             for key, entries in _stream_replies(response)
             for entry_id, fields in entries
         ]
+
+
+def _interrupted(exc: BaseException) -> ConnectionError:
+    """What the writers of a write cut short by a cancellation (or an exit) are told."""
+    return ConnectionError(f"write interrupted ({type(exc).__name__})")

@@ -9,19 +9,46 @@ closed) and reconnection stay redis-py's. Replies come back as the server sent t
 the protocol the connection speaks (RESP3 by redis-py's default: an XADD's id as bytes, a
 stream read as a map of stream to entries). A client that is not a plain Redis on
 callboard's pool (a Redis Cluster, fakeredis) goes through redis-py's pipeline.
+
+`ahead_of` sends a transaction and a command in one write and tells the transaction's
+outcome before waiting for the command's reply: a replica's replies go in the round trip
+of its next (blocking) read of the inbox, one socket write instead of two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hiredis import pack_command
 from redis.exceptions import ResponseError, WatchError
 
 from protocols.transport._client import Pool, Redis, _PackedConnection
+from protocols.transport._errors import translate
 
 Command = Sequence[Any]
+Outcome = list[Any] | BaseException  # a transaction's results, or why it failed
+
+
+class WriteAhead:
+    """A write that goes in the round trip of a read, ahead of it: `commands`, run inside
+    MULTI/EXEC, and `tell`, given their outcome once (the EXEC's results, or the error as
+    protocols.errors names it) as soon as it is known, before the read waits for entries."""
+
+    __slots__ = ("_tell", "commands", "told")
+
+    def __init__(self, commands: Sequence[Command], tell: Callable[[Outcome], None]) -> None:
+        self.commands = commands
+        self._tell = tell
+        self.told = False
+
+    def tell(self, outcome: Outcome) -> None:
+        if self.told:
+            return
+        self.told = True
+        if isinstance(outcome, Exception):
+            outcome = translate(outcome, "XADD") or outcome
+        self._tell(outcome)
 
 
 def is_lean(client: Redis) -> bool:
@@ -63,6 +90,50 @@ async def command(client: Redis, *args: Any) -> Any:
     """One command's raw reply (see `pipelined`)."""
     (reply,) = await pipelined(client, [args])
     return reply
+
+
+async def ahead_of(client: Redis, ahead: WriteAhead, *args: Any) -> Any:
+    """The raw reply of command `args`, sent in one write behind `ahead`'s transaction (a
+    lean client's: see `is_lean`). `ahead` is told its outcome once the EXEC's reply is
+    read, before this waits for the command's reply. A lost connection is retried as
+    `pipelined` retries it: the whole write again while `ahead` has not been told, the
+    command alone once it has (its write is never sent twice after its outcome is known)."""
+    pool: Pool = client.connection_pool  # type: ignore[assignment]
+    connection = await pool.get_connection()
+    try:
+        reply = await connection.retry.call_with_retry(
+            lambda: _write_then_read(connection, ahead, args), lambda _: connection.disconnect()
+        )
+    finally:
+        await pool.release(connection)
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
+async def _write_then_read(connection: Any, ahead: WriteAhead, args: Command) -> Any:
+    if ahead.told:
+        (reply,) = await _exchange(connection, [args])
+        return reply
+    wire = [("MULTI",), *ahead.commands, ("EXEC",), args]
+    await connection.send_packed_command(_packed(connection, wire))
+    replies: list[Any] = []
+    for _ in range(len(wire) - 1):
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    try:
+        results = await _executed(connection, replies, len(ahead.commands))
+    except (ResponseError, WatchError) as error:
+        ahead.tell(error)
+    else:
+        failed = next((r for r in results if isinstance(r, ResponseError)), None)
+        ahead.tell(results if failed is None else failed)
+    try:
+        return await connection.read_response()
+    except ResponseError as error:
+        return error
 
 
 async def _exchange(connection: Any, wire: Sequence[Command]) -> list[Any]:

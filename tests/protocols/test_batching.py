@@ -99,3 +99,78 @@ def test_a_coalescer_outlives_the_event_loop_it_was_first_used_in() -> None:
     assert asyncio.run(once(3)) == [0, 2, 4]
     assert asyncio.run(once(2)) == [0, 2]
     assert flushed == [[0, 1, 2], [0, 1]]
+
+
+async def _turns(n: int = 20) -> None:
+    """Let every task that is ready run, `n` times over (for what must not happen)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_batch_taken_is_written_by_its_taker_and_the_next_waits_for_it() -> None:
+    """`take` lends the queued items to a caller with a round trip of its own (a replica's
+    next read); nothing else is flushed until it settles them, so writes stay in order."""
+    sink = Sink()
+    out = Coalescer(sink.flush, "t")
+    lent = [out.submit(i) for i in (1, 2)]
+    assert out.take() == [1, 2]
+    assert out.take() is None  # lent already: one batch at a time
+    later = out.submit(3)
+    await _turns()
+    assert sink.batches == []  # [3] waits for the lent batch
+    out.settle([10, 20])
+    assert await asyncio.gather(*lent, later) == [10, 20, 30]
+    assert sink.batches == [[3]]
+
+
+async def test_nothing_is_lent_while_a_batch_is_being_written() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    out = Coalescer(sink.flush, "t")
+    first = out.submit(1)
+    await sink.flushing.wait()  # [1] is being written, held at the gate
+    later = out.submit(2)
+    assert out.take() is None
+    sink.gate.set()
+    assert await asyncio.gather(first, later) == [10, 20]
+    assert out.take() is None  # nothing queued
+    assert sink.batches == [[1], [2]]
+
+
+async def test_a_lent_batch_that_failed_fails_its_calls_only() -> None:
+    sink = Sink()
+    out = Coalescer(sink.flush, "t")
+    lent = out.submit(1)
+    assert out.take() == [1]
+    later = out.submit(2)
+    out.settle(ConnectionError("lost with the read"))
+    with pytest.raises(ConnectionError, match="lost with the read"):
+        await lent
+    assert await later == 20
+    assert sink.batches == [[2]]
+
+
+async def test_a_lent_batch_not_written_goes_first_in_the_next() -> None:
+    """Refused whole (Redis out of memory: nothing applied), a lent batch is given back:
+    the coalescer writes it itself, before what was queued after it."""
+    sink = Sink()
+    out = Coalescer(sink.flush, "t")
+    lent = [out.submit(i) for i in (1, 2)]
+    assert out.take() == [1, 2]
+    later = out.submit(3)
+    out.settle(MemoryError("refused"), again=True)
+    assert await asyncio.gather(*lent, later) == [10, 20, 30]
+    assert sink.batches == [[1, 2, 3]]
+
+
+async def test_idle_waits_for_a_lent_batch() -> None:
+    sink = Sink()
+    out = Coalescer(sink.flush, "t")
+    lent = out.submit(1)
+    assert out.take() == [1]
+    waiting = asyncio.create_task(out.idle())
+    await _turns()
+    assert not waiting.done()
+    out.settle([10])
+    await asyncio.wait_for(waiting, 5)
+    assert await lent == 10

@@ -22,7 +22,8 @@ from protocols.codec import Envelope, encode, make
 from protocols.errors import DecodeError, OversizedMessage, TransportError, UnknownMessageType
 from protocols.keys import Keys
 from protocols.messages import MessageType
-from protocols.transport import Delivery, Transport, _wire, connect
+from protocols.transport import Delivery, Transport, WriteAhead, _wire, connect
+from protocols.transport._client import _text
 from tests.helpers import eventually
 
 GROUP = "workers"
@@ -211,6 +212,38 @@ async def test_an_atomic_write_lands_whole_and_queues_without_threads(
     assert len(ids) == 1 and await stream_ids(real_transport, out) == ids
     assert await real_transport._client.get(marker) == b"1"
     assert await real_transport.pending_count(inbox, GROUP) == 0
+
+
+async def test_a_write_ahead_of_a_read_lands_whole_and_is_told_before_the_read_returns(
+    transport: Transport, keys: Keys
+) -> None:
+    """A replica's answers sent with its next read (`ahead`): on a plain Redis in the read's
+    round trip, elsewhere on their own first; either way they land whole, acknowledging
+    what they answer, and are told so while the read waits for new entries (test_wire
+    checks it waits still)."""
+    out, inbox, marker = keys.out("agent-a"), keys.inbox("agent-a"), keys.done("agent-a", "t1")
+    await transport.ensure_group(inbox, GROUP)
+    await transport.publish(inbox, notice("work"))
+    (work,) = await read_all(transport, inbox)
+    outcomes: list[Any] = []
+    commands = transport.writes(
+        [(out, notice("done"))], ack=[work], group=GROUP,
+        then=[("SET", marker, b"1", "NX", "EX", 60)],
+    )  # fmt: skip
+    ahead = WriteAhead(commands, outcomes.append)
+    reader = asyncio.create_task(
+        transport.read_group([inbox], GROUP, "c1", block_ms=5000, ahead=ahead)
+    )
+    await eventually(lambda: outcomes, 5, message="told")
+    [results] = outcomes
+    assert len(results) == 3 and await stream_ids(transport, out) == [_text(results[0])]
+    assert await transport._client.get(marker) == b"1"
+    assert await transport.pending_count(inbox, GROUP) == 0
+    await transport.publish(inbox, notice("more"))
+    # the read goes on (fakeredis may end a blocked read early, empty: read again then)
+    got = await asyncio.wait_for(reader, 5) or await eventually(lambda: read_all(transport, inbox))
+    [more] = got
+    assert more.message is not None and more.message.payload == p.BroadcastNotice(text="more")
 
 
 async def test_read_group_many_streams_in_one_call(transport: Transport, keys: Keys) -> None:

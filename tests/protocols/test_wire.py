@@ -1,6 +1,8 @@
 """Commands written at once and read back raw (protocols.transport._wire), on the real
 server: replies in order, error replies raised only once every reply is read, a
-transaction all or nothing, and a connection left mid-reply never handed out again."""
+transaction all or nothing, and a connection left mid-reply never handed out again; a
+write sent ahead of a blocking read, in its round trip, told its outcome before the read
+returns and never sent twice."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from callboard.embedded import EmbeddedServer
-from protocols.transport import connect
+from protocols.errors import TransportError, Unreachable
+from protocols.keys import Keys
+from protocols.transport import Transport, WriteAhead, connect
 from protocols.transport._client import _PackedConnection
 from protocols.transport._gateway import Gateway
-from protocols.transport._wire import command, is_lean, pipelined
+from protocols.transport._wire import ahead_of, command, is_lean, pipelined
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -154,3 +158,139 @@ async def test_a_write_on_a_connection_the_server_closed_lands_once(
     await pipelined(client, [("XADD", stream, "*", "m", b"once")], atomic=True)
     assert await command(client, "XLEN", stream) == 1
     assert await command(client, "CLIENT", "ID") != own_id  # a new connection
+
+
+class Told:
+    """A write ahead of a read, and what it was told."""
+
+    def __init__(self, *commands: tuple[Any, ...]) -> None:
+        self.outcomes: list[Any] = []
+        self.ahead = WriteAhead(commands, self.outcomes.append)
+
+
+async def _group(client: aioredis.Redis, stream: str) -> None:
+    await command(client, "XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+
+
+def _read(stream: str, block_ms: int = 5000) -> tuple[Any, ...]:
+    return ("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "BLOCK", block_ms, "STREAMS", stream, ">")
+
+
+async def test_a_write_ahead_of_a_blocking_read_goes_in_its_write_and_is_told_first(
+    client: aioredis.Redis, redis_server: EmbeddedServer, prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A replica's replies and its next read: one socket write; the replies' outcome is
+    known while the read still waits for an entry."""
+    inbox, out = f"{prefix}in", f"{prefix}out"
+    await _group(client, inbox)
+    sent: list[Any] = []
+    send = _PackedConnection.send_packed_command
+
+    async def counted(self: Any, packed: Any, check_health: bool = True) -> None:
+        sent.append(packed)
+        await send(self, packed, check_health)
+
+    monkeypatch.setattr(_PackedConnection, "send_packed_command", counted)
+    told = Told(("XADD", out, "*", "m", b"ack"), ("SET", f"{prefix}k", "v"))
+    read = asyncio.create_task(ahead_of(client, told.ahead, *_read(inbox)))
+    await eventually(lambda: told.outcomes, 5, message="told")
+    [(entry_id, ok)] = told.outcomes
+    assert ok == b"OK" and entry_id.startswith(b"1")
+    assert not read.done()  # the read still waits
+    other = connect(redis_server.url)
+    try:
+        assert await other.xlen(out) == 1
+        await other.xadd(inbox, {"m": b"work"})
+    finally:
+        await other.aclose()
+    reply = await asyncio.wait_for(read, 5)
+    entries = reply[inbox.encode()] if isinstance(reply, dict) else reply[0][1]
+    assert [fields for _, fields in entries] == [[b"m", b"work"]]
+    ours = [b"".join(packed) for packed in sent if b"XREADGROUP" in b"".join(packed)]
+    assert len(ours) == 1  # the write and the read went together, in one socket write
+    assert b"MULTI" in ours[0] and ours[0].index(b"EXEC") < ours[0].index(b"XREADGROUP")
+
+
+async def test_a_read_cut_after_its_write_was_told_is_sent_again_alone(
+    client: aioredis.Redis, redis_server: EmbeddedServer, prefix: str
+) -> None:
+    """The connection is lost while the read waits (a restart, CLIENT KILL): the read is
+    tried again on a fresh one, the write it went with is not sent twice."""
+    inbox, out = f"{prefix}in", f"{prefix}out"
+    await _group(client, inbox)
+    told = Told(("XADD", out, "*", "m", b"ack"))
+    read = asyncio.create_task(ahead_of(client, told.ahead, *_read(inbox)))
+    await eventually(lambda: told.outcomes, 5, message="told")
+    other = connect(redis_server.url)
+    try:
+
+        async def reading() -> int | None:
+            for line in (await other.execute_command("CLIENT", "LIST")).decode().splitlines():
+                if "cmd=xreadgroup" in line:
+                    return int(line.split("id=", 1)[1].split(" ", 1)[0])
+            return None
+
+        first = await eventually(reading, 5, message="the read blocked")
+        assert await other.execute_command("CLIENT", "KILL", "ID", first) == 1
+        again = await eventually(lambda: _other_reader(reading, first), 5, message="read again")
+        assert again != first
+        await other.xadd(inbox, {"m": b"work"})
+        reply = await asyncio.wait_for(read, 5)
+        assert reply  # the entry, read on the fresh connection
+        assert await other.xlen(out) == 1  # written once
+        assert len(told.outcomes) == 1
+    finally:
+        await other.aclose()
+
+
+async def _other_reader(reading: Any, first: int) -> int | None:
+    found = await reading()
+    return found if found not in (None, first) else None
+
+
+async def test_a_write_ahead_the_server_refused_writes_nothing_and_the_read_goes_on(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    inbox, out = f"{prefix}in", f"{prefix}out"
+    await _group(client, inbox)
+    await command(client, "XADD", inbox, "*", "m", b"work")
+    told = Told(("XADD", out, "*", "m", b"ack"), ("GET",))  # GET without its key: refused
+    reply = await ahead_of(client, told.ahead, *_read(inbox, block_ms=100))
+    [refusal] = told.outcomes
+    assert isinstance(refusal, TransportError) and "wrong number of arguments" in str(refusal)
+    assert await command(client, "EXISTS", out) == 0
+    assert reply  # the entry waiting in the inbox
+    assert await command(client, "PING") == b"PONG"  # in step
+
+
+async def test_a_read_that_fails_before_its_write_was_told_tells_the_failure(
+    prefix: str,
+) -> None:
+    """Redis unreachable: the read gives up, and the writes that went with it are told
+    so (they are not left waiting); cancelled, the same."""
+    with EmbeddedServer() as server:
+        url = server.url
+    transport = Transport.from_url(url, Keys(prefix), retry_s=0.2)
+    try:
+        told = Told(("XADD", f"{prefix}out", "*", "m", b"ack"))
+        with pytest.raises(Unreachable):
+            await transport.read_group([f"{prefix}in"], "g", "c", ahead=told.ahead)
+        [failure] = told.outcomes
+        assert isinstance(failure, Unreachable)
+        told = Told(("XADD", f"{prefix}out", "*", "m", b"ack"))
+        slow = Transport.from_url(url, Keys(prefix), retry_s=30)
+        try:
+            read = asyncio.create_task(slow.read_group([f"{prefix}in"], "g", "c", ahead=told.ahead))
+            for _ in range(5):  # the read has begun (connecting, or waiting to try again)
+                await asyncio.sleep(0)
+            assert not read.done()
+            read.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await read
+            [cut] = told.outcomes
+            assert isinstance(cut, Unreachable) and "write interrupted" in str(cut)
+        finally:
+            await slow.close()
+    finally:
+        await transport.close()

@@ -13,6 +13,7 @@ import cProfile
 import json
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from protocols.messages import MessageType
@@ -22,6 +23,7 @@ TIMED_IN = frozenset({
     MessageType.TASK_ASSIGN,
 })  # fmt: skip
 TIMED_OUT = frozenset({MessageType.ACK_WARNING, MessageType.ACK_STANDBY})
+TIMED_OUT_VALUES = frozenset(mt.value for mt in TIMED_OUT)
 BARE_GROUP = "bare"
 
 
@@ -88,10 +90,11 @@ def agents_process(
 ) -> None:  # fmt: skip
     """Echo specialists for `agents`, one asyncio task each. When stopped, sends back
     [(run_id, message_type, agent, epoch_s)]: when each coord.* message came off the wire
-    (before decoding) and when each ack was written."""
+    (before decoding) and when each ack was written (its write's reply read: on its own, or
+    ahead of the agent's next read)."""
     from protocols.process import tune_gc
     from protocols.settings import Settings
-    from protocols.transport import Transport
+    from protocols.transport import Transport, WriteAhead
     from specialists.builtin.echo import Echo
 
     _quiet()
@@ -118,6 +121,22 @@ def agents_process(
             ids = await super().publish_many(items, **kw)
             self._sent([m for _, m in items])
             return ids
+
+        async def read_group(self, *args: Any, ahead: Any = None, **kw: Any) -> Any:
+            if ahead is not None:  # replies that go in the read's round trip: stamped when told
+                ahead = WriteAhead(ahead.commands, partial(self._told, ahead))
+            return await super().read_group(*args, ahead=ahead, **kw)
+
+        def _told(self, ahead: Any, outcome: Any) -> None:
+            now = time.time()
+            ahead.tell(outcome)
+            if isinstance(outcome, BaseException):
+                return
+            for words in ahead.commands:
+                if words[0] == "XADD":
+                    m = json.loads(words[4])
+                    if m["message_type"] in TIMED_OUT_VALUES:
+                        seen.append((m["run_id"], m["message_type"], self.agent, now))
 
         def _sent(self, messages: list[Any]) -> None:
             now = time.time()

@@ -1,5 +1,6 @@
 """One replica's event loop: read the inbox within the concurrency limit, keep claims alive,
-reclaim a dead replica's work, follow broadcasts, and drain on stop."""
+reclaim a dead replica's work, follow broadcasts, and drain on stop. Writes go one batch at
+a time (protocols.batching); what is answered at once rides ahead of the next read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from protocols import codec
@@ -19,7 +21,7 @@ from protocols.errors import OutOfMemory, ReadOnly, TransportError
 from protocols.messages import MessageType
 from protocols.outage import Outage
 from protocols.payloads import StatusOffline, StatusOnline, StatusRejected
-from protocols.transport import Delivery, Transport
+from protocols.transport import Delivery, Transport, WriteAhead
 from specialists.context import ContextReader
 from specialists.dispatch import Abandon, Dispatcher
 from specialists.markers import DoneMarkers
@@ -72,6 +74,7 @@ class Runtime:
         self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
         self.prefetch = max(spec.settings.prefetch or 4 * spec.concurrency, spec.concurrency)
         self.writes: Coalescer[Write, None] = Coalescer(self._write, "out")
+        self.refused = False  # Redis refused a write: they go alone until one lands
         self.busy = 0  # work items executing
         self.waiting = 0  # work items read but waiting for a slot or for resume
         self.settling = 0  # work items done, their outcome being written
@@ -144,6 +147,7 @@ class Runtime:
                     then=[c for w in batch for c in w.then],
                     atomic=True,
                 )
+                self.refused = False
                 return [None] * len(batch)
             except (OutOfMemory, ReadOnly) as exc:
                 if waited_s >= self.settings.refused_write_retry_s or self.closed.is_set():
@@ -153,6 +157,35 @@ class Runtime:
                 await asyncio.sleep(pause_s)  # back off while Redis refuses writes
                 waited_s += pause_s
                 pause_s = min(pause_s * 2, REFUSED_MAX_PAUSE_S)
+
+    def _ahead(self) -> WriteAhead | None:
+        """The writes queued now, to go in the next read's round trip (see `_read_loop`);
+        None when there are none, a batch is being written, or Redis refused the last."""
+        batch = None if self.refused else self.writes.take()
+        if batch is None:
+            return None
+        try:
+            settled = {w.settles for w in batch if w.settles is not None}
+            commands = self.transport.writes(
+                [(self.out, m) for w in batch for m in w.out(settled)],
+                ack=[d for w in batch for d in w.ack],
+                group=self.group,
+                then=[c for w in batch for c in w.then],
+            )
+        except Exception as exc:  # a message that cannot be made: as a failed write
+            self.writes.settle(exc)
+            return None
+        return WriteAhead(commands, partial(self._told, len(batch)))
+
+    def _told(self, count: int, outcome: list[Any] | BaseException) -> None:
+        if isinstance(outcome, OutOfMemory | ReadOnly):
+            # refused whole (nothing applied): the writer tries again, backing off
+            self.refused = True
+            self.writes.settle(outcome, again=True)
+        elif isinstance(outcome, BaseException):
+            self.writes.settle(outcome)
+        else:
+            self.writes.settle([None] * count)
 
     # -- state shared with the dispatcher ------------------------------------------------
 
@@ -333,6 +366,7 @@ class Runtime:
                     self.consumer,
                     count=count,
                     block_ms=self.settings.block_ms,
+                    ahead=self._ahead(),
                 )
             except TransportError as exc:
                 await self._backoff("read", exc)
@@ -341,6 +375,8 @@ class Runtime:
                 log.info("%s/%s reads again", self.group, self.consumer)
             for delivery in got:
                 self.accept(delivery)
+            if got:  # their handlers' first steps: what they answer at once goes ahead of
+                await asyncio.sleep(0)  # the next read, in its round trip (`_ahead`)
 
     async def _keep_claims(self) -> None:
         """Renew our entries every min_idle_ms/3; reclaim idle ones every claim_interval_ms."""

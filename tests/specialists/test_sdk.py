@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
-from protocols.codec import make
+from protocols.codec import decode, make
 from protocols.messages import MessageType
 from protocols.payloads import (
     BroadcastNotice,
@@ -24,6 +25,7 @@ from protocols.payloads import (
     TaskHandoff,
 )
 from protocols.settings import Settings
+from protocols.transport import Transport, WriteAhead
 from specialists import Specialist
 from tests.helpers import eventually
 from tests.specialists.conftest import AGENT, RUN, HubSide, Starter
@@ -422,3 +424,40 @@ async def test_a_reader_waiting_for_room_wakes_when_a_warning_is_answered(
     for n in range(8):
         await hub.warning(f"CUE-{n}")
     await hub.wait(M.ACK_WARNING, n=8, timeout_s=1.5)  # the GO takes 2.5 s
+
+
+class _Spy(Transport):
+    """A transport that keeps the writes each read carried ahead of it."""
+
+    carried: list[list[Any]]
+
+    async def read_group(self, *args: Any, ahead: WriteAhead | None = None, **kw: Any) -> Any:
+        if ahead is not None:
+            self.carried.append(list(ahead.commands))
+        return await super().read_group(*args, ahead=ahead, **kw)
+
+
+@pytest.fixture
+async def spy(settings: Settings) -> AsyncIterator[_Spy]:
+    """Set up before the `start` fixture, so closed after the replicas it started stop."""
+    made = _Spy.from_url(settings.redis_url, settings.keys)
+    made.carried = []
+    yield made
+    await made.close()
+
+
+async def test_answers_go_in_the_round_trip_of_the_next_read(
+    spy: _Spy, start: Starter, hub: HubSide
+) -> None:
+    """What a replica answers at once (an ack, a GO's status.started) goes ahead of its next
+    read of the inbox, in one write to Redis, and lands with the entry it answers acked."""
+    await start(Scripted, transport=spy)
+    await hub.warning("CUE-1")
+    standby = await hub.standby("CUE-1")
+    [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1")
+    assert ack.in_reply_to == standby.message_id
+    carried = [decode(c[4]) for cs in spy.carried for c in cs if c[0] == "XADD"]
+    assert ack.message_id in {m.message_id for m in carried}
+    acks = [c for cs in spy.carried for c in cs if c[0] == "XACK"]
+    assert acks  # the entries answered were acknowledged in the same write
+    await eventually(lambda: _zero(hub), message="entries acked")

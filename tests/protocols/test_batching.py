@@ -44,14 +44,17 @@ async def test_calls_made_together_share_one_batch_in_call_order() -> None:
 
 
 async def test_calls_made_while_a_batch_is_in_flight_go_in_the_next() -> None:
+    """...and are not lent out meanwhile (`take`): one batch is written at a time."""
     sink = Sink()
     sink.gate.clear()
     out = Coalescer(sink.flush, "t")
     first = out.submit(1)
     await sink.flushing.wait()  # [1] is in flight, held at the gate
     later = [out.submit(i) for i in (2, 3)]
+    assert out.take() is None
     sink.gate.set()
     assert await asyncio.gather(first, *later) == [10, 20, 30]
+    assert out.take() is None  # nothing queued
     assert sink.batches == [[1], [2, 3]]
 
 
@@ -121,20 +124,6 @@ async def test_a_batch_taken_is_written_by_its_taker_and_the_next_waits_for_it()
     out.settle([10, 20])
     assert await asyncio.gather(*lent, later) == [10, 20, 30]
     assert sink.batches == [[3]]
-
-
-async def test_nothing_is_lent_while_a_batch_is_being_written() -> None:
-    sink = Sink()
-    sink.gate.clear()
-    out = Coalescer(sink.flush, "t")
-    first = out.submit(1)
-    await sink.flushing.wait()  # [1] is being written, held at the gate
-    later = out.submit(2)
-    assert out.take() is None
-    sink.gate.set()
-    assert await asyncio.gather(first, later) == [10, 20]
-    assert out.take() is None  # nothing queued
-    assert sink.batches == [[1], [2]]
 
 
 async def test_a_lent_batch_that_failed_fails_its_calls_only() -> None:

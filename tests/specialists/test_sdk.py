@@ -428,14 +428,26 @@ async def test_a_reader_waiting_for_room_wakes_when_a_warning_is_answered(
 
 
 class _Spy(Transport):
-    """A transport that keeps the writes each read carried ahead of it."""
+    """A transport that keeps the writes each read carried ahead of it; with `refuse`, Redis
+    refuses the first such write (out of memory: nothing of it applied), as a full server
+    would, and the read itself goes on."""
 
     carried: list[list[Any]]
+    refuse = False
+    refused = 0
 
     async def read_group(self, *args: Any, ahead: WriteAhead | None = None, **kw: Any) -> Any:
+        if ahead is not None and self.refuse and not self.refused:
+            self.refused += 1
+            ahead.tell(OutOfMemory("OOM command not allowed when used memory > 'maxmemory'"))
+            ahead = None
         if ahead is not None:
             self.carried.append(list(ahead.commands))
         return await super().read_group(*args, ahead=ahead, **kw)
+
+    def sent_ahead(self) -> set[str]:
+        """The ids of the messages that went ahead of a read."""
+        return {decode(c[4]).message_id for cs in self.carried for c in cs if c[0] == "XADD"}
 
 
 @pytest.fixture
@@ -457,47 +469,24 @@ async def test_answers_go_in_the_round_trip_of_the_next_read(
     standby = await hub.standby("CUE-1")
     [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1")
     assert ack.in_reply_to == standby.message_id
-    carried = [decode(c[4]) for cs in spy.carried for c in cs if c[0] == "XADD"]
-    assert ack.message_id in {m.message_id for m in carried}
+    assert ack.message_id in spy.sent_ahead()
     acks = [c for cs in spy.carried for c in cs if c[0] == "XACK"]
     assert acks  # the entries answered were acknowledged in the same write
     await eventually(lambda: _zero(hub), message="entries acked")
 
 
-class _Refusing(_Spy):
-    """Redis refuses the first write that goes ahead of a read (out of memory: nothing of
-    it applied), as a full server would; the read itself goes on."""
-
-    refused: int = 0
-
-    async def read_group(self, *args: Any, ahead: WriteAhead | None = None, **kw: Any) -> Any:
-        if ahead is not None and not self.refused:
-            self.refused += 1
-            ahead.tell(OutOfMemory("OOM command not allowed when used memory > 'maxmemory'"))
-            ahead = None
-        return await super().read_group(*args, ahead=ahead, **kw)
-
-
-@pytest.fixture
-async def refusing(settings: Settings) -> AsyncIterator[_Refusing]:
-    made = _Refusing.from_url(settings.redis_url, settings.keys)
-    made.carried = []
-    yield made
-    await made.close()
-
-
 async def test_an_answer_refused_ahead_of_a_read_is_written_again_not_lost(
-    refusing: _Refusing, start: Starter, hub: HubSide
+    spy: _Spy, start: Starter, hub: HubSide
 ) -> None:
     """A write Redis refused whole goes back to the replica's writer, which writes it (it
     backs off while Redis refuses): the ack lands once, and the entry is acknowledged."""
-    await start(Scripted, transport=refusing)
+    spy.refuse = True
+    await start(Scripted, transport=spy)
     warning = await hub.warning("CUE-1")
     [ack] = await hub.wait(M.ACK_WARNING, "CUE-1")
-    assert refusing.refused == 1 and ack.in_reply_to == warning.message_id
+    assert spy.refused == 1 and ack.in_reply_to == warning.message_id
     await eventually(lambda: _zero(hub), message="entries acked")
     assert len(await hub.of(M.ACK_WARNING, "CUE-1")) == 1
     await hub.standby("CUE-1")  # once a write landed, answers go ahead of reads again
     [ready] = await hub.wait(M.ACK_STANDBY, "CUE-1")
-    carried = [decode(c[4]) for cs in refusing.carried for c in cs if c[0] == "XADD"]
-    assert ready.message_id in {m.message_id for m in carried}
+    assert ready.message_id in spy.sent_ahead()

@@ -33,6 +33,7 @@ log = logging.getLogger("callboard.specialists")
 MAX_REASON_CHARS = 1000  # of a rejection's reason (the hub cuts it there too)
 REFUSED_FIRST_PAUSE_S = 0.05  # backoff of a write Redis refused (see Runtime._write)
 REFUSED_MAX_PAUSE_S = 1.0
+Items = list[tuple[str, Envelope | bytes]]  # messages for streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +137,12 @@ class Runtime:
         the MULTI applies nothing) is tried again, backing off, for up to
         `refused_write_retry_s`: the entries stay in flight (renewed) instead of failing and
         being redelivered until they count as poison, which they are not."""
-        settled = {w.settles for w in batch if w.settles is not None}
         waited_s, pause_s = 0.0, REFUSED_FIRST_PAUSE_S
         while True:
             try:
+                items, ack, then = self._parts(batch)
                 await self.transport.publish_many(
-                    [(self.out, m) for w in batch for m in w.out(settled)],
-                    ack=[d for w in batch for d in w.ack],
-                    group=self.group,
-                    then=[c for w in batch for c in w.then],
-                    atomic=True,
+                    items, ack=ack, group=self.group, then=then, atomic=True
                 )
                 self.refused = False
                 return [None] * len(batch)
@@ -158,20 +155,25 @@ class Runtime:
                 waited_s += pause_s
                 pause_s = min(pause_s * 2, REFUSED_MAX_PAUSE_S)
 
+    def _parts(self, batch: list[Write]) -> tuple[Items, list[Delivery], list[Sequence[Any]]]:
+        """A batch's messages for the out stream, its XACKs and its raw commands."""
+        settled = {w.settles for w in batch if w.settles is not None}
+        items: Items = [(self.out, m) for w in batch for m in w.out(settled)]
+        return items, [d for w in batch for d in w.ack], [c for w in batch for c in w.then]
+
     def _ahead(self) -> WriteAhead | None:
         """The writes queued now, to go in the next read's round trip (see `_read_loop`);
-        None when there are none, a batch is being written, or Redis refused the last."""
-        batch = None if self.refused else self.writes.take()
+        None when there are none, a batch is being written, Redis refused the last, or
+        the transport cannot send them with the read (a Redis Cluster: the writer sends
+        them meanwhile, and the read does not wait for them)."""
+        if self.refused or not self.transport.writes_ride_reads:
+            return None
+        batch = self.writes.take()
         if batch is None:
             return None
         try:
-            settled = {w.settles for w in batch if w.settles is not None}
-            commands = self.transport.writes(
-                [(self.out, m) for w in batch for m in w.out(settled)],
-                ack=[d for w in batch for d in w.ack],
-                group=self.group,
-                then=[c for w in batch for c in w.then],
-            )
+            items, ack, then = self._parts(batch)
+            commands = self.transport.writes(items, ack=ack, group=self.group, then=then)
         except Exception as exc:  # a message that cannot be made: as a failed write
             self.writes.settle(exc)
             return None

@@ -128,13 +128,19 @@ class Transport(_Upkeep):
         if ahead is None:
             return await self._read(streams, group, consumer, count, block_ms, None)
         try:
-            if not streams or self.is_cluster or not is_lean(self._client):
+            if not streams or not self.writes_ride_reads:
                 await self._write_alone(ahead)
             return await self._read(streams, group, consumer, count, block_ms, ahead)
         except BaseException as exc:
             if not ahead.told:  # never sent, or its outcome unknown: failed for its writers
                 ahead.tell(exc if isinstance(exc, Exception) else _interrupted(exc))
             raise
+
+    @property
+    def writes_ride_reads(self) -> bool:
+        """Does a write given to `read_group` as `ahead` go in the read's own round trip (a
+        plain Redis on callboard's pool)? Elsewhere it is written first, on its own."""
+        return not self.is_cluster and is_lean(self._client)
 
     async def _write_alone(self, ahead: WriteAhead) -> None:
         try:

@@ -57,9 +57,11 @@ class Transport(_Upkeep):
         deliveries last. `atomic` wraps it all in MULTI/EXEC: every write lands, or none."""
         if not items and not ack and not then:
             return []
-        commands = self.writes(items, ack=ack, group=group, then=then)
-        replies = await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
+        replies = await self._write(self.writes(items, ack=ack, group=group, then=then), atomic)
         return [_text(entry_id) for entry_id in replies[: len(items)]]
+
+    async def _write(self, commands: Sequence[Command], atomic: bool) -> list[Any]:
+        return await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
 
     @staticmethod
     def writes(
@@ -144,9 +146,7 @@ class Transport(_Upkeep):
 
     async def _write_alone(self, ahead: WriteAhead) -> None:
         try:
-            results = await self._call(
-                "XADD", lambda: pipelined(self._client, ahead.commands, atomic=True)
-            )
+            results = await self._write(ahead.commands, atomic=True)
         except Exception as exc:
             ahead.tell(exc)
         else:

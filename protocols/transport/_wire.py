@@ -17,8 +17,8 @@ of its next (blocking) read of the inbox, one socket write instead of two.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from hiredis import pack_command
 from redis.exceptions import ResponseError, WatchError
@@ -27,6 +27,7 @@ from protocols.transport._client import Pool, Redis, _PackedConnection
 from protocols.transport._errors import translate
 
 Command = Sequence[Any]
+T = TypeVar("T")
 Outcome = list[Any] | BaseException  # a transaction's results, or why it failed
 
 
@@ -70,16 +71,12 @@ async def pipelined(
     if not is_lean(client):
         return await _by_redis_py(client, commands, atomic)
     wire: Sequence[Command] = [("MULTI",), *commands, ("EXEC",)] if atomic else commands
-    pool: Pool = client.connection_pool  # type: ignore[assignment]
-    connection = await pool.get_connection()
-    try:
-        replies: list[Any] = await connection.retry.call_with_retry(
-            lambda: _exchange(connection, wire), lambda _: connection.disconnect()
-        )
-        if atomic:
-            replies = await _executed(connection, replies, len(commands))
-    finally:
-        await pool.release(connection)
+
+    async def exchange(connection: Any) -> list[Any]:
+        replies = await _exchange(connection, wire)
+        return await _executed(connection, replies, len(commands)) if atomic else replies
+
+    replies: list[Any] = await _on_connection(client, exchange)
     for reply in replies:
         if isinstance(reply, ResponseError):
             raise reply
@@ -98,17 +95,23 @@ async def ahead_of(client: Redis, ahead: WriteAhead, *args: Any) -> Any:
     read, before this waits for the command's reply. A lost connection is retried as
     `pipelined` retries it: the whole write again while `ahead` has not been told, the
     command alone once it has (its write is never sent twice after its outcome is known)."""
-    pool: Pool = client.connection_pool  # type: ignore[assignment]
-    connection = await pool.get_connection()
-    try:
-        reply = await connection.retry.call_with_retry(
-            lambda: _write_then_read(connection, ahead, args), lambda _: connection.disconnect()
-        )
-    finally:
-        await pool.release(connection)
+    reply = await _on_connection(client, lambda conn: _write_then_read(conn, ahead, args))
     if isinstance(reply, ResponseError):
         raise reply
     return reply
+
+
+async def _on_connection(client: Redis, exchange: Callable[[Any], Awaitable[T]]) -> T:
+    """`exchange` on one of the pool's connections; a lost connection is closed and the
+    exchange tried again on a fresh one (the client's `retry`)."""
+    pool: Pool = client.connection_pool  # type: ignore[assignment]
+    connection = await pool.get_connection()
+    try:
+        return await connection.retry.call_with_retry(  # type: ignore[no-any-return]
+            lambda: exchange(connection), lambda _: connection.disconnect()
+        )
+    finally:
+        await pool.release(connection)
 
 
 async def _write_then_read(connection: Any, ahead: WriteAhead, args: Command) -> Any:
@@ -117,12 +120,7 @@ async def _write_then_read(connection: Any, ahead: WriteAhead, args: Command) ->
         return reply
     wire = [("MULTI",), *ahead.commands, ("EXEC",), args]
     await connection.send_packed_command(_packed(connection, wire))
-    replies: list[Any] = []
-    for _ in range(len(wire) - 1):
-        try:
-            replies.append(await connection.read_response())
-        except ResponseError as error:
-            replies.append(error)
+    replies = await _replies(connection, len(wire) - 1)  # the transaction's; the read's waits
     try:
         results = await _executed(connection, replies, len(ahead.commands))
     except (ResponseError, WatchError) as error:
@@ -138,8 +136,12 @@ async def _write_then_read(connection: Any, ahead: WriteAhead, args: Command) ->
 
 async def _exchange(connection: Any, wire: Sequence[Command]) -> list[Any]:
     await connection.send_packed_command(_packed(connection, wire))
+    return await _replies(connection, len(wire))
+
+
+async def _replies(connection: Any, count: int) -> list[Any]:
     replies: list[Any] = []
-    for _ in wire:
+    for _ in range(count):
         try:
             replies.append(await connection.read_response())
         except ResponseError as error:  # the server's error reply: the next ones still come

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocols import payloads as p
 from protocols.codec import decode, encode, make
 from protocols.messages import MessageType as T
 from protocols.tracecontext import (
+    TRACEPARENT_PATTERN,
     cue_span_id,
     format_traceparent,
     parse_traceparent,
@@ -97,3 +100,47 @@ def test_the_trace_context_of_a_span_of_a_run() -> None:
     assert left_out == format_traceparent(run_trace_id("r"), span_id, sampled=False)
     assert left_out.endswith("-00") and valid_traceparent(left_out) == left_out
     assert parse_traceparent(left_out) == (run_trace_id("r"), span_id, False)
+
+
+_HEX = st.text("0123456789abcdef", min_size=1, max_size=1)
+_WELL_FORMED = st.from_regex(TRACEPARENT_PATTERN, fullmatch=True)  # zeros included
+
+
+def _zeros_but_one(size: int) -> st.SearchStrategy[str]:
+    """An id of zeros with one digit set (maybe to 0, or uppercase)."""
+    digit = st.sampled_from("0123456789abcdefA")
+    return st.builds(
+        lambda i, d: "0" * i + d + "0" * (size - 1 - i), st.integers(0, size - 1), digit
+    )
+
+
+_CANDIDATES = st.one_of(
+    _WELL_FORMED,
+    st.builds(
+        lambda trace, span, flags: f"00-{trace}-{span}-{flags}",
+        _zeros_but_one(32),
+        _zeros_but_one(16),
+        st.text("0123456789abcdefF", min_size=2, max_size=2),
+    ),
+    st.builds(  # a well-formed one with one character changed, and maybe one more at the end
+        lambda good, i, c, more: good[:i] + c + good[i + 1 :] + more,
+        _WELL_FORMED,
+        st.integers(0, 54),
+        st.one_of(_HEX, st.characters()),
+        st.sampled_from(["", "\n", "0"]),
+    ),
+    st.text(max_size=60),
+    st.integers(),
+    st.none(),
+)
+
+
+@given(_CANDIDATES)
+def test_the_envelope_checks_the_traceparent_as_valid_traceparent_does(value: object) -> None:
+    """The field's check runs in pydantic-core; `valid_traceparent` is the rule in Python.
+    Decoded from JSON or made in Python, the envelope keeps exactly what the rule accepts."""
+    body = json.loads(_ack())
+    body["traceparent"] = value
+    assert decode(json.dumps(body)).traceparent == valid_traceparent(value)
+    message = make(T.ACK_WARNING, p.AckWarning(attempt=1), traceparent=value)
+    assert message.traceparent == valid_traceparent(value)

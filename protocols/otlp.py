@@ -14,7 +14,7 @@ cannot tell the two apart.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -30,6 +30,7 @@ STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 _Q = struct.Struct("<Q")
 _D = struct.Struct("<d")
 _BYTE = [bytes((i,)) for i in range(0x80)]  # the one-byte varints
+_TIMES = struct.Struct("<Q1sQ")  # a span's start, its end's tag, its end
 
 
 def _varint(n: int) -> bytes:
@@ -86,6 +87,7 @@ _STATUS_UNSET = _SPAN_STATUS + b"\x00"  # present and empty, as the SDK writes i
 _TRACE_FIELD, _ID_FIELD = _SPAN_TRACE + b"\x10", _SPAN_ID + b"\x08"
 _PARENT_FIELD = _SPAN_PARENT + b"\x08"
 _LINK_TRACE_FIELD, _LINK_SPAN_FIELD = _LINK_TRACE + b"\x10", _LINK_SPAN + b"\x08"
+_KIND_START = {kind: _SPAN_KIND + value + _SPAN_START for kind, value in _KIND.items()}
 
 
 def any_value(value: Any) -> bytes:
@@ -114,52 +116,82 @@ def any_value(value: Any) -> bytes:
     raise TypeError(f"invalid type {type(value).__name__} of value {value!r}")
 
 
-_pairs: dict[tuple[str, type, Any], bytes] = {}  # (key, value's type, value) -> its bytes
-MAX_PAIRS = 4096  # past this many, the cache starts again
 _keys: dict[str, bytes] = {}  # key -> a KeyValue's key field and its value's tag
 MAX_KEYS = 1024
+_SMALL_INT = [b"\x02" + _ANY_INT + b for b in _BYTE]  # an AnyValue of 0-127, length first
 
 
-def _pair(key: str, value: Any) -> bytes:
-    """A KeyValue's bytes, length first: a short string value written here, any other
-    value by `any_value` (which raises on what the SDK refuses)."""
+def _head(key: str) -> bytes:
+    """A KeyValue's key field and its value's tag (kept: spans use few keys)."""
     head = _keys.get(key)
     if head is None:
         if len(_keys) >= MAX_KEYS:
             _keys.clear()
         head = _keys[key] = _field(_KV_KEY, key.encode()) + _KV_VALUE
-    if type(value) is str:
-        raw = value.encode()
-        n = len(raw)
-        if n < 0x7E:  # the AnyValue and its length in one byte each
-            body = head + _BYTE[n + 2] + _ANY_STRING + _BYTE[n] + raw
-            return _prefixed(body)
-    return _prefixed(head + _prefixed(any_value(value)))
+    return head
+
+
+def _pair(key: str, value: Any) -> bytes:
+    """A KeyValue's bytes, length first (`any_value` raises on what the SDK refuses)."""
+    return _prefixed(_head(key) + _prefixed(any_value(value)))
+
+
+class Frozen(Mapping[str, Any]):
+    """Attributes that never change, shared by many spans' events or links (a link's
+    `messaging.operation.type=process`, a GO's `fired_by`): written once per tag."""
+
+    __slots__ = ("_items", "_written")
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+        self._written: dict[bytes, bytes] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Frozen({self._items!r})"
+
+    def written(self, tag: bytes) -> bytes:
+        found = self._written.get(tag)
+        if found is None:
+            found = self._written[tag] = attributes(tag, self._items)
+        return found
 
 
 def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
-    """Repeated KeyValue fields under `tag`; a value the SDK refuses is left out. The
-    bytes of a (key, scalar value) pair are kept (their tag aside): most repeat (a run's
-    id, an agent's name, an attempt number), so a span is mostly joined, not written."""
+    """Repeated KeyValue fields under `tag`; a value the SDK refuses is left out. A short
+    string, the most common value, is written here in one join (keeping each pair's bytes
+    to join them again cost more: a cue's id is new on every span)."""
     if not attrs:
         return b""
-    out = []
+    if type(attrs) is Frozen:
+        return attrs.written(tag)
+    out: list[bytes] = []
     for key, value in attrs.items():
-        kind = type(value)
         try:
-            if kind is str or kind is int or kind is bool:  # not floats: -0.0 == 0.0
-                found = _pairs.get((key, kind, value))
-                if found is None:
-                    found = _pair(key, value)
-                    if len(_pairs) >= MAX_PAIRS:
-                        _pairs.clear()
-                    _pairs[key, kind, value] = found
-                out.append(found)
-            else:
-                out.append(_pair(key, value))
+            head = _keys.get(key) or _head(key)
+            kind = type(value)
+            if kind is str:
+                raw = value.encode()
+                n = len(raw)
+                size = len(head) + n + 3  # the key, the AnyValue's length, tag, length, bytes
+                if size < 0x80:
+                    out += (tag, _BYTE[size], head, _BYTE[n + 2], _ANY_STRING, _BYTE[n], raw)
+                    continue
+            elif kind is int and 0 <= value < 0x80 and len(head) < 0x7D:  # an attempt, a count
+                out += (tag, _BYTE[len(head) + 3], head, _SMALL_INT[value])
+                continue
+            out += (tag, _prefixed(head + _prefixed(any_value(value))))
         except (TypeError, ValueError):
             continue
-    return tag + tag.join(out) if out else b""
+    return b"".join(out)
 
 
 _events: dict[str, bytes] = {}  # an event name -> its name field (most spans' are few)
@@ -181,8 +213,8 @@ def span(
     if name:
         parts += (_SPAN_NAME, _prefixed(name.encode()))
     parts += (
-        _SPAN_KIND, _KIND[kind], _SPAN_START, _Q.pack(start_ns), _SPAN_END,
-        _Q.pack(end_ns if end_ns > start_ns else start_ns), attributes(_SPAN_ATTR, attrs),
+        _KIND_START[kind], _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)),
+        attributes(_SPAN_ATTR, attrs),
     )  # fmt: skip
     for event_name, event_attrs, at in events:
         tail = _events.get(event_name)
@@ -214,6 +246,30 @@ def span(
         parts.append(_field(_SPAN_STATUS, status))
     parts.append(_FLAGS_ROOT if parent_id is None else _FLAGS_REMOTE)
     return b"".join(parts)
+
+
+class Shape:
+    """Spans of one name and kind with no events, links or error, whose attributes start
+    with the same ones (an `invoke_agent` span per execution): the bytes `span` writes for
+    them, with what they share written once. `attrs` given to `span` are the ones after
+    `constant`, under other keys."""
+
+    def __init__(self, name: str, kind: SpanKind, constant: Mapping[str, Any]) -> None:
+        named = (_SPAN_NAME + _prefixed(name.encode())) if name else b""
+        self.head = named + _KIND_START[kind]
+        self.constant = attributes(_SPAN_ATTR, constant)
+
+    def span(
+        self, trace_id: int, span_id: int, parent_id: int | None, start_ns: int, end_ns: int,
+        attrs: Mapping[str, Any],
+    ) -> bytes:  # fmt: skip
+        parent = b"" if parent_id is None else _PARENT_FIELD + parent_id.to_bytes(8, "big")
+        return b"".join((
+            _TRACE_FIELD, trace_id.to_bytes(16, "big"), _ID_FIELD, span_id.to_bytes(8, "big"),
+            parent, self.head, _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)),
+            self.constant, attributes(_SPAN_ATTR, attrs), _STATUS_UNSET,
+            _FLAGS_ROOT if parent_id is None else _FLAGS_REMOTE,
+        ))  # fmt: skip
 
 
 class Request:

@@ -133,3 +133,44 @@ def test_spans_go_to_an_otlp_collector_as_the_requests_written_here(
         ("cue C0", 100), ("cue C1", 101), ("cue C2", 102),
     ]  # fmt: skip
     assert Spans(Settings(otel_traces_exporter="none"), "svc").encoded
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=TEXT, kind=st.sampled_from(list(SpanKind)), ids=st.tuples(IDS128, IDS64),
+    parent=st.one_of(st.none(), IDS64), times=st.tuples(NANOS, NANOS), constant=ATTRS,
+    attrs=ATTRS,
+)  # fmt: skip
+def test_a_shape_writes_the_bytes_span_writes(
+    name: str, kind: SpanKind, ids: tuple[int, int], parent: int | None,
+    times: tuple[int, int], constant: dict[str, Any], attrs: dict[str, Any],
+) -> None:  # fmt: skip
+    """An `invoke_agent` span written from its shape (what every one shares written once)
+    is byte for byte the span `span` writes from the whole record."""
+    attrs = {k: v for k, v in attrs.items() if k not in constant}
+    shape = otlp.Shape(name, kind, constant)
+    record: Any = (name, *ids, parent, kind, *times, {**constant, **attrs}, (), (), None)
+    assert shape.span(*ids, parent, *times, attrs) == otlp.span(*record)
+
+
+@settings(max_examples=200, deadline=None)
+@given(attrs=ATTRS)
+def test_frozen_attributes_are_written_as_the_same_dict_is(attrs: dict[str, Any]) -> None:
+    frozen = otlp.Frozen(attrs)
+    assert dict(frozen) == attrs
+    for tag in (b"\x4a", b"\x1a", b"\x22"):  # a span's, an event's, a link's
+        assert otlp.attributes(tag, frozen) == otlp.attributes(tag, attrs)
+        assert otlp.attributes(tag, frozen) == otlp.attributes(tag, attrs)  # kept, the same
+
+
+def test_frozen_attributes_encode_as_the_sdk_encodes_them() -> None:
+    """Shared event and link attributes (the hub's) go through the SDK's spans too."""
+    fired, process = otlp.Frozen({"callboard.go.fired_by": "auto"}), otlp.Frozen({"m": "x"})
+    record: Any = (
+        "cue C", 7, 9, 1, SpanKind.INTERNAL, 10, 25, {"callboard.cue.attempt": 1},
+        [("go", fired, 11)], [(7, 0x77, True, True, process)], None,
+    )  # fmt: skip
+    ours, sdk = _both([record, record], Resource.create({}))
+    assert ours == sdk
+    (span, _) = ours.resource_spans[0].scope_spans[0].spans
+    assert span.events[0].attributes[0].value.string_value == "auto"

@@ -8,7 +8,9 @@ a quarter of the SDK's cost per span). BUILD_CHUNK records at once are then writ
 the thread that emitted them, as what the exporter takes: for OTLP (and `none`), each
 span's OTLP/protobuf bytes (protocols.otlp: the message the SDK's encoder would build, at
 a seventh to a tenth of its cost, bench/codec.py; no `ReadableSpan` is made); for any other
-exporter (console, a test's), the SDK's `ReadableSpan`s. Not on the export thread: a
+exporter (console, a test's), the SDK's `ReadableSpan`s. A span whose bytes its maker
+writes at once (a specialist's `invoke_agent`, from an `otlp.Shape`) goes straight to the
+export queue (`emit_encoded`). Not on the export thread: a
 second thread busy with Python holds the GIL the event loop wants after each of its socket
 calls, and that costs the process more than the writing does (bench/tracing.py, 5
 alternating rounds: building on the export thread, on/off 0.69x-0.85x the rate, hub
@@ -186,6 +188,17 @@ class Spans:
             self._build()
             if len(self._queue) >= self.batch_size:
                 self._wake.set()
+
+    def emit_encoded(self, span: bytes) -> None:
+        """Export one ended span already written as its OTLP bytes (`otlp.Shape`): only
+        when `encoded`."""
+        queue = self._queue
+        if len(self._records) + len(queue) >= self.max_queue:
+            self.dropped += 1
+            return
+        queue.append(span)
+        if len(queue) >= self.batch_size:
+            self._wake.set()
 
     def flush(self) -> None:
         """Export every span emitted so far, now, in this thread."""

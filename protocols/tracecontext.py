@@ -54,9 +54,12 @@ def with_traceparent(encoded: bytes, traceparent: str) -> bytes:
     return b'%s,"traceparent":"%s"}' % (encoded[:-1], traceparent.encode())
 
 
+_ODD = frozenset("13579bdf")  # the hex digits with the low bit (W3C: sampled) set
+
+
 def parse_traceparent(value: str) -> tuple[int, int, bool]:
     """(trace id, span id, sampled) of a traceparent that `valid_traceparent` accepted."""
-    return int(value[3:35], 16), int(value[36:52], 16), bool(int(value[53:55], 16) & 1)
+    return int(value[3:35], 16), int(value[36:52], 16), value[54] in _ODD
 
 
 def _digest(*parts: str, size: int) -> int:

@@ -20,6 +20,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NonRecordingSpan
 
+from protocols import otlp
 from protocols.codec import Envelope
 from protocols.settings import Settings
 from protocols.telemetry import (
@@ -70,6 +71,11 @@ class SpecialistTracer:
         self.agent_id = agent_id
         self.replica = replica
         self.span_name = f"invoke_agent {agent_id}"
+        self.agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent_id}
+        # what every span shares, written once, when spans are exported as OTLP bytes
+        self.shape = (
+            otlp.Shape(self.span_name, SpanKind.INTERNAL, self.agent) if spans.encoded else None
+        )
 
     @classmethod
     def from_settings(
@@ -96,6 +102,25 @@ class SpecialistTracer:
         self.spans.shutdown()
 
 
+class _Current(NonRecordingSpan):
+    """The open `invoke_agent` span as OpenTelemetry's API sees it: the parent of a span the
+    author's own code starts, what the propagator puts on outgoing calls. Its SpanContext
+    is made when first asked for (most executions never ask)."""
+
+    def __init__(self, work: _Invocation) -> None:  # not NonRecordingSpan's: no context yet
+        self._work = work
+        self._made: SpanContext | None = None
+
+    def get_span_context(self) -> SpanContext:
+        if self._made is None:
+            trace_id, span_id, _, sampled = self._work._ids
+            self._made = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
+        return self._made
+
+    def __repr__(self) -> str:
+        return f"NonRecordingSpan({self.get_span_context()!r})"
+
+
 class _Invocation:
     """One `invoke_agent` span, open while its `with` block runs (SpecialistTracer.invoke)."""
 
@@ -120,15 +145,14 @@ class _Invocation:
             trace_id, parent_id, flagged = parse_traceparent(parent)
             sampled = sampler.decide(trace_id, flagged)
             # the parent's trace id, this span's id, the sampled flag
-            self.traceparent = f"{parent[:36]}{span_id:016x}-{'01' if sampled else '00'}"
+            self.traceparent = f"{parent[:36]}{span_id:016x}{'-01' if sampled else '-00'}"
         else:
             trace_id, parent_id = new_trace_id(), None
             sampled = sampler.decide(trace_id, None)
             self.traceparent = format_traceparent(trace_id, span_id, sampled)
         self._ids = trace_id, span_id, parent_id, sampled
-        context = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
         self._work: Token[_Invocation | None] = _WORK.set(self)
-        self._attached = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
+        self._attached = otel_context.attach(trace.set_span_in_context(_Current(self)))
         self._start = time.time_ns()
 
     def __exit__(
@@ -143,15 +167,14 @@ class _Invocation:
         if not sampled:
             return
         tracer, run_id = self.tracer, self.message.run_id
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": tracer.agent_id,
-            CUE_ID: self.cue_id,
-            ATTEMPT: self.attempt,
-        }
+        attrs: dict[str, Any] = {CUE_ID: self.cue_id, ATTEMPT: self.attempt}
         if run_id is not None:
             attrs[RUN_ID] = run_id
+        if tracer.shape is not None and self.error is None:  # most: written here, at once
+            span = tracer.shape.span(trace_id, span_id, parent_id, self._start, end, attrs)
+            tracer.spans.emit_encoded(span)
+            return
         tracer.spans.emit(
             tracer.span_name, trace_id, span_id, parent_id, SpanKind.INTERNAL, self._start, end,
-            attrs, error=self.error,
+            tracer.agent | attrs, error=self.error,
         )  # fmt: skip

@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from opentelemetry import propagate
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from protocols import payloads as p
@@ -15,6 +19,7 @@ from protocols.settings import Settings
 from protocols.tracecontext import format_traceparent
 from specialists.builtin.a2a import A2A
 from specialists.tracing import SpecialistTracer, current_traceparent, request_hooks
+from tests.webserver import Answer, Request, serving
 
 GO_CONTEXT = format_traceparent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
 
@@ -116,3 +121,65 @@ async def test_work_the_sampler_leaves_out_propagates_unsampled_and_records_noth
         pass
     tracer.shutdown()
     assert len(spans.get_finished_spans()) == 1
+
+
+def test_spans_exported_as_otlp_are_written_at_once_and_are_the_spans_recorded(
+    monkeypatch: Any,
+) -> None:
+    """With an OTLP exporter a span is written as its bytes when its work ends (not kept
+    as a record): what the collector gets is the span the record would have been."""
+    bodies: list[bytes] = []
+
+    def collect(request: Request) -> Answer:
+        bodies.append(request.body)
+        return Answer()
+
+    with serving(collect) as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+        tracer = SpecialistTracer.from_settings(Settings(), "agent-a", "r1")
+        assert tracer.shape is not None
+        with tracer.invoke(_go(), "C", 2, "echo"):
+            inside = current_traceparent()
+        with tracer.invoke(_go(), "C", 3, "echo"):
+            tracer.failed("boom")  # an error: written from its record, the same way
+        assert len(tracer.spans._queue) == 1 and len(tracer.spans._records) == 1
+        tracer.shutdown()
+    (body,) = bodies
+    sent = ExportTraceServiceRequest.FromString(body).resource_spans[0].scope_spans[0].spans
+    by_attempt = {
+        {a.key: a.value for a in s.attributes}["callboard.cue.attempt"].int_value: s for s in sent
+    }
+    ok, failed = by_attempt[2], by_attempt[3]
+    assert inside is not None
+    assert (ok.trace_id.hex(), ok.span_id.hex()) == (inside[3:35], inside[36:52])
+    assert ok.parent_span_id == (0xB7AD6B7169203331).to_bytes(8, "big")
+    assert ok.name == failed.name == "invoke_agent agent-a"
+    assert ok.status.code == 0 and failed.status.message == "boom"
+    for span in (ok, failed):
+        attrs = {a.key: a.value for a in span.attributes}
+        assert list(attrs) == [
+            "gen_ai.operation.name", "gen_ai.agent.name", "callboard.cue.id",
+            "callboard.cue.attempt", "callboard.run.id",
+        ]  # fmt: skip
+        assert attrs["gen_ai.agent.name"].string_value == "agent-a"
+        assert attrs["callboard.run.id"].string_value == "run-1"
+
+
+def test_a_span_the_authors_code_starts_is_a_child_of_the_work() -> None:
+    """The work's span is the OpenTelemetry API's current span while `execute` runs."""
+    tracer, spans = _tracer()
+    theirs = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(theirs))
+    with tracer.invoke(_go(), "C", 2, "echo"):
+        with provider.get_tracer("author").start_as_current_span("their step"):
+            nested = current_traceparent()
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+    tracer.shutdown()
+    (invoke,) = spans.get_finished_spans()
+    (step,) = theirs.get_finished_spans()
+    assert step.parent is not None and step.parent.span_id == invoke.context.span_id
+    assert step.context.trace_id == invoke.context.trace_id
+    assert nested == format_traceparent(invoke.context.trace_id, invoke.context.span_id)
+    assert carrier["traceparent"] == nested

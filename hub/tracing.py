@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
 from protocols.codec import Envelope
+from protocols.otlp import Frozen
 from protocols.settings import Settings
 from protocols.states import CueState, RunStatus
 from protocols.telemetry import (
@@ -64,9 +65,14 @@ _CALLED = frozenset(str(s) for s in _ENDS | {CueState.WARNING, CueState.STANDBY}
 _WARNED = frozenset({str(CueState.WARNING), str(CueState.STANDBY)})
 _COMPLETED = str(CueState.COMPLETED)
 _TRACED = frozenset({"cue", "go", "attempt_failed", "handoff"})  # the events spans use
-_PROCESS_LINK = {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
-_RESUMED = {"callboard.resumed": True}
-_FIRED_BY: dict[Any, dict[str, Any]] = {}
+# attributes many spans share, written once (protocols.otlp.Frozen)
+_PROCESS_LINK = Frozen(
+    {"messaging.system": MESSAGING_SYSTEM, "messaging.operation.type": "process"}
+)
+_RESUMED = Frozen({"callboard.resumed": True})
+_RERUN_OF = Frozen({"callboard.link": "rerun_of"})
+_FIRED_BY: dict[Any, Frozen] = {}  # a GO's `fired_by` -> its attributes
+MAX_FIRED_BY = 256  # distinct values kept (past this, the cache starts again)
 MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
 
 
@@ -362,7 +368,7 @@ class HubTracer:
         if run.rerun_of:  # the run this one reruns: another trace, linked
             attrs["callboard.run.rerun_of"] = run.rerun_of
             source = run_trace_id(run.rerun_of), run_span_id(run.rerun_of)
-            links.append((*source, False, True, {"callboard.link": "rerun_of"}))
+            links.append((*source, False, True, _RERUN_OF))
         events: list[EventRecord] = [(run.status.value, dict(run.counts()), end)]
         error = None if run.status is RunStatus.SUCCESS else run.status.value
         self.spans.emit(
@@ -371,12 +377,16 @@ class HubTracer:
         )  # fmt: skip
 
 
-def _fired_by(value: Any) -> dict[str, Any]:
-    """The GO event's attributes: one dict per value, shared, and of strings only (so the
-    garbage collector stops tracking it, and the events that hold it)."""
-    return _FIRED_BY.get(value) or _FIRED_BY.setdefault(
-        value, {"callboard.go.fired_by": None if value is None else str(value)}
-    )
+def _fired_by(value: Any) -> Frozen:
+    """The GO event's attributes: one per value, shared, written once."""
+    found = _FIRED_BY.get(value)
+    if found is None:
+        if len(_FIRED_BY) >= MAX_FIRED_BY:
+            _FIRED_BY.clear()
+        found = _FIRED_BY[value] = Frozen(
+            {"callboard.go.fired_by": None if value is None else str(value)}
+        )
+    return found
 
 
 def _links(msg: Envelope) -> list[LinkRecord]:

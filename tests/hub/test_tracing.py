@@ -377,3 +377,14 @@ async def test_a_specialist_cannot_make_the_hub_record_a_run_the_sampler_left_ou
     await _exported(hub, hub_spans, "run mallory", run_trace_id(kept))
     gone = run_trace_id(left_out)
     assert not [s for s in hub_spans.get_finished_spans() if s.context.trace_id == gone]
+
+
+def test_the_go_events_shared_attributes_are_bounded() -> None:
+    """`fired_by` may name any operator: its shared attributes are kept for a few values."""
+    from hub.tracing import _FIRED_BY, MAX_FIRED_BY, _fired_by
+
+    for i in range(MAX_FIRED_BY * 2 + 3):
+        assert dict(_fired_by(f"operator-{i}")) == {"callboard.go.fired_by": f"operator-{i}"}
+        assert len(_FIRED_BY) <= MAX_FIRED_BY
+    assert _fired_by("auto") is _fired_by("auto")
+    assert dict(_fired_by(None)) == {"callboard.go.fired_by": None}

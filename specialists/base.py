@@ -143,6 +143,9 @@ class Specialist:
             from specialists.tracing import SpecialistTracer
 
             self.tracer = SpecialistTracer.from_settings(settings, self.agent_id, self.replica)
+        # the work's span, OpenTelemetry's current span in the runtime's tasks
+        tracer = self.tracer
+        current = tracer.install() if tracer is not None else None
         try:
             if not await self._reach_redis(transport, stopped):
                 return  # stopped while Redis was out of reach: nothing to drain
@@ -156,6 +159,8 @@ class Specialist:
                 await transport.close()
             if self.tracer is not None:  # export what is left (it may wait on the network)
                 await asyncio.to_thread(self.tracer.spans.flush)
+            if tracer is not None and current is not None:
+                tracer.uninstall(current)
 
     async def _reach_redis(self, transport: Transport, stopped: asyncio.Event) -> bool:
         """Wait until Redis answers (False if stopped first): one log line while it does

@@ -5,6 +5,11 @@ The span (OpenTelemetry GenAI agent conventions: `gen_ai.operation.name=invoke_a
 the replies written while it is open carry its context as their `traceparent`; the `http`
 and `a2a` kinds pass it on as a W3C `traceparent` header. Made only when tracing is on
 (`Settings.tracing_on`): otherwise this module is not imported.
+
+For the OpenTelemetry API the span is current while `execute` runs, without an OpenTelemetry
+context made, attached and detached per execution: the specialist's tasks inherit one
+context (`SpecialistTracer.install`) whose current span stands for the work running in
+the task reading it (`_WORK`), and for nothing (the invalid span) outside any work.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import httpx
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan
 
 from protocols import otlp
 from protocols.codec import Envelope
@@ -38,6 +43,9 @@ from protocols.telemetry import (
 from protocols.tracecontext import format_traceparent, parse_traceparent
 
 _WORK: ContextVar[_Invocation | None] = ContextVar("callboard_work", default=None)
+# Is `_CURRENT` in this task's OpenTelemetry context (installed)? If not, an execution
+# attaches it for its own block.
+_INSTALLED: ContextVar[bool] = ContextVar("callboard_otel_current", default=False)
 
 
 def current_traceparent() -> str | None:
@@ -101,32 +109,46 @@ class SpecialistTracer:
     def shutdown(self) -> None:
         self.spans.shutdown()
 
+    @staticmethod
+    def install() -> Token[otel_context.Context]:
+        """Make the work's span OpenTelemetry's current span in this task and the tasks it
+        starts from now on (the runtime's, before they start); `uninstall` with the token."""
+        token = otel_context.attach(trace.set_span_in_context(_CURRENT))
+        _INSTALLED.set(True)
+        return token
 
-class _Current(NonRecordingSpan):
-    """The open `invoke_agent` span as OpenTelemetry's API sees it: the parent of a span the
-    author's own code starts, what the propagator puts on outgoing calls. Its SpanContext
-    is made when first asked for (most executions never ask)."""
+    @staticmethod
+    def uninstall(token: Token[otel_context.Context]) -> None:
+        _INSTALLED.set(False)
+        otel_context.detach(token)
 
-    def __init__(self, work: _Invocation) -> None:  # not NonRecordingSpan's: no context yet
-        self._work = work
-        self._made: SpanContext | None = None
+
+class _Work(NonRecordingSpan):
+    """OpenTelemetry's current span in a specialist's tasks: the `invoke_agent` span of the
+    work running in the task that asks (the parent of a span the author's own code starts,
+    what the propagator puts on outgoing calls), else the invalid span's context, as when
+    nothing is current."""
+
+    def __init__(self) -> None:  # not NonRecordingSpan's: its context is the work's
+        pass
 
     def get_span_context(self) -> SpanContext:
-        if self._made is None:
-            trace_id, span_id, _, sampled = self._work._ids
-            self._made = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
-        return self._made
+        work = _WORK.get()
+        return INVALID_SPAN_CONTEXT if work is None else work.span_context()
 
     def __repr__(self) -> str:
         return f"NonRecordingSpan({self.get_span_context()!r})"
+
+
+_CURRENT = _Work()
 
 
 class _Invocation:
     """One `invoke_agent` span, open while its `with` block runs (SpecialistTracer.invoke)."""
 
     __slots__ = (
-        "_attached", "_ids", "_start", "_work", "attempt", "cue_id", "error", "message",
-        "traceparent", "tracer",
+        "_attached", "_context", "_ids", "_start", "_work", "attempt", "cue_id", "error",
+        "message", "traceparent", "tracer",
     )  # fmt: skip
 
     def __init__(self, tracer: SpecialistTracer, message: Envelope, cue_id: str, attempt: int):
@@ -136,6 +158,7 @@ class _Invocation:
         self.attempt = attempt
         self.traceparent = ""  # this span's context, for the replies written meanwhile
         self.error: str | None = None
+        self._context: SpanContext | None = None  # for the OpenTelemetry API, when asked
 
     def __enter__(self) -> None:
         parent = self.message.traceparent  # absent, or malformed and dropped by the codec
@@ -152,14 +175,24 @@ class _Invocation:
             self.traceparent = format_traceparent(trace_id, span_id, sampled)
         self._ids = trace_id, span_id, parent_id, sampled
         self._work: Token[_Invocation | None] = _WORK.set(self)
-        self._attached = otel_context.attach(trace.set_span_in_context(_Current(self)))
+        self._attached: Token[otel_context.Context] | None = None
+        if not _INSTALLED.get():  # outside the runtime's tasks (a test's, a tool's own)
+            self._attached = otel_context.attach(trace.set_span_in_context(_CURRENT))
         self._start = time.time_ns()
+
+    def span_context(self) -> SpanContext:
+        """This span as the OpenTelemetry API sees it."""
+        if self._context is None:
+            trace_id, span_id, _, sampled = self._ids
+            self._context = SpanContext(trace_id, span_id, False, SAMPLED if sampled else UNSAMPLED)
+        return self._context
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         end = time.time_ns()
-        otel_context.detach(self._attached)
+        if self._attached is not None:
+            otel_context.detach(self._attached)
         _WORK.reset(self._work)
         if exc is not None:
             self.error = self.error or f"{type(exc).__name__}: {exc}"

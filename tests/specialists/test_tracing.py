@@ -3,10 +3,12 @@ nothing at all when tracing is off."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
-from opentelemetry import propagate
+import pytest
+from opentelemetry import propagate, trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -165,17 +167,35 @@ def test_spans_exported_as_otlp_are_written_at_once_and_are_the_spans_recorded(
         assert attrs["callboard.run.id"].string_value == "run-1"
 
 
-def test_a_span_the_authors_code_starts_is_a_child_of_the_work() -> None:
-    """The work's span is the OpenTelemetry API's current span while `execute` runs."""
+@pytest.mark.parametrize("installed", [True, False], ids=["runtime", "alone"])
+async def test_a_span_the_authors_code_starts_is_a_child_of_the_work(installed: bool) -> None:
+    """The work's span is the OpenTelemetry API's current span while `execute` runs: in
+    tasks started after the context was installed (the runtime's: no context attached per
+    execution), or in code that invokes alone. Outside any work nothing is current."""
     tracer, spans = _tracer()
     theirs = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(theirs))
-    with tracer.invoke(_go(), "C", 2, "echo"):
-        with provider.get_tracer("author").start_as_current_span("their step"):
-            nested = current_traceparent()
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
+    token = tracer.install() if installed else None
+
+    async def work() -> tuple[str | None, dict[str, str], dict[str, str]]:
+        with (invocation := tracer.invoke(_go(), "C", 2, "echo")):
+            assert (invocation._attached is None) is installed
+            with provider.get_tracer("author").start_as_current_span("their step"):
+                nested = current_traceparent()
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+        outside: dict[str, str] = {}
+        propagate.inject(outside)
+        assert not trace.get_current_span().get_span_context().is_valid
+        assert current_traceparent() is None
+        return nested, carrier, outside
+
+    try:
+        nested, carrier, outside = await asyncio.create_task(work())
+    finally:
+        if token is not None:
+            tracer.uninstall(token)
     tracer.shutdown()
     (invoke,) = spans.get_finished_spans()
     (step,) = theirs.get_finished_spans()
@@ -183,3 +203,4 @@ def test_a_span_the_authors_code_starts_is_a_child_of_the_work() -> None:
     assert step.context.trace_id == invoke.context.trace_id
     assert nested == format_traceparent(invoke.context.trace_id, invoke.context.span_id)
     assert carrier["traceparent"] == nested
+    assert outside == {}

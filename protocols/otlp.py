@@ -140,11 +140,13 @@ class Frozen(Mapping[str, Any]):
     """Attributes that never change, shared by many spans' events or links (a link's
     `messaging.operation.type=process`, a GO's `fired_by`): written once per tag."""
 
-    __slots__ = ("_items", "_written")
+    __slots__ = ("_items", "_written", "events", "links")
 
     def __init__(self, items: Mapping[str, Any]) -> None:
         self._items = dict(items)
         self._written: dict[bytes, bytes] = {}
+        self.events: dict[str, tuple[bytes, bytes]] = {}  # by event name: otlp._event's
+        self.links: dict[bool, tuple[bytes, bytes]] = {}  # by remote: otlp._link's
 
     def __getitem__(self, key: str) -> Any:
         return self._items[key]
@@ -194,7 +196,37 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
     return b"".join(out)
 
 
-_events: dict[str, bytes] = {}  # an event name -> its name field (most spans' are few)
+_EventParts = tuple[bytes, bytes]  # an event's bytes before its time, and after it
+_events: dict[str, _EventParts] = {}  # an event name (no attributes) -> its parts
+
+
+def _event(name: str, attrs: Mapping[str, Any] | None) -> _EventParts:
+    """An event's bytes around its time: kept for events with no attributes or Frozen ones
+    (most are: a cue's phases), written for others."""
+    store = _events if not attrs else attrs.events if type(attrs) is Frozen else None
+    if store is not None and (found := store.get(name)) is not None:
+        return found
+    tail = _field(_EVENT_NAME, name.encode()) if name else b""
+    if attrs:
+        tail += attributes(_EVENT_ATTR, attrs)
+    parts = _SPAN_EVENT + _varint(len(tail) + 9) + _EVENT_TIME, tail  # the time: 9 bytes
+    if store is not None:
+        if len(store) >= MAX_KEYS:
+            store.clear()
+        store[name] = parts
+    return parts
+
+
+def _link(attrs: Mapping[str, Any] | None, remote: bool) -> tuple[bytes, bytes]:
+    """A link's bytes before its ids (its length: the ids' fields take 28 bytes) and after
+    them: kept on Frozen attributes."""
+    if type(attrs) is Frozen:
+        found = attrs.links.get(remote)
+        if found is None:
+            found = attrs.links[remote] = _link(dict(attrs), remote)
+        return found
+    tail = attributes(_LINK_ATTR, attrs) + (_LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL)
+    return _SPAN_LINK + _varint(len(tail) + 28) + _LINK_TRACE_FIELD, tail
 
 
 def span(
@@ -217,26 +249,14 @@ def span(
         attributes(_SPAN_ATTR, attrs),
     )  # fmt: skip
     for event_name, event_attrs, at in events:
-        tail = _events.get(event_name)
-        if tail is None:
-            if len(_events) >= MAX_KEYS:
-                _events.clear()
-            tail = _events[event_name] = (
-                _field(_EVENT_NAME, event_name.encode()) if event_name else b""
-            )
-        if event_attrs:
-            tail += attributes(_EVENT_ATTR, event_attrs)
-        n = len(tail) + 9  # the time's tag and 8 bytes
-        parts += (
-            _SPAN_EVENT, _BYTE[n] if n < 0x80 else _varint(n), _EVENT_TIME, _Q.pack(at), tail
-        )  # fmt: skip
+        lead, tail = _event(event_name, event_attrs)
+        parts += (lead, _Q.pack(at), tail)
     for link_trace, link_span, remote, _, link_attrs in links:
-        body = b"".join((
-            _LINK_TRACE_FIELD, link_trace.to_bytes(16, "big"), _LINK_SPAN_FIELD,
-            link_span.to_bytes(8, "big"), attributes(_LINK_ATTR, link_attrs),
-            _LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL,
-        ))  # fmt: skip
-        parts += (_SPAN_LINK, _prefixed(body))
+        lead, tail = _link(link_attrs, remote)
+        parts += (
+            lead, link_trace.to_bytes(16, "big"), _LINK_SPAN_FIELD, link_span.to_bytes(8, "big"),
+            tail,
+        )  # fmt: skip
     if error is None:
         parts.append(_STATUS_UNSET)
     else:

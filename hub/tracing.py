@@ -263,22 +263,28 @@ class HubTracer:
         if self._sending:
             self._sent()
         runs = engine.runs
+        last: str | None = None  # a step's events come run by run: each run looked up once
+        run: RunState | None = None
         for run_id, event in out.events:
             kind = event["type"]
             if kind not in _TRACED:
                 continue
             if kind == "cue" and str(event["state"]) not in _CALLED:
                 continue  # a cue pending, waiting, armed, or at GO (its own "go" event)
-            if (run := runs.get(run_id)) is not None and not run.dry and self.recorded(run_id):
-                self._event(run, event)
+            if run_id != last:
+                last, run = run_id, runs.get(run_id)
+                if run is not None and (run.dry or not self.recorded(run_id)):
+                    run = None
+            if run is not None:
+                self._event(run, kind, event)
         for run_id in out.finished:
             run = runs.get(run_id)
             if run is not None and not run.dry and self.recorded(run_id):
                 self._end_run(run)
         self._derived.clear()
 
-    def _event(self, run: RunState, event: dict[str, Any]) -> None:
-        kind, cue_id = event["type"], event.get("cue")
+    def _event(self, run: RunState, kind: str, event: dict[str, Any]) -> None:
+        cue_id = event.get("cue")
         if cue_id is None or (cr := run.cues.get(cue_id)) is None:
             return
         at = _ns(float(event.get("at") or 0.0))

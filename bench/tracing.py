@@ -23,13 +23,21 @@ cues/s of each mode and the ratios off/today and on/off (targets: off does not m
 loses less than 15%): of the medians, of the best rounds, and the median (and range) of
 each round's own ratio, its two measures taken one after the other.
 
+With `--paired N`, off and on instead run side by side in one worker: a hub and an echo
+of each mode on one server, both warm, measured in turn N times each (the order
+alternating), and the ratios taken pair by pair. On a machine whose speed moves between
+rounds (this one's did by up to 1.6x within a minute) a pair's two measures, seconds
+apart, meet the same machine; a round's, each in its own processes, may not.
+
     python bench/tracing.py [--rounds 3] [--jobs 5000] [--baseline-tree DIR] [--only on,...]
+    python bench/tracing.py --paired 8 --jobs 3000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -80,6 +88,72 @@ def run_worker(mode: str, tree: Path, jobs: int, prefetch: int, sink: Sink) -> d
         raise RuntimeError(f"{mode} worker failed:\n{done.stderr[-3000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+async def paired_worker(jobs: int, prefetch: int, pairs: int) -> dict[str, list[dict[str, float]]]:
+    """Tracing off and on side by side: a hub and an echo of each on one server, both warm,
+    measured in turn (`pairs` times each, the order alternating), so each pair of measures
+    meets the same machine. The environment each hub and echo starts with decides its mode."""
+    from bench._cues_run import Harness
+    from bench.cues import direct_cuelist
+    from callboard.embedded import EmbeddedServer
+    from protocols.ids import new_id
+
+    saved = {k: os.environ.get(k) for k in TRACING_ENV}
+    found: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    with EmbeddedServer() as server:
+        async with Harness(server) as h, contextlib.AsyncExitStack() as stack:
+            systems = {}
+            for mode in found:
+                for k in TRACING_ENV:
+                    os.environ.pop(k, None)
+                if mode == "on":
+                    os.environ.update(CALLBOARD_TRACING="1", OTEL_TRACES_EXPORTER="none")
+                prefix = h.prefix()
+                hub = await stack.enter_async_context(h.hub(prefix, tag=f"paired-{mode}"))
+                echo = await stack.enter_async_context(h.echo(prefix, "worker", 1, prefetch))
+                name, version = await h.put(prefix, direct_cuelist("direct-many", "worker", jobs))
+                await h._direct(prefix, name, version, [new_id()], hub, echo, jobs)  # warm
+                systems[mode] = (prefix, name, version, hub, echo)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            for i in range(pairs):
+                for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                    prefix, name, version, hub, echo = systems[mode]
+                    one = await h._direct(prefix, name, version, [new_id()], hub, echo, jobs)
+                    found[mode].append(one)
+    return found
+
+
+def paired(args: argparse.Namespace) -> None:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--paired-worker", str(args.paired),
+            "--jobs", str(args.jobs), "--prefetch", str(args.prefetch)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in TRACING_ENV}
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"paired worker failed:\n{done.stderr[-3000:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    off, on = found["off"], found["on"]
+    rate = sorted(b["per_s"] / a["per_s"] for a, b in zip(off, on, strict=True))
+    cpu = sorted(
+        (b["hub_cpu_us"] + b["echo_cpu_us"]) / (a["hub_cpu_us"] + a["echo_cpu_us"])
+        for a, b in zip(off, on, strict=True)
+    )
+    for mode, rs in found.items():
+        print(f"  {mode:>3}: {statistics.median(r['per_s'] for r in rs):>8,.0f} cues/s median "
+              f"({min(r['per_s'] for r in rs):,.0f}-{max(r['per_s'] for r in rs):,.0f})   CPU per "
+              f"cue: hub {statistics.median(r['hub_cpu_us'] for r in rs):,.0f} us, echo "
+              f"{statistics.median(r['echo_cpu_us'] for r in rs):,.0f} us")  # fmt: skip
+    print(f"direct cues, tracing off and on side by side: {args.paired} pairs of one run of "
+          f"{args.jobs:,} through 1 echo process each")  # fmt: skip
+    print(
+        f"  on / off, pair by pair: rate {statistics.median(rate):.3f}x median "
+        f"({rate[0]:.3f}x-{rate[-1]:.3f}x), CPU per cue (hub + echo) "
+        f"{statistics.median(cpu):.3f}x ({cpu[0]:.3f}x-{cpu[-1]:.3f}x)  target: < 15% slower"
+    )
 
 
 async def worker(tree: Path, jobs: int, prefetch: int) -> dict[str, float]:
@@ -153,9 +227,17 @@ if __name__ == "__main__":
     parser.add_argument("--baseline-tree", default=None,
                         help="a copy of the code before tracing, for the `today` row")  # fmt: skip
     parser.add_argument("--only", default=None, help="modes to run, e.g. off,on")
+    parser.add_argument("--paired", type=int, default=0,
+                        help="instead: this many pairs of off and on, side by side")  # fmt: skip
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--paired-worker", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args()
-    if ns.worker:
+    if ns.paired_worker:
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(asyncio.run(paired_worker(ns.jobs, ns.prefetch, ns.paired_worker))))
+    elif ns.paired:
+        paired(ns)
+    elif ns.worker:
         tree = Path(ns.worker)
         sys.path.insert(0, str(tree))
         print(json.dumps(asyncio.run(worker(tree, ns.jobs, ns.prefetch))))

@@ -9,6 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,18 @@ def serving(respond: Callable[[Request], Answer]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextmanager
+def collecting_traces(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
+    """An OTLP/HTTP collector on loopback, configured as the traces endpoint while the block
+    runs: the bodies of the export requests it got, in order."""
+    bodies: list[bytes] = []
+
+    def collect(request: Request) -> Answer:
+        bodies.append(request.body)
+        return Answer()
+
+    with serving(collect) as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+        yield bodies

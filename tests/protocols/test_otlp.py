@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from protocols import otlp
 from protocols.settings import Settings
 from protocols.telemetry import Spans
-from tests.webserver import Answer, Request, serving
+from tests.webserver import collecting_traces
 
 IDS64 = st.integers(min_value=1, max_value=2**64 - 1)
 IDS128 = st.integers(min_value=1, max_value=2**128 - 1)
@@ -108,14 +108,7 @@ def test_spans_go_to_an_otlp_collector_as_the_requests_written_here(
 ) -> None:
     """The configured OTLP/HTTP exporter sends what protocols.otlp wrote (the SDK's HTTP
     client, not its encoder); if an SDK upgrade took away that seam, `encoded` says so."""
-    bodies: list[bytes] = []
-
-    def collect(request: Request) -> Answer:
-        bodies.append(request.body)
-        return Answer()
-
-    with serving(collect) as url:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+    with collecting_traces(monkeypatch) as bodies:
         spans = Spans(Settings(otel_bsp_schedule_delay_ms=60_000), "callboard-hub")
         try:
             assert spans.encoded

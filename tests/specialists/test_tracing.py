@@ -21,7 +21,7 @@ from protocols.settings import Settings
 from protocols.tracecontext import format_traceparent
 from specialists.builtin.a2a import A2A
 from specialists.tracing import SpecialistTracer, current_traceparent, request_hooks
-from tests.webserver import Answer, Request, serving
+from tests.webserver import collecting_traces
 
 GO_CONTEXT = format_traceparent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
 
@@ -130,14 +130,7 @@ def test_spans_exported_as_otlp_are_written_at_once_and_are_the_spans_recorded(
 ) -> None:
     """With an OTLP exporter a span is written as its bytes when its work ends (not kept
     as a record): what the collector gets is the span the record would have been."""
-    bodies: list[bytes] = []
-
-    def collect(request: Request) -> Answer:
-        bodies.append(request.body)
-        return Answer()
-
-    with serving(collect) as url:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+    with collecting_traces(monkeypatch) as bodies:
         tracer = SpecialistTracer.from_settings(Settings(), "agent-a", "r1")
         assert tracer.shape is not None
         with tracer.invoke(_go(), "C", 2, "echo"):

@@ -176,10 +176,9 @@ class Spans:
         error: str | None = None,
     ) -> None:  # fmt: skip
         """Export one ended span (after the batch delay, or once a batch is full)."""
-        records = self._records
-        if len(records) + len(self._queue) >= self.max_queue:
-            self.dropped += 1
+        if self._full():
             return
+        records = self._records
         records.append((
             name, trace_id, span_id, parent_id, kind, start_ns, end_ns, attributes, events,
             links, error,
@@ -192,13 +191,20 @@ class Spans:
     def emit_encoded(self, span: bytes) -> None:
         """Export one ended span already written as its OTLP bytes (`otlp.Shape`): only
         when `encoded`."""
-        queue = self._queue
-        if len(self._records) + len(queue) >= self.max_queue:
-            self.dropped += 1
+        if self._full():
             return
+        queue = self._queue
         queue.append(span)
         if len(queue) >= self.batch_size:
             self._wake.set()
+
+    def _full(self) -> bool:
+        """Is the export queue full (records not yet written count)? A span turned away
+        is counted in `dropped`."""
+        if len(self._records) + len(self._queue) < self.max_queue:
+            return False
+        self.dropped += 1
+        return True
 
     def flush(self) -> None:
         """Export every span emitted so far, now, in this thread."""

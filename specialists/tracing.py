@@ -113,7 +113,7 @@ class SpecialistTracer:
     def install() -> Token[otel_context.Context]:
         """Make the work's span OpenTelemetry's current span in this task and the tasks it
         starts from now on (the runtime's, before they start); `uninstall` with the token."""
-        token = otel_context.attach(trace.set_span_in_context(_CURRENT))
+        token = _attach_current()
         _INSTALLED.set(True)
         return token
 
@@ -141,6 +141,11 @@ class _Work(NonRecordingSpan):
 
 
 _CURRENT = _Work()
+
+
+def _attach_current() -> Token[otel_context.Context]:
+    """Make `_CURRENT` OpenTelemetry's current span here (until detached)."""
+    return otel_context.attach(trace.set_span_in_context(_CURRENT))
 
 
 class _Invocation:
@@ -177,7 +182,7 @@ class _Invocation:
         self._work: Token[_Invocation | None] = _WORK.set(self)
         self._attached: Token[otel_context.Context] | None = None
         if not _INSTALLED.get():  # outside the runtime's tasks (a test's, a tool's own)
-            self._attached = otel_context.attach(trace.set_span_in_context(_CURRENT))
+            self._attached = _attach_current()
         self._start = time.time_ns()
 
     def span_context(self) -> SpanContext:

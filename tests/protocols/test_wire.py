@@ -10,9 +10,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import hiredis
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+from redis.exceptions import ConnectionError, InvalidResponse, ResponseError
 
 from callboard.embedded import EmbeddedServer
 from protocols.errors import TransportError, Unreachable
@@ -20,7 +22,7 @@ from protocols.keys import Keys
 from protocols.transport import Transport, WriteAhead, connect
 from protocols.transport._client import _PackedConnection
 from protocols.transport._gateway import Gateway
-from protocols.transport._wire import ahead_of, command, is_lean, pipelined
+from protocols.transport._wire import _buffered, _replies, ahead_of, command, is_lean, pipelined
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -71,6 +73,78 @@ async def test_an_error_reply_is_raised_after_every_command_ran(
     # the commands around the refused one ran, and the connection is in step
     assert await command(client, "GET", other) == b"2"
     assert await command(client, "PING") == b"PONG"
+
+
+async def test_a_long_pipeline_keeps_every_reply_and_error_in_its_place(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    """Replies past the first of a burst are taken from the reader (`_buffered`): each
+    still lands in its place, an error reply too, and the connection stays in step."""
+    key, text = f"{prefix}n", f"{prefix}t"
+    await command(client, "SET", text, "x")
+    commands = [("INCR", key) if n % 97 else ("INCR", text) for n in range(1, 2_001)]
+    with pytest.raises(ResponseError, match="not an integer"):
+        await pipelined(client, commands)
+    client_conn = await client.connection_pool.get_connection()
+    awaited = 0
+    read_response = client_conn.read_response
+
+    async def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal awaited
+        awaited += 1
+        return await read_response(*args, **kw)
+
+    client_conn.read_response = counted  # type: ignore[method-assign]
+    try:  # the same commands, replies kept: every INCR's count, the refused ones as errors
+        await client_conn.send_packed_command(client_conn.pack_commands(commands))
+        replies = await _replies(client_conn, len(commands))
+    finally:
+        del client_conn.read_response
+        await client.connection_pool.release(client_conn)
+    assert awaited < len(commands) // 10  # the rest were complete in the reader already
+    counts = [r for r in replies if not isinstance(r, ResponseError)]
+    assert counts == list(range(len(counts) + 1, 2 * len(counts) + 1))
+    assert [n for n, r in enumerate(replies, 1) if isinstance(r, ResponseError)] == list(
+        range(97, 2_001, 97)
+    )
+    assert await command(client, "PING") == b"PONG"
+
+
+async def test_a_connection_error_the_server_sends_behind_a_reply_closes_the_connection() -> None:
+    """A reply like `-LOADING` (redis-py raises it as a ConnectionError) found in the
+    reader behind other replies is raised and the connection closed, as `read_response`
+    does; a push message goes to redis-py's handler and is not a reply."""
+    parser = _AsyncHiredisParser(socket_read_size=65_536)
+    parser._reader = hiredis.Reader(
+        protocolError=InvalidResponse, replyError=parser.parse_error, notEnoughData=NOT_ENOUGH_DATA
+    )
+    parser._hiredis_PushNotificationType = hiredis.PushNotification
+    parser._connected = True
+    pushed: list[Any] = []
+
+    async def handle_push(response: Any) -> None:
+        pushed.append(response)
+
+    parser.handle_push_response = handle_push  # type: ignore[method-assign]
+
+    class Connection:
+        _parser = parser
+        closed = False
+
+        async def disconnect(self, nowait: bool = False) -> None:
+            self.closed = True
+
+    connection = Connection()
+    parser._reader.feed(b"+a\r\n>2\r\n+invalidate\r\n+k\r\n-ERR no\r\n+b\r\n")
+    replies: list[Any] = [b"first"]
+    await _buffered(connection, replies, 10)
+    assert replies[:3] == [b"first", b"a", replies[2]]
+    assert isinstance(replies[2], ResponseError) and replies[3:] == [b"b"]
+    assert len(pushed) == 1 and not connection.closed
+    parser._reader.feed(b"+c\r\n-LOADING Redis is loading the dataset in memory\r\n+d\r\n")
+    with pytest.raises(ConnectionError, match="loading"):
+        await _buffered(connection, replies, 10)
+    assert replies[-1] == b"c" and connection.closed
 
 
 async def test_a_transaction_the_server_refused_to_queue_writes_nothing(

@@ -12,7 +12,11 @@ their reason (hub.dead, within the sender's budget) and count on one
 `escalation.protocol_violation` per sender and kind; routing goes on. A `status.rejected`
 has the named entry of the sender's own inbox dead-lettered. What a message may touch is
 hub.engine.guard's to say. A batch is acknowledged only after everything it caused has
-been written.
+been written. A batch that only forwards (handoffs outside a run) writes its forwards and
+XACKs in one transaction (out of memory, Redis refuses an XADD but not an XACK: pipelined,
+an entry would be acknowledged and its forward lost), sent in the round trip of the next
+read on a plain Redis (`_Deferred`): the read's entries are handled once its outcome is
+known.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -41,7 +46,7 @@ from protocols.messages import SPECIALIST_SENDS
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.states import Severity
-from protocols.transport import Delivery, Transport, ack_commands
+from protocols.transport import Delivery, Transport, WriteAhead, ack_commands
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,16 @@ SEEN_CAPACITY = 200_000
 ABSENT_CAPACITY = 10_000
 RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S = 100, 10.0  # unknown run ids asked of Redis, per sender
 RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """A batch that only forwards: its XADDs and XACKs, written in one transaction in the
+    round trip of the next read, and the messages to remember as seen once it lands."""
+
+    forwards: list[tuple[str, Envelope | bytes]]
+    acked: Sequence[Delivery]
+    seen: set[str]
 
 
 class Router:
@@ -97,6 +112,8 @@ class Router:
         self._last_claim = 0.0
         self._claim_all = True  # the term's first reclaim takes every pending entry
         self._forgive = False  # ...and does not count what this hub held as delivered again
+        self._deferred: _Deferred | None = None  # the last batch's writes, not sent yet
+        self._deferred_failed: BaseException | None = None  # ...sent, and refused
 
     def reset(self, blameless: bool = False) -> None:
         """A new leadership term: nothing seen, and every entry pending in the hub group
@@ -107,6 +124,7 @@ class Router:
         self._seen.clear()
         self._unwritten.clear()
         self._absent.clear()
+        self._deferred = self._deferred_failed = None  # unsent: the next term reclaims them
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
         self._last_discover = self._last_claim = 0.0
         self._claim_all = True
@@ -131,6 +149,7 @@ class Router:
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if time.monotonic() - self._last_discover > DISCOVER_EVERY_S:
+                await self._write_deferred()
                 await self.discover()
                 await self.transport.trim(self.keys.audit, maxlen=self.settings.audit_maxlen)
             if not self.streams:
@@ -138,13 +157,45 @@ class Router:
                     await asyncio.wait_for(stop.wait(), 0.2)
                 continue
             if time.monotonic() - self._last_claim > self.settings.claim_interval_ms / 1000:
+                await self._write_deferred()  # what it acknowledges is not claimed again
                 await self._reclaim()
             batch = await self.transport.read_group(
                 self.streams, self.group, self.consumer,
                 count=self.settings.read_count, block_ms=min(self.settings.block_ms, 500),
+                ahead=self._ahead(),
             )  # fmt: skip
+            if self._deferred_failed is not None:  # what the read brought waits for a term
+                failed, self._deferred_failed = self._deferred_failed, None
+                raise failed
             if batch:
-                await self.process(batch)
+                await self.process(batch, defer=True)
+        await self._write_deferred()
+
+    def _ahead(self) -> WriteAhead | None:
+        """The last batch's deferred writes, to go in the next read's round trip."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return None
+        commands = self.transport.writes(deferred.forwards, ack=deferred.acked, group=self.group)
+        return WriteAhead(commands, partial(self._told, deferred))
+
+    def _told(self, deferred: _Deferred, outcome: list[Any] | BaseException) -> None:
+        """A deferred write's outcome, known before its read waits: on failure (nothing of
+        it written) the term ends once the read returns, and the next term handles its
+        entries again."""
+        if isinstance(outcome, BaseException):
+            self._deferred_failed = outcome
+        else:
+            self._written(deferred.seen)
+
+    async def _write_deferred(self) -> None:
+        """Write the last batch's deferred writes now, on their own."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            await self.transport.publish_many(
+                deferred.forwards, ack=deferred.acked, group=self.group, atomic=True
+            )
+            self._written(deferred.seen)
 
     async def _reclaim(self) -> None:
         """Entries a dead hub read but never acknowledged move to this one (at the start
@@ -164,7 +215,9 @@ class Router:
                 await self.process(claimed)
         self._claim_all = self._forgive = False
 
-    async def process(self, batch: Sequence[Delivery]) -> None:
+    async def process(self, batch: Sequence[Delivery], defer: bool = False) -> None:
+        """Route one batch. `defer`: a batch that only forwards leaves its writes for the
+        next read's round trip (`_ahead`), where the transport can send them so."""
         engine_msgs: list[Envelope] = []
         bad: list[Bad] = []
         rejects: list[tuple[Delivery, Envelope, str]] = []  # status.rejected to honour
@@ -259,13 +312,21 @@ class Router:
             if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
                 self.driver.tracer.received(engine_msgs)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
-        else:
-            await self.transport.publish_many(forwards, ack=acked, group=self.group)
-        # Seen only now: a batch whose write failed is read again (the failure ends the
-        # term, and the next one reclaims it) and handled, not skipped as a duplicate. A
-        # quiet step's write lingers a moment: until it lands, a message it handled is
-        # skipped but not acknowledged (its write failing ends the term, and the next one
-        # handles it again).
+        elif defer and self.transport.writes_ride_reads:
+            self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands
+            return
+        else:  # one transaction (see the module's note)
+            await self.transport.publish_many(forwards, ack=acked, group=self.group, atomic=True)
+        self._written(seen)
+
+    def _written(self, seen: set[str]) -> None:
+        """Remember as seen what a batch handled, once its write landed.
+
+        Seen only now: a batch whose write failed is read again (the failure ends the
+        term, and the next one reclaims it) and handled, not skipped as a duplicate. A
+        quiet step's write lingers a moment: until it lands, a message it handled is
+        skipped but not acknowledged (its write failing ends the term, and the next one
+        handles it again)."""
         last = self.driver.applied  # this batch's step, or a later one
         if self.driver.durable >= last:
             for message_id in seen:

@@ -15,9 +15,11 @@ from hub.service import Hub, HubSettings
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import Envelope, decode, encode, make
+from protocols.errors import OutOfMemory
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.transport import WriteAhead
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
@@ -284,3 +286,91 @@ async def test_a_reply_for_a_run_that_ended_before_this_term_is_late_not_a_viola
     assert found[0].detail.endswith("unknown run never-was")  # the made-up one only
     assert hub.metrics.late_replies._value.get() == 1
     assert "long-done" in hub.driver.engine.ended
+
+
+def _spy_on_reads(hub: Hub) -> list[Any]:
+    """Record every write the router sends ahead of a read, with its outcome."""
+    told: list[Any] = []
+    read_group = hub.transport.read_group
+
+    async def spied(*args: Any, ahead: WriteAhead | None = None, **kw: Any) -> Any:
+        if ahead is None:
+            return await read_group(*args, **kw)
+        original = ahead
+
+        def tell(outcome: Any) -> None:
+            told.append((original.commands, outcome))
+            original.tell(outcome)
+
+        spy = WriteAhead(original.commands, tell)
+        return await read_group(*args, ahead=spy, **kw)
+
+    hub.transport.read_group = spied  # type: ignore[method-assign]
+    return told
+
+
+async def _pending(hub: Hub, agent: str) -> int:
+    info = await hub.transport._client.xpending(hub.keys.out(agent), "hub")
+    return int(info["pending"])
+
+
+async def test_a_batch_that_only_forwards_is_written_in_the_next_reads_round_trip(
+    hub: Hub,
+) -> None:
+    assert hub.transport.writes_ride_reads  # a plain Redis on callboard's pool
+    told = _spy_on_reads(hub)
+    await _send(hub, "pia", _handoff("pia", "quin", n=1))
+    (forwarded,) = await eventually(lambda: _inbox(hub, "quin"), 10)
+    assert forwarded.from_agent == "pia"
+    commands, outcome = await eventually(lambda: told and told[0], 10)
+    assert not isinstance(outcome, BaseException)
+    words = [(c[0], c[1]) for c in commands]  # the forward, the audit, then the XACK
+    assert words == [
+        ("XADD", hub.keys.inbox("quin")), ("XADD", hub.keys.audit), ("XACK", hub.keys.out("pia"))
+    ]  # fmt: skip
+    assert await _pending(hub, "pia") == 0
+    await _send(hub, "pia", _handoff("pia", "quin", n=1).model_copy(
+        update={"message_id": forwarded.message_id}
+    ))  # fmt: skip
+    await eventually(lambda: _pending_is(hub, "pia", 0, after=2), 10)
+    assert len(await _inbox(hub, "quin")) == 1  # the same message again: forwarded once
+
+
+async def _pending_is(hub: Hub, agent: str, pending: int, after: int) -> bool:
+    """`pending` entries of `after` read from the agent's out stream by the hub group."""
+    groups = await hub.transport._client.xinfo_groups(hub.keys.out(agent))
+    (group,) = [g for g in groups if g["name"] == b"hub"]
+    return bool(group["entries-read"] == after and group["pending"] == pending)
+
+
+async def test_forwards_refused_out_of_memory_are_not_acknowledged(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis runs out of memory between the router's read of a handoff and its write: the
+    forward and the XACK go in one transaction, refused whole (XACK alone is not refused
+    out of memory: pipelined, the entry was acknowledged and its forward lost). The term
+    ends, and the next one reclaims the entry and forwards it, once."""
+    admin = hub.transport._client
+    policy = (await admin.config_get("maxmemory-policy"))["maxmemory-policy"]
+    process = hub.router.process
+
+    async def out_of_memory_first(*args: Any, **kw: Any) -> None:
+        hub.router.process = process  # type: ignore[method-assign]
+        used = (await admin.info("memory"))["used_memory"]
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+        await process(*args, **kw)
+
+    told = _spy_on_reads(hub)
+    hub.router.process = out_of_memory_first  # type: ignore[method-assign]
+    await _send(hub, "rosa", _handoff("rosa", "sven", n=1))
+    try:
+        await eventually(lambda: "the term ends" in caplog.text, 10)
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.config_set("maxmemory-policy", policy)
+    (forwarded,) = await eventually(lambda: _inbox(hub, "sven"), 15)
+    assert forwarded.payload.handoff_context.model_extra == {"n": 1}  # type: ignore[attr-defined]
+    await eventually(lambda: _pending_is(hub, "rosa", 0, after=1), 10)
+    assert len(await _inbox(hub, "sven")) == 1
+    assert isinstance(told[0][1], OutOfMemory)  # refused as it went ahead of a read

@@ -84,7 +84,11 @@ class CommandStore:
 
     async def answer(self, entry_ids: list[str], answers: list[Answered]) -> None:
         """Each answer onto its asker's stream (or its own list), and the entries done, in
-        one trip. Both expire when no one reads them."""
+        one transaction: out of memory Redis refuses the answers but not the XACK and XDEL,
+        so pipelined a command left its stream unanswered; refused whole, it stays pending
+        and the next term serves it again (on a Redis Cluster, one MULTI per slot in the
+        order queued, the entries' slot last unless an answer shares it). Both expire when
+        no one reads them."""
 
         def build(pipe: Pipeline) -> None:
             streams: set[str] = set()  # each asker's expires once a batch, after its answers
@@ -102,4 +106,4 @@ class CommandStore:
             pipe.xack(self.stream, GROUP, *entry_ids)
             pipe.xdel(self.stream, *entry_ids)
 
-        await self.db.pipeline("ANSWER COMMANDS", build)
+        await self.db.pipeline("ANSWER COMMANDS", build, transaction=True)

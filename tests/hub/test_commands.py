@@ -263,3 +263,49 @@ async def test_an_answer_read_that_fails_is_tried_again(
         second = await client.call(Go(run_id="r2", cue_id="C"), 10)  # its round deletes
     assert first == second == GoReply(state="go", attempt=1)
     assert failures == {"read": 0, "delete and read": 0}
+
+
+async def test_answers_refused_out_of_memory_leave_their_commands_to_be_served_again(
+    real_redis: Any, keys: Keys
+) -> None:
+    """Redis runs out of memory between serving a command and answering it: the answer
+    and the command's XACK and XDEL go in one transaction, refused whole (out of memory
+    Redis refuses an XADD, not an XACK or XDEL: pipelined, the command was taken off its
+    stream and its answer lost). The term's server fails; the next serves it again, and
+    the asker gets its answer."""
+    store = CommandStore(Storage(real_redis), keys)
+    served: list[str] = []
+
+    async def go(cmd: Go) -> GoReply:
+        served.append(cmd.cue_id)
+        return GoReply(state="go", attempt=len(served))
+
+    policy = (await real_redis.config_get("maxmemory-policy"))["maxmemory-policy"]
+    answer = store.answer
+
+    async def out_of_memory_first(*args: Any) -> None:
+        store.answer = answer  # type: ignore[method-assign]
+        used = (await real_redis.info("memory"))["used_memory"]
+        await real_redis.config_set("maxmemory-policy", "noeviction")
+        await real_redis.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+        try:
+            await answer(*args)
+        finally:
+            await real_redis.config_set("maxmemory", "0")
+            await real_redis.config_set("maxmemory-policy", policy)
+
+    store.answer = out_of_memory_first  # type: ignore[method-assign]
+    await store.ensure_group()
+    client = CommandClient(store)
+    asked = asyncio.create_task(client.call(Go(run_id="r1", cue_id="C"), 15))
+    stop = asyncio.Event()
+    handlers = Handlers().on(Go, go)
+    with pytest.raises(TransportError, match="out of memory"):  # the first term's server
+        await CommandServer(store, "hub-a", handlers).run(stop)
+    server = asyncio.create_task(CommandServer(store, "hub-b", handlers).run(stop))
+    try:
+        assert await asyncio.wait_for(asked, 15) == GoReply(state="go", attempt=2)
+        assert served == ["C", "C"]
+    finally:
+        stop.set()
+        await server

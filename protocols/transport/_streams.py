@@ -411,10 +411,12 @@ class Transport(_Upkeep):
     async def dead_letter_many(
         self, items: Sequence[tuple[Delivery, str, str]], group: str | None
     ) -> list[str]:
-        """Dead-letter (delivery, reason, sender) items in one round trip, XACKing each in
-        `group` when given; returns the dead letters' ids. A letter keeps the entry's first
-        `deadletter_raw_bytes` with the size and SHA-256 of all of it, and the stream is
-        capped at about `deadletter_maxlen` letters (XADD MAXLEN ~)."""
+        """Dead-letter (delivery, reason, sender) items in one round trip, then XACK each
+        in `group` when given; returns the dead letters' ids. The XACKs follow once every
+        letter is stored: out of memory Redis refuses an XADD but not an XACK, so sent
+        together an entry could be acknowledged with its letter refused. A letter keeps the
+        entry's first `deadletter_raw_bytes` with the size and SHA-256 of all of it, and the
+        stream is capped at about `deadletter_maxlen` letters (XADD MAXLEN ~)."""
         if not items:
             return []
         at = rfc3339(utcnow())
@@ -422,17 +424,16 @@ class Transport(_Upkeep):
 
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
-                for (delivery, _, _), entry in zip(items, entries, strict=True):
+                for entry in entries:
                     pipe.xadd(
                         self.keys.dead, entry, maxlen=self.deadletter_maxlen, approximate=True
                     )
-                    if group:
-                        pipe.xack(delivery.stream, group, delivery.entry_id)
                 return await pipe.execute()
 
         replies = await self._call("DEAD-LETTER", send)
-        step = 2 if group else 1
-        return [_text(entry_id) for entry_id in replies[::step]]
+        if group:
+            await self.ack([delivery for delivery, _, _ in items], group)
+        return [_text(entry_id) for entry_id in replies]
 
     def _letter(
         self, delivery: Delivery, reason: str, sender: str, group: str | None, at: str | None

@@ -19,7 +19,13 @@ from callboard.embedded import EmbeddedServer
 from callboard.embedded_cluster import EmbeddedCluster
 from protocols import payloads as p
 from protocols.codec import Envelope, encode, make
-from protocols.errors import DecodeError, OversizedMessage, TransportError, UnknownMessageType
+from protocols.errors import (
+    DecodeError,
+    OutOfMemory,
+    OversizedMessage,
+    TransportError,
+    UnknownMessageType,
+)
 from protocols.keys import Keys
 from protocols.messages import MessageType
 from protocols.transport import Delivery, Transport, WriteAhead, _wire, connect
@@ -763,3 +769,37 @@ async def test_blocking_reads_stay_under_the_client_read_timeout(
     assert loop.time() - started < 2.0
     await client.delete(stream)
     await client.aclose()
+
+
+@pytest.mark.redis
+async def test_a_dead_letter_refused_out_of_memory_leaves_its_entry_pending(
+    redis_server: EmbeddedServer, keys: Keys, lost: StateLostLog
+) -> None:
+    """Out of memory, Redis refuses the letter's XADD but would take the XACK: the XACK
+    goes only once the letter is stored, so the entry is not acknowledged unrecorded."""
+    admin = connect(redis_server.url)
+    transport = Transport(admin, keys, on_state_lost=lost)
+    stream = keys.out("agent-a")
+    await transport.ensure_group(stream, GROUP)
+    await transport.publish(stream, b"not JSON")
+    [delivery] = await read_all(transport, stream)
+    policy = (await admin.config_get("maxmemory-policy"))["maxmemory-policy"]
+    used = (await admin.info("memory"))["used_memory"]
+    await admin.config_set("maxmemory-policy", "noeviction")
+    await admin.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+    try:
+        with pytest.raises(OutOfMemory):
+            await transport.dead_letter(delivery, "not JSON", GROUP, sender="agent-a")
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.config_set("maxmemory-policy", policy)
+    try:
+        assert await transport.pending_count(stream, GROUP) == 1
+        assert await transport.dead_letters(10) == []
+        await transport.dead_letter(delivery, "not JSON", GROUP, sender="agent-a")
+        assert await transport.pending_count(stream, GROUP) == 0
+        assert len(await transport.dead_letters(10)) == 1
+    finally:
+        await transport.close()
+        await _cleanup(admin, keys.prefix)
+        await admin.aclose()

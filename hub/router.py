@@ -16,7 +16,7 @@ been written. A batch that only forwards (handoffs outside a run) writes its for
 XACKs in one transaction (out of memory, Redis refuses an XADD but not an XACK: pipelined,
 an entry would be acknowledged and its forward lost), sent in the round trip of the next
 read on a plain Redis (`_Deferred`): the read's entries are handled once its outcome is
-known.
+known. On a Redis Cluster the XACKs follow once the forwards landed.
 """
 
 from __future__ import annotations
@@ -192,10 +192,19 @@ class Router:
         """Write the last batch's deferred writes now, on their own."""
         deferred, self._deferred = self._deferred, None
         if deferred is not None:
-            await self.transport.publish_many(
-                deferred.forwards, ack=deferred.acked, group=self.group, atomic=True
-            )
+            await self._forward(deferred.forwards, deferred.acked)
             self._written(deferred.seen)
+
+    async def _forward(
+        self, forwards: list[tuple[str, Envelope | bytes]], acked: Sequence[Delivery]
+    ) -> None:
+        """Forwards and the XACKs of what they answer: one transaction on one server; on a
+        Redis Cluster, where no transaction spans slots, the XACKs once the forwards landed."""
+        if self.transport.is_cluster:
+            await self.transport.publish_many(forwards)
+            await self.transport.ack(acked, self.group)
+        else:
+            await self.transport.publish_many(forwards, ack=acked, group=self.group, atomic=True)
 
     async def _reclaim(self) -> None:
         """Entries a dead hub read but never acknowledged move to this one (at the start
@@ -315,8 +324,8 @@ class Router:
         elif defer and self.transport.writes_ride_reads:
             self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands
             return
-        else:  # one transaction (see the module's note)
-            await self.transport.publish_many(forwards, ack=acked, group=self.group, atomic=True)
+        else:
+            await self._forward(forwards, acked)
         self._written(seen)
 
     def _written(self, seen: set[str]) -> None:

@@ -321,7 +321,7 @@ class Router:
             if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
                 self.driver.tracer.received(engine_msgs)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
-        elif defer and self.transport.writes_ride_reads:
+        elif defer and self.transport.writes_ride_reads and (forwards or acked):
             self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands
             return
         else:

@@ -3,8 +3,9 @@
 redis-py's pipeline spends about 3 µs of Python per command on layers the hot paths do not
 use (a command stack, response callbacks, HIMPORT bookkeeping, metrics hooks, a parse
 call per reply): more than half a pipelined XADD's client CPU. `pipelined` packs the
-commands with hiredis, writes them at once and reads each reply with the connection's
-own `read_response`, so connection errors, cancellation (a connection left mid-reply is
+commands with hiredis, writes them at once and waits for replies with the connection's
+own `read_response` (those complete behind the first are taken from its hiredis reader,
+`_buffered`), so connection errors, cancellation (a connection left mid-reply is
 closed) and reconnection stay redis-py's. Replies come back as the server sent them, in
 the protocol the connection speaks (RESP3 by redis-py's default: an XADD's id as bytes, a
 stream read as a map of stream to entries). A client that is not a plain Redis on

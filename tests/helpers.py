@@ -78,3 +78,18 @@ def eventually_sync(
 def _not_met(timeout_s: float, message: str, value: object) -> AssertionError:
     what = f": {message}" if message else ""
     return AssertionError(f"condition not met within {timeout_s}s{what} (last value: {value!r})")
+
+
+async def run_out_of_memory(client: Any) -> Callable[[], Awaitable[None]]:
+    """Make a server the suite started refuse writes out of memory (maxmemory below what
+    it holds, noeviction: XADD is refused, XACK is not); returns what sets it back."""
+    policy = (await client.config_get("maxmemory-policy"))["maxmemory-policy"]
+    used = (await client.info("memory"))["used_memory"]
+    await client.config_set("maxmemory-policy", "noeviction")
+    await client.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+
+    async def restore() -> None:
+        await client.config_set("maxmemory", "0")
+        await client.config_set("maxmemory-policy", policy)
+
+    return restore

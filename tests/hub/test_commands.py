@@ -27,7 +27,7 @@ from hub.store import CommandStore
 from protocols.errors import Conflict, EngineError, NotFound, TransportError
 from protocols.keys import Keys
 from protocols.transport import Storage
-from tests.helpers import eventually
+from tests.helpers import eventually, run_out_of_memory
 
 pytestmark = pytest.mark.redis
 
@@ -280,19 +280,15 @@ async def test_answers_refused_out_of_memory_leave_their_commands_to_be_served_a
         served.append(cmd.cue_id)
         return GoReply(state="go", attempt=len(served))
 
-    policy = (await real_redis.config_get("maxmemory-policy"))["maxmemory-policy"]
     answer = store.answer
 
     async def out_of_memory_first(*args: Any) -> None:
         store.answer = answer  # type: ignore[method-assign]
-        used = (await real_redis.info("memory"))["used_memory"]
-        await real_redis.config_set("maxmemory-policy", "noeviction")
-        await real_redis.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+        restore = await run_out_of_memory(real_redis)
         try:
             await answer(*args)
         finally:
-            await real_redis.config_set("maxmemory", "0")
-            await real_redis.config_set("maxmemory-policy", policy)
+            await restore()
 
     store.answer = out_of_memory_first  # type: ignore[method-assign]
     await store.ensure_group()

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.transport import WriteAhead
 from protocols.validation import load_cuelist
-from tests.helpers import eventually
+from tests.helpers import eventually, run_out_of_memory
 
 pytestmark = pytest.mark.redis
 
@@ -309,11 +309,6 @@ def _spy_on_reads(hub: Hub) -> list[Any]:
     return told
 
 
-async def _pending(hub: Hub, agent: str) -> int:
-    info = await hub.transport._client.xpending(hub.keys.out(agent), "hub")
-    return int(info["pending"])
-
-
 async def test_a_batch_that_only_forwards_is_written_in_the_next_reads_round_trip(
     hub: Hub,
 ) -> None:
@@ -328,7 +323,7 @@ async def test_a_batch_that_only_forwards_is_written_in_the_next_reads_round_tri
     assert words == [
         ("XADD", hub.keys.inbox("quin")), ("XADD", hub.keys.audit), ("XACK", hub.keys.out("pia"))
     ]  # fmt: skip
-    assert await _pending(hub, "pia") == 0
+    assert await hub.transport.pending_count(hub.keys.out("pia"), "hub") == 0
     await _send(hub, "pia", _handoff("pia", "quin", n=1).model_copy(
         update={"message_id": forwarded.message_id}
     ))  # fmt: skip
@@ -350,15 +345,12 @@ async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     forward and the XACK go in one transaction, refused whole (XACK alone is not refused
     out of memory: pipelined, the entry was acknowledged and its forward lost). The term
     ends, and the next one reclaims the entry and forwards it, once."""
-    admin = hub.transport._client
-    policy = (await admin.config_get("maxmemory-policy"))["maxmemory-policy"]
     process = hub.router.process
+    restores: list[Callable[[], Awaitable[None]]] = []
 
     async def out_of_memory_first(*args: Any, **kw: Any) -> None:
         hub.router.process = process  # type: ignore[method-assign]
-        used = (await admin.info("memory"))["used_memory"]
-        await admin.config_set("maxmemory-policy", "noeviction")
-        await admin.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+        restores.append(await run_out_of_memory(hub.transport._client))
         await process(*args, **kw)
 
     told = _spy_on_reads(hub)
@@ -367,8 +359,8 @@ async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     try:
         await eventually(lambda: "the term ends" in caplog.text, 10)
     finally:
-        await admin.config_set("maxmemory", "0")
-        await admin.config_set("maxmemory-policy", policy)
+        for restore in restores:
+            await restore()
     (forwarded,) = await eventually(lambda: _inbox(hub, "sven"), 15)
     assert forwarded.payload.handoff_context.model_extra == {"n": 1}  # type: ignore[attr-defined]
     await eventually(lambda: _pending_is(hub, "rosa", 0, after=1), 10)

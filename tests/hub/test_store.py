@@ -10,6 +10,7 @@ from hub.store.commit import COMMIT_ID_TTL_MS, FencedCommit, flat
 from protocols.errors import OutOfMemory, StaleLeader
 from protocols.keys import Keys
 from protocols.transport import Storage
+from tests.helpers import run_out_of_memory
 
 pytestmark = pytest.mark.redis
 
@@ -60,14 +61,10 @@ async def test_commit_under_oom_writes_nothing(
     """Out of memory, the declared write script is refused before it runs (OutOfMemory)."""
     commit = FencedCommit(Storage(real_redis), keys)
     await real_redis.set(keys.leader(), "hub-a:7")
-    used = (await real_redis.info("memory"))["used_memory"]
-    policy = (await real_redis.config_get("maxmemory-policy"))["maxmemory-policy"]
-    await real_redis.config_set("maxmemory-policy", "noeviction")
-    await real_redis.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+    restore = await run_out_of_memory(real_redis)
     try:
         with pytest.raises(OutOfMemory, match="out of memory"):
             await _script(commit, keys.commit("c1"), "hub-a:7", [["SET", keys.paused, "x"]])
     finally:
-        await real_redis.config_set("maxmemory", "0")
-        await real_redis.config_set("maxmemory-policy", policy)
+        await restore()
     assert not await real_redis.exists(keys.paused, keys.commit("c1"))

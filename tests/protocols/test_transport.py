@@ -30,7 +30,7 @@ from protocols.keys import Keys
 from protocols.messages import MessageType
 from protocols.transport import Delivery, Transport, WriteAhead, _wire, connect
 from protocols.transport._client import _text
-from tests.helpers import eventually
+from tests.helpers import eventually, run_out_of_memory
 
 GROUP = "workers"
 
@@ -783,16 +783,12 @@ async def test_a_dead_letter_refused_out_of_memory_leaves_its_entry_pending(
     await transport.ensure_group(stream, GROUP)
     await transport.publish(stream, b"not JSON")
     [delivery] = await read_all(transport, stream)
-    policy = (await admin.config_get("maxmemory-policy"))["maxmemory-policy"]
-    used = (await admin.info("memory"))["used_memory"]
-    await admin.config_set("maxmemory-policy", "noeviction")
-    await admin.config_set("maxmemory", str(max(used // 2, 1024 * 1024)))
+    restore = await run_out_of_memory(admin)
     try:
         with pytest.raises(OutOfMemory):
             await transport.dead_letter(delivery, "not JSON", GROUP, sender="agent-a")
     finally:
-        await admin.config_set("maxmemory", "0")
-        await admin.config_set("maxmemory-policy", policy)
+        await restore()
     try:
         assert await transport.pending_count(stream, GROUP) == 1
         assert await transport.dead_letters(10) == []

@@ -14,12 +14,15 @@ span before that span ends, and a hub that resumes a run after a restart or a ch
 leader re-opens the span of a cue in flight under the same id, with the phases it missed
 taken from the cue's state. Spans are records here, emitted once they end
 (protocols.telemetry); the run's span is emitted when the run ends, from its start time.
+A cue span exported as OTLP is written as its bytes when it ends, from what its run's cue
+spans share (their trace, parent and run id: `otlp.Siblings`, kept while the run is).
 A run the sampler leaves out (protocols.telemetry.Sampler, by its trace id) has no span;
 its messages carry its context flagged unsampled, so no specialist records its work.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
 from protocols.codec import Envelope
-from protocols.otlp import Frozen
+from protocols.otlp import Frozen, Siblings
 from protocols.settings import Settings
 from protocols.states import CueState, RunStatus
 from protocols.telemetry import (
@@ -74,6 +77,8 @@ _RERUN_OF = Frozen({"callboard.link": "rerun_of"})
 _FIRED_BY: dict[Any, Frozen] = {}  # a GO's `fired_by` -> its attributes
 MAX_FIRED_BY = 256  # distinct values kept (past this, the cache starts again)
 MAX_LINKS = 128  # per span, as the SDK's default OTEL_SPAN_LINK_COUNT_LIMIT
+MAX_FAMILIES = 4096  # runs whose cue spans' shared bytes are kept (past this, start again)
+log = logging.getLogger(__name__)
 
 
 def _ns(seconds: float) -> int:
@@ -90,6 +95,7 @@ class _Cue:
     attributes: dict[str, Any]
     events: list[EventRecord]
     links: list[LinkRecord] | None = None  # made with the first (most cues have one or none)
+    linked: str | None = None  # the traceparent of the last link made
     error: str | None = None
 
 
@@ -114,6 +120,7 @@ class HubTracer:
         # (run id, cue id, attempt) -> span id, derived for this write's messages: the span
         # its step opens takes it (no cache outlives the write for the collector to rescan)
         self._derived: dict[tuple[str, str, int], int] = {}
+        self._families: dict[str, Siblings] = {}  # run id -> its cue spans' shared bytes
 
     @classmethod
     def from_settings(
@@ -129,6 +136,7 @@ class HubTracer:
         self._cues.clear()
         self._sending.clear()
         self._derived.clear()
+        self._families.clear()
 
     def shutdown(self) -> None:
         self.spans.shutdown()
@@ -242,20 +250,25 @@ class HubTracer:
         sender's span, e.g. a specialist's `invoke_agent`) becomes a link of its cue's open
         span (the consumer side as links, not a span per message: see `stamp`). What the
         message did shows as the cue's phase events."""
+        cues = self._cues
         for msg in messages:
-            if msg.traceparent is None:
+            traceparent = msg.traceparent
+            if traceparent is None or (open_ := cues.get(msg.run_id or "")) is None:
                 continue
-            held = self._open(msg.run_id or "", msg.cue_id or "")
+            held = open_.get(msg.cue_id or "")
             if held is None:  # outside a cue, or its span is not open on this hub
                 continue
-            if getattr(msg.payload, "attempt", held.attempt) != held.attempt:
-                continue  # a late reply to an earlier attempt
-            trace_id, span_id, sampled = parse_traceparent(msg.traceparent)
+            if traceparent == held.linked or (
+                getattr(msg.payload, "attempt", held.attempt) != held.attempt
+            ):  # the sender's span linked last (its started, then its completion), or a
+                continue  # late reply to an earlier attempt
+            trace_id, span_id, sampled = parse_traceparent(traceparent)
             if held.links is None:
                 held.links = []
             elif len(held.links) >= MAX_LINKS or any(link[1] == span_id for link in held.links):
-                continue  # one link per sender's span (its started, context, completion...)
+                continue  # one link per sender's span
             held.links.append((trace_id, span_id, True, sampled, _PROCESS_LINK))
+            held.linked = traceparent
 
     # -- what the step did ----------------------------------------------------------------
     def committed(self, out: Outbox, engine: EngineBase) -> None:
@@ -335,7 +348,7 @@ class HubTracer:
                 if (t := getattr(cr, field_name)) is not None:
                     started.append((name, _RESUMED, _ns(t)))
                     start = min(start, _ns(t))
-        attrs = {RUN_ID: run.run_id, CUE_ID: cue_id, ATTEMPT: attempt}
+        attrs: dict[str, Any] = {CUE_ID: cue_id, ATTEMPT: attempt}
         span_id = self._derived.get((run.run_id, cue_id, attempt)) or cue_span_id(
             run.run_id, cue_id, attempt
         )
@@ -353,11 +366,34 @@ class HubTracer:
         span = cues.pop(cue_id)
         if not cues:
             del self._cues[run_id]
-        self.spans.emit(
-            f"cue {cue_id}", run_trace_id(run_id), span.span_id, run_span_id(run_id),
-            SpanKind.INTERNAL, span.start_ns, at, span.attributes, span.events,
-            span.links or (), span.error,
-        )  # fmt: skip
+        name, links = f"cue {cue_id}", span.links or ()
+        if not self.spans.encoded:  # the SDK's spans, for another exporter
+            self.spans.emit(
+                name, run_trace_id(run_id), span.span_id, run_span_id(run_id),
+                SpanKind.INTERNAL, span.start_ns, at, {RUN_ID: run_id, **span.attributes},
+                span.events, links, span.error,
+            )  # fmt: skip
+            return
+        try:  # its bytes now, from what the run's cue spans share (written once)
+            written = self._siblings(run_id).span(
+                name, span.span_id, SpanKind.INTERNAL, span.start_ns, at, span.attributes,
+                span.events, links, span.error,
+            )  # fmt: skip
+        except (TypeError, ValueError) as exc:  # a cue id that is not UTF-8: this span
+            log.warning("span %r left out: %s", name, exc)
+            return
+        self.spans.emit_encoded(written)
+
+    def _siblings(self, run_id: str) -> Siblings:
+        """What the run's cue spans share, written once (kept while the run is traced)."""
+        found = self._families.get(run_id)
+        if found is None:
+            if len(self._families) >= MAX_FAMILIES:
+                self._families.clear()
+            found = self._families[run_id] = Siblings(
+                run_trace_id(run_id), run_span_id(run_id), {RUN_ID: run_id}
+            )
+        return found
 
     def _end_run(self, run: RunState) -> None:
         start = run.started_at or run.created_at
@@ -365,6 +401,7 @@ class HubTracer:
         for cue_id, span in list(self._cues.get(run.run_id, {}).items()):  # its cues' only
             span.attributes["callboard.cue.state"] = run.cues[cue_id].state.value
             self._end_cue(run.run_id, cue_id, end)
+        self._families.pop(run.run_id, None)
         attrs: dict[str, Any] = {
             RUN_ID: run.run_id, "callboard.cuelist": run.cuelist,
             "callboard.cuelist.version": run.version, "callboard.run.status": run.status.value,

@@ -219,7 +219,9 @@ def _event(name: str, attrs: Mapping[str, Any] | None) -> _EventParts:
 
 def _link(attrs: Mapping[str, Any] | None, remote: bool) -> tuple[bytes, bytes]:
     """A link's bytes before its ids (its length: the ids' fields take 28 bytes) and after
-    them: kept on Frozen attributes."""
+    them: kept on Frozen attributes, and for none."""
+    if attrs is None:
+        return _PLAIN_LINKS[remote]
     if type(attrs) is Frozen:
         found = attrs.links.get(remote)
         if found is None:
@@ -227,6 +229,12 @@ def _link(attrs: Mapping[str, Any] | None, remote: bool) -> tuple[bytes, bytes]:
         return found
     tail = attributes(_LINK_ATTR, attrs) + (_LINK_FLAGS_REMOTE if remote else _LINK_FLAGS_LOCAL)
     return _SPAN_LINK + _varint(len(tail) + 28) + _LINK_TRACE_FIELD, tail
+
+
+_PLAIN_LINKS = {  # a link with no attributes, local and remote
+    remote: (_SPAN_LINK + _varint(len(flags) + 28) + _LINK_TRACE_FIELD, flags)
+    for remote, flags in ((False, _LINK_FLAGS_LOCAL), (True, _LINK_FLAGS_REMOTE))
+}
 
 
 def span(
@@ -248,6 +256,16 @@ def span(
         _KIND_START[kind], _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)),
         attributes(_SPAN_ATTR, attrs),
     )  # fmt: skip
+    return _ending(parts, events, links, error, parent_id is None)
+
+
+def _ending(
+    parts: list[bytes], events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
+    links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
+    error: str | None, root: bool,
+) -> bytes:  # fmt: skip
+    """A span's bytes: `parts` (its ids, name, kind, times and attributes), then its events,
+    links, status and flags."""
     for event_name, event_attrs, at in events:
         lead, tail = _event(event_name, event_attrs)
         parts += (lead, _Q.pack(at), tail)
@@ -264,8 +282,36 @@ def span(
         if error:
             status = _field(_STATUS_MESSAGE, error[:500].encode()) + status
         parts.append(_field(_SPAN_STATUS, status))
-    parts.append(_FLAGS_ROOT if parent_id is None else _FLAGS_REMOTE)
+    parts.append(_FLAGS_ROOT if root else _FLAGS_REMOTE)
     return b"".join(parts)
+
+
+class Siblings:
+    """Spans of one trace under one parent whose attributes start with the same ones (a
+    run's cue spans): the bytes `span` writes for them, with what they share written once.
+    `attrs` given to `span` are the ones after `constant`, under other keys."""
+
+    __slots__ = ("_constant", "_parent", "_trace")
+
+    def __init__(self, trace_id: int, parent_id: int, constant: Mapping[str, Any]) -> None:
+        self._trace = _TRACE_FIELD + trace_id.to_bytes(16, "big") + _ID_FIELD
+        self._parent = _PARENT_FIELD + parent_id.to_bytes(8, "big")
+        self._constant = attributes(_SPAN_ATTR, constant)
+
+    def span(
+        self, name: str, span_id: int, kind: SpanKind, start_ns: int, end_ns: int,
+        attrs: Mapping[str, Any], events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
+        links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
+        error: str | None,
+    ) -> bytes:  # fmt: skip
+        parts = [self._trace, span_id.to_bytes(8, "big"), self._parent]
+        if name:
+            parts += (_SPAN_NAME, _prefixed(name.encode()))
+        parts += (
+            _KIND_START[kind], _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)),
+            self._constant, attributes(_SPAN_ATTR, attrs),
+        )  # fmt: skip
+        return _ending(parts, events, links, error, False)
 
 
 class Shape:

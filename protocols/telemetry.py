@@ -9,8 +9,8 @@ the thread that emitted them, as what the exporter takes: for OTLP (and `none`),
 span's OTLP/protobuf bytes (protocols.otlp: the message the SDK's encoder would build, at
 a seventh to a tenth of its cost, bench/codec.py; no `ReadableSpan` is made); for any other
 exporter (console, a test's), the SDK's `ReadableSpan`s. A span whose bytes its maker
-writes at once (a specialist's `invoke_agent`, from an `otlp.Shape`) goes straight to the
-export queue (`emit_encoded`). Not on the export thread: a
+writes at once (a specialist's `invoke_agent`, from an `otlp.Shape`; the hub's cue spans,
+from their run's `otlp.Siblings`) goes straight to the export queue (`emit_encoded`). Not on the export thread: a
 second thread busy with Python holds the GIL the event loop wants after each of its socket
 calls, and that costs the process more than the writing does (bench/tracing.py, 5
 alternating rounds: building on the export thread, on/off 0.69x-0.85x the rate, hub

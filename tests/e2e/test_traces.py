@@ -159,6 +159,8 @@ def test_a_handoff_run_is_one_trace_across_the_hub_and_specialist_processes(
     for cue_id, agent in zip(("CODE-100", "TEST-200", "DEPLOY-300"), AGENTS, strict=True):
         cue, invoke = cues[cue_id], by_agent[agent]
         assert cue.parent_id == run.span_id
+        assert cue.attributes["callboard.run.id"] == run_id
+        assert cue.attributes["callboard.cue.attempt"] == 1
         assert cue.events[:3] == ["warning", "standby", "go"] and cue.events[-1] == "completed"
         assert cue.span_id in linked  # the hub's writes carried this cue's messages
         # the specialist, another process, continued the cue's context from the GO

@@ -169,8 +169,9 @@ async def test_a_handoff_run_is_one_trace_across_hub_and_specialists(
         assert invoke.context.trace_id == trace_id
         assert invoke.parent is not None and invoke.parent.span_id == cue.context.span_id
         assert invoke.attributes["gen_ai.operation.name"] == "invoke_agent"
-        # what it sent back (acks, completion, handoff) links the cue to the specialist's span
-        assert invoke.context.span_id in [link.context.span_id for link in cue.links]
+        # what it sent back (started, completion, handoff) links the cue to the specialist's
+        # span, once
+        assert [link.context.span_id for link in cue.links].count(invoke.context.span_id) == 1
         assert all(link.context.trace_id == trace_id for link in cue.links)
     # the handoffs the hub forwarded: sent in a batch linked to each sender's span
     assert invokes["specialist-code"].context.span_id in linked
@@ -388,3 +389,24 @@ def test_the_go_events_shared_attributes_are_bounded() -> None:
         assert len(_FIRED_BY) <= MAX_FIRED_BY
     assert _fired_by("auto") is _fired_by("auto")
     assert dict(_fired_by(None)) == {"callboard.go.fired_by": None}
+
+
+def test_the_bytes_runs_cue_spans_share_are_kept_for_a_bounded_number_of_runs() -> None:
+    """A run's cue spans share their trace, parent and run id, written once and kept while
+    the run goes on: a hub that sees many runs it never ends (another hub took over)
+    keeps a bounded number, and a new term keeps none."""
+    from hub.tracing import MAX_FAMILIES, HubTracer
+    from protocols.telemetry import Spans
+
+    tracer = HubTracer(Spans(Settings(tracing=True, otel_traces_exporter="none"), "hub"))
+    try:
+        assert tracer.spans.encoded
+        first = tracer._siblings("run-0")
+        assert tracer._siblings("run-0") is first
+        for i in range(MAX_FAMILIES * 2 + 3):
+            tracer._siblings(f"run-{i}")
+            assert len(tracer._families) <= MAX_FAMILIES
+        tracer.reset()
+        assert not tracer._families
+    finally:
+        tracer.shutdown()

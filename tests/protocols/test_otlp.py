@@ -147,6 +147,28 @@ def test_a_shape_writes_the_bytes_span_writes(
 
 
 @settings(max_examples=200, deadline=None)
+@given(
+    name=TEXT, kind=st.sampled_from(list(SpanKind)), ids=st.tuples(IDS128, IDS64, IDS64),
+    times=st.tuples(NANOS, NANOS), constant=ATTRS, attrs=ATTRS, events=EVENTS, links=LINKS,
+    error=st.one_of(st.none(), st.text(max_size=600)),
+)  # fmt: skip
+def test_siblings_write_the_bytes_span_writes(
+    name: str, kind: SpanKind, ids: tuple[int, int, int], times: tuple[int, int],
+    constant: dict[str, Any], attrs: dict[str, Any], events: Any, links: Any, error: str | None,
+) -> None:  # fmt: skip
+    """A run's cue span written from what the run's cue spans share (their trace, their
+    parent, the run's id) is byte for byte the span `span` writes from the whole record."""
+    trace_id, span_id, parent = ids
+    attrs = {k: v for k, v in attrs.items() if k not in constant}
+    siblings = otlp.Siblings(trace_id, parent, constant)
+    record: Any = (name, trace_id, span_id, parent, kind, *times, {**constant, **attrs})
+    record += (events, links, error)
+    assert siblings.span(name, span_id, kind, *times, attrs, events, links, error) == otlp.span(
+        *record
+    )
+
+
+@settings(max_examples=200, deadline=None)
 @given(attrs=ATTRS)
 def test_frozen_attributes_are_written_as_the_same_dict_is(attrs: dict[str, Any]) -> None:
     frozen = otlp.Frozen(attrs)

@@ -231,6 +231,10 @@ def _link(attrs: Mapping[str, Any] | None, remote: bool) -> tuple[bytes, bytes]:
     return _SPAN_LINK + _varint(len(tail) + 28) + _LINK_TRACE_FIELD, tail
 
 
+# A span's events (name, attributes, time) and links (trace and span ids, remote, sampled,
+# attributes): protocols.telemetry's EventRecord and LinkRecord
+_Events = Sequence[tuple[str, Mapping[str, Any] | None, int]]
+_Links = Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]]
 _PLAIN_LINKS = {  # a link with no attributes, local and remote
     remote: (_SPAN_LINK + _varint(len(flags) + 28) + _LINK_TRACE_FIELD, flags)
     for remote, flags in ((False, _LINK_FLAGS_LOCAL), (True, _LINK_FLAGS_REMOTE))
@@ -239,9 +243,7 @@ _PLAIN_LINKS = {  # a link with no attributes, local and remote
 
 def span(
     name: str, trace_id: int, span_id: int, parent_id: int | None, kind: SpanKind,
-    start_ns: int, end_ns: int, attrs: Mapping[str, Any],
-    events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
-    links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
+    start_ns: int, end_ns: int, attrs: Mapping[str, Any], events: _Events, links: _Links,
     error: str | None,
 ) -> bytes:  # fmt: skip
     """One Span's bytes (a record of protocols.telemetry: its parent, when it has one, is
@@ -260,10 +262,8 @@ def span(
 
 
 def _ending(
-    parts: list[bytes], events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
-    links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
-    error: str | None, root: bool,
-) -> bytes:  # fmt: skip
+    parts: list[bytes], events: _Events, links: _Links, error: str | None, root: bool
+) -> bytes:
     """A span's bytes: `parts` (its ids, name, kind, times and attributes), then its events,
     links, status and flags."""
     for event_name, event_attrs, at in events:
@@ -300,9 +300,7 @@ class Siblings:
 
     def span(
         self, name: str, span_id: int, kind: SpanKind, start_ns: int, end_ns: int,
-        attrs: Mapping[str, Any], events: Sequence[tuple[str, Mapping[str, Any] | None, int]],
-        links: Sequence[tuple[int, int, bool, bool, Mapping[str, Any] | None]],
-        error: str | None,
+        attrs: Mapping[str, Any], events: _Events, links: _Links, error: str | None,
     ) -> bytes:  # fmt: skip
         parts = [self._trace, span_id.to_bytes(8, "big"), self._parent]
         if name:

@@ -7,23 +7,23 @@ no live span: a tuple of plain values when the span ends (no sampler, no attribu
 a quarter of the SDK's cost per span). BUILD_CHUNK records at once are then written, on
 the thread that emitted them, as what the exporter takes: for OTLP (and `none`), each
 span's OTLP/protobuf bytes (protocols.otlp: the message the SDK's encoder would build, at
-a seventh to a tenth of its cost, bench/codec.py; no `ReadableSpan` is made); for any other
-exporter (console, a test's), the SDK's `ReadableSpan`s. A span whose bytes its maker
-writes at once (a specialist's `invoke_agent`, from an `otlp.Shape`; the hub's cue spans,
-from their run's `otlp.Siblings`) goes straight to the export queue (`emit_encoded`). Not on the export thread: a
-second thread busy with Python holds the GIL the event loop wants after each of its socket
-calls, and that costs the process more than the writing does (bench/tracing.py, 5
-alternating rounds: building on the export thread, on/off 0.69x-0.85x the rate, hub
-194-230 us and echo 122-164 us CPU per cue; building here, 0.76x-1.15x, 166-224 us and
-106-168 us). The export thread only joins a batch's spans into one request and posts it
-with the SDK's OTLP/HTTP client (its endpoint, headers, compression, timeout and retries),
-or hands a batch of SDK spans to another exporter. Batching is the SDK batch processor's,
-with its settings: batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every
-OTEL_BSP_SCHEDULE_DELAY or as soon as one is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a
-span is dropped. The exporter: OTLP over HTTP (protobuf) to the standard
-OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (default http://localhost:4318), the console with
-OTEL_TRACES_EXPORTER=console, or nowhere with `none` (CALLBOARD_TRACING=1 still makes the
-spans and propagates their context).
+a seventh to a tenth of its cost, bench/codec.py; no `ReadableSpan` is made); for any
+other exporter (console, a test's), the SDK's `ReadableSpan`s. A span whose bytes its
+maker writes at once (a specialist's `invoke_agent`, from an `otlp.Shape`; the hub's cue
+spans, from their run's `otlp.Siblings`) goes straight to the export queue
+(`emit_encoded`). Not on the export thread: a second thread busy with Python holds the GIL
+the event loop wants after each of its socket calls, and that costs the process more than
+the writing does (bench/tracing.py, 5 alternating rounds: building on the export thread,
+on/off 0.69x-0.85x the rate, hub 194-230 us and echo 122-164 us CPU per cue; building
+here, 0.76x-1.15x, 166-224 us and 106-168 us). The export thread only joins a batch's
+spans into one request and posts it with the SDK's OTLP/HTTP client (its endpoint,
+headers, compression, timeout and retries), or hands a batch of SDK spans to another
+exporter. Batching is the SDK batch processor's, with its settings: batches of at most
+OTEL_BSP_MAX_EXPORT_BATCH_SIZE, exported every OTEL_BSP_SCHEDULE_DELAY or as soon as one
+is full; past OTEL_BSP_MAX_QUEUE_SIZE waiting, a span is dropped. The exporter: OTLP over
+HTTP (protobuf) to the standard OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT (default
+http://localhost:4318), the console with OTEL_TRACES_EXPORTER=console, or nowhere with
+`none` (CALLBOARD_TRACING=1 still makes the spans and propagates their context).
 Off, nothing here runs.
 """
 

@@ -86,11 +86,12 @@ class CommandStore:
         """Each answer onto its asker's stream (or its own list), and the entries done, in
         one transaction: out of memory Redis refuses the answers but not the XACK and XDEL,
         so pipelined a command left its stream unanswered; refused whole, it stays pending
-        and the next term serves it again (on a Redis Cluster, one MULTI per slot in the
-        order queued, the entries' slot last unless an answer shares it). Both expire when
-        no one reads them."""
+        and the next term serves it again. On a Redis Cluster no transaction spans slots:
+        the answers go first (one MULTI per slot), and the entries are done once every
+        answer landed, so an answer refused in one slot leaves every command of the batch
+        to be served again. Both expire when no one reads them."""
 
-        def build(pipe: Pipeline) -> None:
+        def filed(pipe: Pipeline) -> None:
             streams: set[str] = set()  # each asker's expires once a batch, after its answers
             for command_id, asker, answer in answers:
                 if asker is None:
@@ -103,7 +104,18 @@ class CommandStore:
                 streams.add(stream)
             for stream in streams:
                 pipe.expire(stream, REPLY_TTL_S)
+
+        def done(pipe: Pipeline) -> None:
             pipe.xack(self.stream, GROUP, *entry_ids)
             pipe.xdel(self.stream, *entry_ids)
 
-        await self.db.pipeline("ANSWER COMMANDS", build, transaction=True)
+        def both(pipe: Pipeline) -> None:
+            filed(pipe)
+            done(pipe)
+
+        if not self.db.is_cluster:
+            await self.db.pipeline("ANSWER COMMANDS", both, transaction=True)
+            return
+        if answers:
+            await self.db.pipeline("ANSWER COMMANDS", filed, transaction=True)
+        await self.db.pipeline("COMMANDS DONE", done, transaction=True)

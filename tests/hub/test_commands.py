@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -305,3 +306,79 @@ async def test_answers_refused_out_of_memory_leave_their_commands_to_be_served_a
     finally:
         stop.set()
         await server
+
+
+async def test_on_a_cluster_commands_are_done_only_once_every_answer_landed(
+    cluster_redis: Any, keys: Keys
+) -> None:
+    """On a Redis Cluster no transaction spans slots, so a batch's answers go one MULTI per
+    slot. Two askers' commands are served in one batch: the first asker's answers share
+    the commands stream's slot, the second's live on another node, which runs out of
+    memory. The entries stay pending until every answer landed: the next term serves both
+    again and the second asker gets its answer (when the XACK and XDEL rode with the
+    first slot's answers, its command was taken off the stream and never answered)."""
+    from redis.crc import key_slot
+
+    from protocols.ids import new_id
+    from protocols.transport import connect
+
+    def slot(key: str) -> int:
+        return int(key_slot(key.encode()))
+
+    def port_of(key: str) -> int:
+        return int(cluster_redis.nodes_manager.get_node_from_slot(slot(key)).port)
+
+    await cluster_redis.initialize()  # the slots' nodes, known
+    commands = keys.commands()
+    near = next(a for a in iter(new_id, None) if slot(keys.answers(a)) == slot(commands))
+    far = next(a for a in iter(new_id, None) if port_of(keys.answers(a)) != port_of(commands))
+    stores = {}
+    for name, asker in (("near", near), ("far", far)):
+        stores[name] = store = CommandStore(Storage(cluster_redis), keys)
+        store.answers.asker, store.answers.stream = asker, keys.answers(asker)
+    server_store = stores["near"]
+    served: list[str] = []
+
+    async def go(cmd: Go) -> GoReply:
+        served.append(cmd.cue_id)
+        return GoReply(state="go", attempt=len(served))
+
+    answer = server_store.answer
+    far_node = connect(f"redis://127.0.0.1:{port_of(keys.answers(far))}")
+
+    async def far_out_of_memory_first(*args: Any) -> None:
+        server_store.answer = answer  # type: ignore[method-assign]
+        restore = await run_out_of_memory(far_node)
+        try:
+            await answer(*args)
+        finally:
+            await restore()
+
+    server_store.answer = far_out_of_memory_first  # type: ignore[method-assign]
+    await server_store.ensure_group()
+    try:
+        asked = {}
+        # queued in this order, so the near answer comes first in the batch
+        for count, name in enumerate(("near", "far"), 1):
+            call = CommandClient(stores[name]).call(Go(run_id="r", cue_id=name), 20)
+            asked[name] = asyncio.create_task(call)
+            await eventually(partial(_queued, cluster_redis, commands, count), 5)
+        stop = asyncio.Event()
+        handlers = Handlers().on(Go, go)
+        with pytest.raises(TransportError, match="out of memory"):  # the first term's server
+            await CommandServer(server_store, "hub-a", handlers).run(stop)
+        assert served == ["near", "far"]
+        server = asyncio.create_task(CommandServer(server_store, "hub-b", handlers).run(stop))
+        try:
+            assert await asyncio.wait_for(asked["far"], 20) == GoReply(state="go", attempt=4)
+            assert await asyncio.wait_for(asked["near"], 5) == GoReply(state="go", attempt=1)
+            assert sorted(served[2:]) == ["far", "near"]  # the whole batch, served again
+        finally:
+            stop.set()
+            await server
+    finally:
+        await far_node.aclose()
+
+
+async def _queued(client: Any, stream: str, count: int) -> bool:
+    return int(await client.xlen(stream)) >= count

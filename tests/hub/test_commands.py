@@ -275,28 +275,12 @@ async def test_answers_refused_out_of_memory_leave_their_commands_to_be_served_a
     stream and its answer lost). The term's server fails; the next serves it again, and
     the asker gets its answer."""
     store = CommandStore(Storage(real_redis), keys)
-    served: list[str] = []
-
-    async def go(cmd: Go) -> GoReply:
-        served.append(cmd.cue_id)
-        return GoReply(state="go", attempt=len(served))
-
-    answer = store.answer
-
-    async def out_of_memory_first(*args: Any) -> None:
-        store.answer = answer  # type: ignore[method-assign]
-        restore = await run_out_of_memory(real_redis)
-        try:
-            await answer(*args)
-        finally:
-            await restore()
-
-    store.answer = out_of_memory_first  # type: ignore[method-assign]
+    served, handlers = _counting_gos()
+    _answer_first_out_of_memory(store, real_redis)
     await store.ensure_group()
     client = CommandClient(store)
     asked = asyncio.create_task(client.call(Go(run_id="r1", cue_id="C"), 15))
     stop = asyncio.Event()
-    handlers = Handlers().on(Go, go)
     with pytest.raises(TransportError, match="out of memory"):  # the first term's server
         await CommandServer(store, "hub-a", handlers).run(stop)
     server = asyncio.create_task(CommandServer(store, "hub-b", handlers).run(stop))
@@ -337,24 +321,9 @@ async def test_on_a_cluster_commands_are_done_only_once_every_answer_landed(
         stores[name] = store = CommandStore(Storage(cluster_redis), keys)
         store.answers.asker, store.answers.stream = asker, keys.answers(asker)
     server_store = stores["near"]
-    served: list[str] = []
-
-    async def go(cmd: Go) -> GoReply:
-        served.append(cmd.cue_id)
-        return GoReply(state="go", attempt=len(served))
-
-    answer = server_store.answer
+    served, handlers = _counting_gos()
     far_node = connect(f"redis://127.0.0.1:{port_of(keys.answers(far))}")
-
-    async def far_out_of_memory_first(*args: Any) -> None:
-        server_store.answer = answer  # type: ignore[method-assign]
-        restore = await run_out_of_memory(far_node)
-        try:
-            await answer(*args)
-        finally:
-            await restore()
-
-    server_store.answer = far_out_of_memory_first  # type: ignore[method-assign]
+    _answer_first_out_of_memory(server_store, far_node)
     await server_store.ensure_group()
     try:
         asked = {}
@@ -364,7 +333,6 @@ async def test_on_a_cluster_commands_are_done_only_once_every_answer_landed(
             asked[name] = asyncio.create_task(call)
             await eventually(partial(_queued, cluster_redis, commands, count), 5)
         stop = asyncio.Event()
-        handlers = Handlers().on(Go, go)
         with pytest.raises(TransportError, match="out of memory"):  # the first term's server
             await CommandServer(server_store, "hub-a", handlers).run(stop)
         assert served == ["near", "far"]
@@ -382,3 +350,29 @@ async def test_on_a_cluster_commands_are_done_only_once_every_answer_landed(
 
 async def _queued(client: Any, stream: str, count: int) -> bool:
     return int(await client.xlen(stream)) >= count
+
+
+def _counting_gos() -> tuple[list[str], Handlers]:
+    """Handlers that answer each Go with its count so far, and the cue ids served."""
+    served: list[str] = []
+
+    async def go(cmd: Go) -> GoReply:
+        served.append(cmd.cue_id)
+        return GoReply(state="go", attempt=len(served))
+
+    return served, Handlers().on(Go, go)
+
+
+def _answer_first_out_of_memory(store: CommandStore, server: Any) -> None:
+    """`store`'s first `answer` runs with `server` out of memory (set back after it)."""
+    answer = store.answer
+
+    async def out_of_memory_first(*args: Any) -> None:
+        store.answer = answer  # type: ignore[method-assign]
+        restore = await run_out_of_memory(server)
+        try:
+            await answer(*args)
+        finally:
+            await restore()
+
+    store.answer = out_of_memory_first  # type: ignore[method-assign]

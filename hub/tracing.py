@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 # Phases that are span events of a cue attempt, with the CueRun time each one started at
 # (a re-opened span gets the ones that passed before this hub saw them).
 _PHASES = (("warning", "warned_at"), ("standby", "standby_at"), ("go", "go_at"))
+_BEFORE = {name: _PHASES[:i] for i, (name, _) in enumerate(_PHASES)}  # else: all of them
 _ENDS = frozenset({CueState.COMPLETED, CueState.FAILED, CueState.CANCELLED, CueState.BLOCKED})
 # the states a cue's span shows (GO: its own "go" event), as strings: an enum member's
 # hash and `.value` are Python code, a str's are not
@@ -87,16 +88,17 @@ def _ns(seconds: float) -> int:
 
 @dataclass(slots=True)
 class _Cue:
-    """The span of one cue attempt, open: emitted when the attempt ends."""
+    """The span of one cue attempt, open: emitted when the attempt ends. Its attributes
+    are its cue's id, its attempt and, when it ended other than completed, `state`."""
 
     attempt: int
     span_id: int
     start_ns: int
-    attributes: dict[str, Any]
     events: list[EventRecord]
     links: list[LinkRecord] | None = None  # made with the first (most cues have one or none)
     linked: str | None = None  # the traceparent of the last link made
     error: str | None = None
+    state: str | None = None  # `callboard.cue.state`: how it ended, when not completed
 
 
 @dataclass(slots=True)
@@ -121,6 +123,7 @@ class HubTracer:
         # its step opens takes it (no cache outlives the write for the collector to rescan)
         self._derived: dict[tuple[str, str, int], int] = {}
         self._families: dict[str, Siblings] = {}  # run id -> its cue spans' shared bytes
+        self._encoded = spans.encoded  # cue spans written as their bytes (else the SDK's)
 
     @classmethod
     def from_settings(
@@ -300,7 +303,8 @@ class HubTracer:
         cue_id = event.get("cue")
         if cue_id is None or (cr := run.cues.get(cue_id)) is None:
             return
-        at = _ns(float(event.get("at") or 0.0))
+        at = event.get("at")
+        at = int(float(at) * 1e9) if at else 0
         attempt = int(event.get("attempt") or cr.attempt)
         if kind == "cue":
             state = str(event["state"])  # the engine's events hold the member
@@ -315,7 +319,7 @@ class HubTracer:
                     reason = event.get("reason") or state
                     span.events.append((state, {"reason": reason}, at))
                     span.error = reason
-                    span.attributes["callboard.cue.state"] = state
+                    span.state = state
                 self._end_cue(run.run_id, cue_id, at)
         elif kind == "go":
             span = self._cue(run, cue_id, attempt, at, "go")
@@ -332,28 +336,30 @@ class HubTracer:
         """The span of this attempt: open already, or opened now at `phase` (its first, or
         a later one when this hub did not see it start: after a restart or a change of
         leader); an older attempt's span ends here."""
-        held = self._open(run.run_id, cue_id)
+        run_id = run.run_id
+        cues = self._cues.get(run_id)
+        held = None if cues is None else cues.get(cue_id)
         if held is not None:
             if held.attempt == attempt:
                 return held
-            held.attributes["callboard.cue.state"] = "retried"
-            self._end_cue(run.run_id, cue_id, at)
+            held.state = "retried"
+            self._end_cue(run_id, cue_id, at)
+            cues = self._cues.get(run_id)
         cr = run.cues[cue_id]
         started: list[EventRecord] = []
         start = at
         if cr.attempt == attempt:  # the phases this attempt passed before `phase`
-            for name, field_name in _PHASES:
-                if name == phase:
-                    break
+            for name, field_name in _BEFORE.get(phase, _PHASES):
                 if (t := getattr(cr, field_name)) is not None:
                     started.append((name, _RESUMED, _ns(t)))
                     start = min(start, _ns(t))
-        attrs: dict[str, Any] = {CUE_ID: cue_id, ATTEMPT: attempt}
-        span_id = self._derived.get((run.run_id, cue_id, attempt)) or cue_span_id(
-            run.run_id, cue_id, attempt
+        span_id = self._derived.get((run_id, cue_id, attempt)) or cue_span_id(
+            run_id, cue_id, attempt
         )
-        span = _Cue(attempt, span_id, start, attrs, started)
-        self._cues.setdefault(run.run_id, {})[cue_id] = span
+        span = _Cue(attempt, span_id, start, started)
+        if cues is None:
+            cues = self._cues[run_id] = {}
+        cues[cue_id] = span
         return span
 
     def _open(self, run_id: str, cue_id: str) -> _Cue | None:
@@ -367,18 +373,21 @@ class HubTracer:
         if not cues:
             del self._cues[run_id]
         name, links = f"cue {cue_id}", span.links or ()
-        if not self.spans.encoded:  # the SDK's spans, for another exporter
+        attrs: dict[str, Any] = {CUE_ID: cue_id, ATTEMPT: span.attempt}
+        if span.state is not None:
+            attrs["callboard.cue.state"] = span.state
+        if not self._encoded:  # the SDK's spans, for another exporter
             self.spans.emit(
                 name, run_trace_id(run_id), span.span_id, run_span_id(run_id),
-                SpanKind.INTERNAL, span.start_ns, at, {RUN_ID: run_id, **span.attributes},
+                SpanKind.INTERNAL, span.start_ns, at, {RUN_ID: run_id, **attrs},
                 span.events, links, span.error,
             )  # fmt: skip
             return
+        siblings = self._families.get(run_id) or self._siblings(run_id)
         try:  # its bytes now, from what the run's cue spans share (written once)
-            written = self._siblings(run_id).span(
-                name, span.span_id, SpanKind.INTERNAL, span.start_ns, at, span.attributes,
-                span.events, links, span.error,
-            )  # fmt: skip
+            written = siblings.span(
+                name, span.span_id, span.start_ns, at, attrs, span.events, links, span.error
+            )
         except (TypeError, ValueError) as exc:  # a cue id that is not UTF-8: this span
             log.warning("span %r left out: %s", name, exc)
             return
@@ -391,7 +400,7 @@ class HubTracer:
             if len(self._families) >= MAX_FAMILIES:
                 self._families.clear()
             found = self._families[run_id] = Siblings(
-                run_trace_id(run_id), run_span_id(run_id), {RUN_ID: run_id}
+                run_trace_id(run_id), run_span_id(run_id), SpanKind.INTERNAL, {RUN_ID: run_id}
             )
         return found
 
@@ -399,7 +408,7 @@ class HubTracer:
         start = run.started_at or run.created_at
         end = _ns(max(run.completed_at or start, start))
         for cue_id, span in list(self._cues.get(run.run_id, {}).items()):  # its cues' only
-            span.attributes["callboard.cue.state"] = run.cues[cue_id].state.value
+            span.state = run.cues[cue_id].state.value
             self._end_cue(run.run_id, cue_id, end)
         self._families.pop(run.run_id, None)
         attrs: dict[str, Any] = {

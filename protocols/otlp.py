@@ -266,8 +266,13 @@ def _ending(
 ) -> bytes:
     """A span's bytes: `parts` (its ids, name, kind, times and attributes), then its events,
     links, status and flags."""
-    for event_name, event_attrs, at in events:
-        lead, tail = _event(event_name, event_attrs)
+    for event_name, event_attrs, at in events:  # `_event`'s, its kept parts looked up here
+        found = (
+            _events.get(event_name) if event_attrs is None
+            else event_attrs.events.get(event_name) if type(event_attrs) is Frozen
+            else None
+        )  # fmt: skip
+        lead, tail = found or _event(event_name, event_attrs)
         parts += (lead, _Q.pack(at), tail)
     for link_trace, link_span, remote, _, link_attrs in links:
         lead, tail = _link(link_attrs, remote)
@@ -287,27 +292,30 @@ def _ending(
 
 
 class Siblings:
-    """Spans of one trace under one parent whose attributes start with the same ones (a
-    run's cue spans): the bytes `span` writes for them, with what they share written once.
-    `attrs` given to `span` are the ones after `constant`, under other keys."""
+    """Spans of one trace under one parent, of one kind, whose attributes start with the
+    same ones (a run's cue spans): the bytes `span` writes for them, with what they share
+    written once. `attrs` given to `span` are the ones after `constant`, under other keys."""
 
-    __slots__ = ("_constant", "_parent", "_trace")
+    __slots__ = ("_constant", "_kind", "_parent", "_trace")
 
-    def __init__(self, trace_id: int, parent_id: int, constant: Mapping[str, Any]) -> None:
+    def __init__(
+        self, trace_id: int, parent_id: int, kind: SpanKind, constant: Mapping[str, Any]
+    ) -> None:
         self._trace = _TRACE_FIELD + trace_id.to_bytes(16, "big") + _ID_FIELD
         self._parent = _PARENT_FIELD + parent_id.to_bytes(8, "big")
+        self._kind = _KIND_START[kind]
         self._constant = attributes(_SPAN_ATTR, constant)
 
     def span(
-        self, name: str, span_id: int, kind: SpanKind, start_ns: int, end_ns: int,
-        attrs: Mapping[str, Any], events: _Events, links: _Links, error: str | None,
+        self, name: str, span_id: int, start_ns: int, end_ns: int, attrs: Mapping[str, Any],
+        events: _Events, links: _Links, error: str | None,
     ) -> bytes:  # fmt: skip
         parts = [self._trace, span_id.to_bytes(8, "big"), self._parent]
         if name:
             parts += (_SPAN_NAME, _prefixed(name.encode()))
         parts += (
-            _KIND_START[kind], _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)),
-            self._constant, attributes(_SPAN_ATTR, attrs),
+            self._kind, _TIMES.pack(start_ns, _SPAN_END, max(end_ns, start_ns)), self._constant,
+            attributes(_SPAN_ATTR, attrs),
         )  # fmt: skip
         return _ending(parts, events, links, error, False)
 

@@ -160,12 +160,10 @@ def test_siblings_write_the_bytes_span_writes(
     parent, the run's id) is byte for byte the span `span` writes from the whole record."""
     trace_id, span_id, parent = ids
     attrs = {k: v for k, v in attrs.items() if k not in constant}
-    siblings = otlp.Siblings(trace_id, parent, constant)
+    siblings = otlp.Siblings(trace_id, parent, kind, constant)
     record: Any = (name, trace_id, span_id, parent, kind, *times, {**constant, **attrs})
     record += (events, links, error)
-    assert siblings.span(name, span_id, kind, *times, attrs, events, links, error) == otlp.span(
-        *record
-    )
+    assert siblings.span(name, span_id, *times, attrs, events, links, error) == otlp.span(*record)
 
 
 @settings(max_examples=200, deadline=None)

@@ -319,7 +319,7 @@ class Router:
             step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
-                self.driver.tracer.received(engine_msgs)
+                self.driver.tracer.received(engine_msgs, self.driver.engine)
             await self.driver.step(step, quiet_may_wait=only_audit and not bad)
         elif defer and self.transport.writes_ride_reads and (forwards or acked):
             self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from hub.engine import guard
 from hub.engine.outbox import Outbox
 from hub.engine.state import RunState
 from protocols.codec import Envelope
@@ -57,6 +58,7 @@ from protocols.tracecontext import (
 
 if TYPE_CHECKING:
     from hub.engine.base import EngineBase
+    from hub.engine.core import Engine
 
 # Phases that are span events of a cue attempt, with the CueRun time each one started at
 # (a re-opened span gets the ones that passed before this hub saw them).
@@ -248,23 +250,31 @@ class HubTracer:
         self._derived.clear()
 
     # -- receiving ------------------------------------------------------------------------
-    def received(self, messages: Sequence[Envelope]) -> None:
+    def received(self, messages: Sequence[Envelope], engine: Engine) -> None:
         """Messages about to be handed to the engine: the context each came with (the
         sender's span, e.g. a specialist's `invoke_agent`) becomes a link of its cue's open
         span (the consumer side as links, not a span per message: see `stamp`). What the
-        message did shows as the cue's phase events."""
+        message did shows as the cue's phase events. Only a sender that may answer for the
+        cue (the engine's own rule, `guard.is_target`) is linked: another agent naming the
+        cue is refused by the engine and leaves no trace in the cue's span."""
         cues = self._cues
         for msg in messages:
             traceparent = msg.traceparent
             if traceparent is None or (open_ := cues.get(msg.run_id or "")) is None:
                 continue
-            held = open_.get(msg.cue_id or "")
+            cue_id = msg.cue_id or ""
+            held = open_.get(cue_id)
             if held is None:  # outside a cue, or its span is not open on this hub
                 continue
             if traceparent == held.linked or (
                 getattr(msg.payload, "attempt", held.attempt) != held.attempt
             ):  # the sender's span linked last (its started, then its completion), or a
                 continue  # late reply to an earlier attempt
+            run = engine.runs.get(msg.run_id or "")
+            if run is None or cue_id not in run.cues:
+                continue
+            if not guard.is_target(engine, run, cue_id, msg.from_agent):
+                continue  # not the cue's to answer: the engine refuses it
             trace_id, span_id, sampled = parse_traceparent(traceparent)
             if held.links is None:
                 held.links = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from hub import commands as c
 from hub.service import Hub, HubSettings
 from protocols import payloads as p
 from protocols.canonical import canonical_json
-from protocols.codec import decode, encode
+from protocols.codec import Envelope, decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
@@ -197,10 +197,14 @@ async def test_tracing_off_writes_no_traceparent_and_makes_no_span(
     assert hub_spans.get_finished_spans() == () and agent_spans.get_finished_spans() == ()
 
 
-async def _played(hub: Hub, run_id: str, traceparents: Iterator[str]) -> None:
+async def _played(
+    hub: Hub, run_id: str, traceparents: Iterator[str],
+    first: Callable[[Envelope], Awaitable[None]] | None = None,
+) -> None:  # fmt: skip
     """Run `run_id` of a one-cue cuelist whose agent, mallory, is played here: it answers
     each phase with the next of `traceparents` (whatever the hub sent it), until the run
-    ends; mallory's messages were routed as usual (no dead letter) and the run succeeded."""
+    ends; mallory's messages were routed as usual (no dead letter) and the run succeeded.
+    `first` is awaited with the run's first message to mallory, before it is answered."""
     text = "cuelist: mallory\ncues:\n  - {id: ONLY, target_agents: [mallory]}\n"
     parsed, version = load_cuelist(text)
     await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
@@ -215,6 +219,8 @@ async def _played(hub: Hub, run_id: str, traceparents: Iterator[str]) -> None:
                 continue
             if msg.message_type not in ANSWERS:
                 continue
+            if first is not None and not answered:
+                await first(msg)
             answered.add(msg.message_id)
             mt, payload = ANSWERS[msg.message_type]
             body = json.loads(encode(msg.reply(mt, payload)))
@@ -243,6 +249,34 @@ async def test_a_malformed_traceparent_from_a_specialist_breaks_nothing(
     assert [e.name for e in cue.events] == ["warning", "standby", "go", "completed"]
     assert not cue.links  # nothing to link to: every traceparent it sent was ignored
     assert cue.context.trace_id == run_trace_id("run-bad-trace")
+
+
+async def test_a_cues_span_links_only_what_its_own_targets_send(
+    running: tuple[Hub, InMemorySpanExporter, InMemorySpanExporter],
+) -> None:
+    """eve, no target of mallory's cue, answers its WARNING first, naming the cue and
+    carrying a trace context of the run's own trace: the engine refuses the answer (an
+    escalation, not a dead letter), and the cue's span links mallory's three answers only."""
+    hub, hub_spans, _ = running
+    client, run_id = hub.transport._client, "run-eve"
+
+    async def eve_answers(warning: Envelope) -> None:
+        body = json.loads(encode(warning.reply(T.ACK_WARNING, p.AckWarning(attempt=1))))
+        body.update(from_agent="eve", traceparent=trace_context(run_id, 0xE5E))
+        await client.xadd(hub.keys.out("eve"), {STREAM_FIELD: json.dumps(body)})
+
+        async def routed() -> bool:  # the router has read it (and the tracer seen it)
+            entries = await client.xrange(hub.keys.audit)
+            return any(body["message_id"].encode() in f[STREAM_FIELD.encode()] for _, f in entries)
+
+        await eventually(routed, 10)
+
+    mallory = iter(trace_context(run_id, 0xC0DE + n) for n in range(10))
+    await _played(hub, run_id, mallory, first=eve_answers)
+    (cue,) = await _exported(hub, hub_spans, "cue ONLY", run_trace_id(run_id))
+    assert {link.context.span_id for link in cue.links} == {0xC0DE, 0xC0DE + 1, 0xC0DE + 2}
+    escalations = await hub.store.escalations(limit=100)
+    assert any(e.cause == "not_in_run:eve" for e in escalations), escalations
 
 
 async def test_a_hub_that_did_not_see_a_cue_start_reopens_its_span_under_its_id(

@@ -45,24 +45,32 @@ COUNTERS_MAX = 32  # named counters in one report (and kept per run)
 CounterName = Annotated[str, StringConstraints(pattern=COUNTER_PATTERN)]
 
 
+USAGE_MAX = 2**63 - 1  # tokens, and each named counter: in a report and in a total (int64)
+COST_MAX = 1e15  # cost: in a report and in a total
+
+
 class Usage(Payload):
     """What a specialist spent on a cue, counted against the run's budget: reported with
-    `status.completed` (`usage`) or a `task.context` write (`metadata.usage`)."""
+    `status.completed` (`usage`) or a `task.context` write (`metadata.usage`). A report
+    past a cap (tokens and each counter 2^63 - 1, cost 10^15) is refused, and a run's or a
+    cue's total stops at it: no report, however large or often sent, breaks the sum."""
 
-    tokens: int = Field(default=0, ge=0)
-    cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    counters: dict[CounterName, Annotated[int, Field(ge=0)]] = Field(
+    tokens: int = Field(default=0, ge=0, le=USAGE_MAX)
+    cost: float = Field(default=0.0, ge=0, le=COST_MAX, allow_inf_nan=False)
+    counters: dict[CounterName, Annotated[int, Field(ge=0, le=USAGE_MAX)]] = Field(
         default_factory=dict, max_length=COUNTERS_MAX
     )
 
     def plus(self, other: Usage, keep: int = COUNTERS_MAX) -> Usage:
-        """The sum of two usages; counter names past the first `keep` are left out."""
+        """The sum of two usages, each total stopping at its cap; counter names past the
+        first `keep` are left out."""
         counters = dict(self.counters)
         for name, n in other.counters.items():
             if name in counters or len(counters) < keep:
-                counters[name] = counters.get(name, 0) + n
-        cost = round(self.cost + other.cost, 9)  # sums of cents stay exact to read
-        return Usage(tokens=self.tokens + other.tokens, cost=cost, counters=counters)
+                counters[name] = min(counters.get(name, 0) + n, USAGE_MAX)
+        cost = min(round(self.cost + other.cost, 9), COST_MAX)  # sums of cents stay exact
+        tokens = min(self.tokens + other.tokens, USAGE_MAX)
+        return Usage(tokens=tokens, cost=cost, counters=counters)
 
 
 class StatusCompleted(Payload):

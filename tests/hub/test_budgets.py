@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hub.metrics import Metrics
 from protocols import payloads as p
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
@@ -20,6 +21,14 @@ cues:
   - {id: A, target_agents: [a], auto_follow: B}
   - {id: B, target_agents: [b], auto_follow: C}
   - {id: C, target_agents: [a]}
+"""
+
+
+TWO = """
+cuelist: two
+cues:
+  - {id: A, target_agents: [a], auto_follow: B}
+  - {id: B, target_agents: [b]}
 """
 
 
@@ -87,6 +96,26 @@ cues:
   - {id: B, target_agents: [b]}
   - {id: C, target_agents: [c], depends_on: [A, B]}
 """
+
+
+def test_totals_stop_at_their_caps_so_no_report_can_break_a_step() -> None:
+    """The most a report may hold, cue after cue: each total stops at its cap and the run
+    goes on (two costs of 1e308 once summed past float's range mid-step; a step that
+    raises ends the term, and the next handled the same report again: the hub stalled).
+    The metrics take such a report too (an int past a float's range once broke them)."""
+    sim = Sim(plan_of(TWO))
+    sim.start()
+    most = {"tokens": p.USAGE_MAX, "cost": p.COST_MAX, "counters": {"calls": p.USAGE_MAX}}
+    _call(sim, "A", "a", **most)
+    _call(sim, "B", "b", **most)
+    run = sim.run()
+    assert run.usage == p.Usage(**most)
+    assert sim.cue("B").usage == p.Usage(**most)
+    assert run.status is RunStatus.SUCCESS
+    metrics = Metrics()
+    metrics.usage({"agent": "a", **most})
+    metrics.usage({"agent": "a", **most})
+    assert metrics.usage_tokens.labels("a")._value.get() == 2.0 * p.USAGE_MAX
 
 
 def test_a_held_go_waits_for_the_operator_past_its_standby_deadline() -> None:

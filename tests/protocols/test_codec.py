@@ -117,3 +117,22 @@ def test_oversized_refused_before_parsing() -> None:
 def test_handoff_context_provided_keys() -> None:
     ctx = p.HandoffContext(implemented_code="x", work_completed=["done"])  # type: ignore[call-arg]
     assert ctx.provided_keys() == {"implemented_code", "work_completed"}
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"tokens": p.USAGE_MAX + 1}, {"tokens": 10**400}, {"cost": p.COST_MAX * 2},
+     {"counters": {"calls": p.USAGE_MAX + 1}}],
+)  # fmt: skip
+def test_a_usage_report_past_its_caps_is_refused_with_its_reason(usage: dict[str, Any]) -> None:
+    """A report no total could add without breaking a step (a sum past float's range, an
+    int no metric or JSON reader takes) is a bad message: a dead letter with its reason."""
+    done = make(MessageType.STATUS_COMPLETED, p.StatusCompleted(), run_id="r", cue_id="C")
+    body = json.loads(encode(done))
+    body["payload"]["usage"] = usage
+    with pytest.raises(DecodeError) as caught:
+        decode(json.dumps(body).encode())
+    assert "payload.usage" in caught.value.reason
+    most = {"tokens": p.USAGE_MAX, "cost": p.COST_MAX, "counters": {"calls": p.USAGE_MAX}}
+    body["payload"]["usage"] = most
+    assert decode(json.dumps(body).encode()).payload.usage == p.Usage(**most)  # type: ignore[attr-defined]

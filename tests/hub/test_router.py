@@ -2,40 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import Envelope, decode, encode, make
 from protocols.errors import OutOfMemory
 from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
-from protocols.settings import Settings
 from protocols.transport import WriteAhead
 from protocols.validation import load_cuelist
 from tests.helpers import eventually, run_out_of_memory
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-async def hub(settings: Settings) -> AsyncIterator[Hub]:
-    hub = Hub(HubSettings(**settings.model_dump(), lease_ms=2000))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    await asyncio.wait_for(hub.leading.wait(), 10)
-    yield hub
-    stop.set()
-    await asyncio.wait_for(task, 10)
-    await hub.close()
 
 
 async def _send(hub: Hub, agent: str, raw: bytes | Envelope, field: str = STREAM_FIELD) -> None:

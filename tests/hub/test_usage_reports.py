@@ -3,37 +3,19 @@ the caps are refused, totals stop at the caps, and the hub goes on serving the r
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-
 import pytest
 
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
-from protocols.settings import Settings
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
 GREEDY = "cuelist: greedy\ncues:\n  - {id: ONLY, target_agents: [mallory], coordination: direct}\n"
-
-
-@pytest.fixture
-async def hub(settings: Settings) -> AsyncIterator[Hub]:
-    hub = Hub(HubSettings(**settings.model_dump(), lease_ms=2000))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    await asyncio.wait_for(hub.leading.wait(), 10)
-    try:
-        yield hub
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 15)
-        await hub.close()
 
 
 async def test_usage_past_a_float_or_the_caps_leaves_the_hub_serving(hub: Hub) -> None:

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from protocols.settings import Settings
+from tests.hub.running import running_hub
 
 
 @pytest.fixture
 async def hub(settings: Settings) -> AsyncIterator[Hub]:
     """A hub leading (a 2 s lease), stopped and closed after the test."""
-    hub = Hub(HubSettings(**settings.model_dump(), lease_ms=2000))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    await asyncio.wait_for(hub.leading.wait(), 10)
-    try:
+    async with running_hub(settings, lease_ms=2000) as hub:
         yield hub
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 15)
-        await hub.close()

@@ -4,7 +4,6 @@ and a start served twice (sent twice, or again for a run Redis holds) starts not
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from hub import commands as c
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from hub.store.state import StateStore
 from protocols.canonical import canonical_json
 from protocols.errors import Unreachable
@@ -21,6 +20,7 @@ from protocols.settings import Settings
 from protocols.validation import load_cuelist
 from specialists.builtin.echo import Echo
 from tests.helpers import eventually
+from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
 PLAIN = "cuelist: plain\ncues:\n  - {id: ONLY, target_agents: [s-echo]}\n"
@@ -35,19 +35,6 @@ async def echo(settings: Settings) -> AsyncIterator[None]:
     finally:
         agent.stop()
         await asyncio.wait_for(task, 15)
-
-
-@contextlib.asynccontextmanager
-async def _hub(settings: Settings) -> AsyncIterator[Hub]:
-    hub = Hub(HubSettings(**settings.model_dump()))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    try:
-        yield hub
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 15)
-        await hub.close()
 
 
 async def _stored(hub: Hub) -> str:
@@ -65,7 +52,7 @@ async def _run_events(hub: Hub, run_id: str) -> list[dict[str, Any]]:
 async def test_a_start_sent_twice_in_one_batch_starts_one_run(
     settings: Settings, echo: None
 ) -> None:
-    async with _hub(settings) as hub:
+    async with running_hub(settings, lead=False) as hub:
         version = await _stored(hub)
         run_id = new_id()
         start = c.StartRun(cuelist="plain", version=version, run_id=run_id)
@@ -90,7 +77,7 @@ async def test_a_start_for_a_run_redis_holds_answers_it_and_starts_nothing(
     settings: Settings, echo: None
 ) -> None:
     run_id = new_id()
-    async with _hub(settings) as hub:
+    async with running_hub(settings, lead=False) as hub:
         await asyncio.wait_for(hub.leading.wait(), 10)
         version = await _stored(hub)
         start = c.StartRun(cuelist="plain", version=version, run_id=run_id)
@@ -102,7 +89,9 @@ async def test_a_start_for_a_run_redis_holds_answers_it_and_starts_nothing(
 
         await eventually(done, 10, message="the run succeeds")
         before = await _run_events(hub, run_id)
-    async with _hub(settings) as hub:  # a new leader: the ended run is not in its memory
+    async with running_hub(
+        settings, lead=False
+    ) as hub:  # a new leader: the ended run is not in its memory
         await asyncio.wait_for(hub.leading.wait(), 10)
         assert run_id not in hub.partitions[0].driver.engine.runs
         reply = await hub.commands.call(start)
@@ -125,7 +114,7 @@ async def test_a_batch_whose_look_up_loses_redis_is_served_when_it_comes_back(
         return await real(store, run_ids)
 
     monkeypatch.setattr(StateStore, "stored_runs", stored_runs)
-    async with _hub(settings) as hub:
+    async with running_hub(settings, lead=False) as hub:
         await asyncio.wait_for(hub.leading.wait(), 10)
         version = await _stored(hub)
         run_id = new_id()

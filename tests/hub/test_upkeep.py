@@ -3,41 +3,28 @@ index; a reopened run is kept; streams are cut to their cap, never past a pendin
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from hub import commands as c
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from protocols.canonical import canonical_json
 from protocols.keys import STREAM_FIELD
 from protocols.settings import Settings
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
+from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
 ONE_CUE = "cuelist: kept\ncues:\n  - {id: ONLY, target_agents: [nobody], ack_timeout_s: 60}\n"
 
 
-async def _hub(settings: Settings, **extra: Any) -> tuple[Hub, asyncio.Event, asyncio.Task[None]]:
-    hub = Hub(HubSettings(**{**settings.model_dump(), "lease_ms": 2000, **extra}))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    await asyncio.wait_for(hub.leading.wait(), 10)
-    return hub, stop, task
-
-
 @pytest.fixture
 async def hub(settings: Settings) -> AsyncIterator[Hub]:
-    hub, stop, task = await _hub(
-        settings, run_retention_s=1.0, upkeep_interval_s=0.2, stream_maxlen=10
-    )
-    yield hub
-    stop.set()
-    await asyncio.wait_for(task, 10)
-    await hub.close()
+    extra = {"run_retention_s": 1.0, "upkeep_interval_s": 0.2, "stream_maxlen": 10}
+    async with running_hub(settings, lease_ms=2000, **extra) as hub:
+        yield hub
 
 
 async def _start(hub: Hub, run_id: str) -> str:
@@ -109,8 +96,8 @@ async def test_streams_are_trimmed_to_the_cap_but_never_past_a_pending_entry(hub
 
 
 async def test_a_retried_run_is_kept_again(settings: Settings) -> None:
-    hub, stop, task = await _hub(settings, run_retention_s=600.0, upkeep_interval_s=60.0)
-    try:
+    extra = {"run_retention_s": 600.0, "upkeep_interval_s": 60.0}
+    async with running_hub(settings, lease_ms=2000, **extra) as hub:
         text = (
             "cuelist: brief\ncues:\n  - {id: ONLY, target_agents: [nobody], ack_timeout_s: 0.2}\n"
         )
@@ -126,10 +113,6 @@ async def test_a_retried_run_is_kept_again(settings: Settings) -> None:
         assert all(0 < t <= 600_000 for t in await _ttls(hub, run_id))
         await hub.commands.call(c.Retry(run_id=run_id, cue_id="ONLY"))
         assert await _ttls(hub, run_id) == [-1, -1]  # running again: kept for ever again
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await hub.close()
 
 
 async def test_groups_of_partitions_that_no_longer_exist_are_dropped(hub: Hub) -> None:

@@ -10,6 +10,8 @@ chooses freely ever makes a new slot, so a flood of made-up run ids costs one es
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from hub.engine.core import Engine
 from hub.engine.state import RunState
 from protocols import payloads as p
@@ -165,8 +167,11 @@ def context(engine: Engine, run: RunState, msg: Envelope) -> None:
     if owner is None:
         run.context_owners[body.key] = sender
         engine.out.owners.append((run.run_id, body.key))
+    # the protocol's sent_at is UTC: one with no offset is read as UTC, never as this
+    # hub's local time (whose timestamp() of 0001-01-01 raises inside the step)
+    sent = msg.sent_at if msg.sent_at.tzinfo else msg.sent_at.replace(tzinfo=UTC)
     entry = {
-        "value": body.value, "source": sender, "timestamp": msg.sent_at.timestamp(),
+        "value": body.value, "source": sender, "timestamp": sent.timestamp(),
         "tags": body.tags, "metadata": body.metadata, "cue_id": msg.cue_id,
     }  # fmt: skip
     engine.out.context.append((run.run_id, body.key, entry))

@@ -5,6 +5,7 @@ run records that stay small whatever it sends."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from hub.engine import guard, inputs
 from hub.engine.state import RECORD_LIST_MAX, RunRecord
@@ -82,6 +83,21 @@ def test_a_runs_context_holds_a_bounded_number_of_keys() -> None:
     assert len(sim.run().context_owners) == guard.CONTEXT_KEYS_MAX
     (full,) = [e for e in sim.engine.escalations.by_id.values() if "full" in e.cause]
     assert full.count == 10
+
+
+def test_a_context_write_sent_at_year_one_without_an_offset_is_read_as_utc() -> None:
+    """A target's `sent_at` of 0001-01-01T00:00:00 (no offset) once made the step raise
+    (a naive datetime's timestamp() is local time: year 0 is out of range), which ends
+    the leader's term, and the next term handled the same write again."""
+    sim = Sim(plan_of(SHARED))
+    sim.start()
+    naive = datetime(1, 1, 1)
+    msg = make(T.TASK_CONTEXT, p.TaskContext(key="k", value=1), from_agent="builder",
+               run_id="r1", cue_id="BUILD", sent_at=naive)  # fmt: skip
+    inputs.handle(sim.engine, msg)
+    sim._drain()
+    (written,) = [entry for o in sim.outs for _, key, entry in o.context if key == "k"]
+    assert written["timestamp"] == naive.replace(tzinfo=UTC).timestamp()
 
 
 def test_100000_made_up_run_ids_make_one_escalation() -> None:

@@ -57,6 +57,7 @@ from hub.a2a.tasks import (
     agent_message,
     context_id,
     needs,
+    plain,
     task_of,
 )
 from hub.api.idempotency import fingerprint
@@ -282,5 +283,5 @@ def _event_update(run: RunState, event_id: str, data: dict[str, Any]) -> TaskSta
         message=agent_message(run, replies.describe(data), f"{run.run_id}:{event_id}"),
     )
     update = TaskStatusUpdateEvent(task_id=run.run_id, context_id=context_id(run), status=status)
-    update.metadata.update({"event_id": event_id, **data})
+    update.metadata.update(plain({"event_id": event_id, **data}))
     return update

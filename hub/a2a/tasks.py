@@ -10,6 +10,8 @@ a `holding` run too. The status message names what it waits for and how to reply
 from __future__ import annotations
 
 import hashlib
+import math
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +43,7 @@ _FINAL = {
     RunStatus.CANCELLED: TaskState.TASK_STATE_CANCELED,
 }
 TERMINAL = frozenset(_FINAL.values())
+FLOAT_INT_MAX = int(sys.float_info.max)  # past it an int has no float (a Struct's number)
 
 
 @dataclass(frozen=True)
@@ -171,5 +174,20 @@ def task_of(
 
 def _value(data: Any) -> Value:
     struct = Struct()
-    struct.update({"v": data})
+    struct.update({"v": plain(data)})
     return struct.fields["v"]
+
+
+def plain(data: Any) -> Any:
+    """JSON data as a protobuf Struct can hold it (what specialists sent is in results,
+    context and events): an int past a float's range as its digits (Struct raises
+    OverflowError), NaN and infinities as null (Struct takes them, but its JSON raises)."""
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [plain(value) for value in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) > FLOAT_INT_MAX:
+        return str(data)
+    return data

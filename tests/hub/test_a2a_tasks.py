@@ -6,9 +6,12 @@ import pytest
 from a2a.helpers import new_data_part, new_text_part
 from a2a.types import Message, Role, TaskState
 from a2a.utils.errors import InvalidParamsError
+from google.protobuf.json_format import MessageToDict
 
+from hub.a2a.handler import _event_update
 from hub.a2a.replies import actions, start_of
 from hub.a2a.tasks import Need, needs, state_of, task_of
+from hub.store.state import ContextEntry
 from tests.hub.sim import Sim, plan_of
 
 GATED = """
@@ -70,3 +73,27 @@ def test_which_cuelist_a_message_starts() -> None:
     )  # fmt: skip
     with pytest.raises(InvalidParamsError, match="name the cuelist"):
         start_of(_reply(new_text_part("run something")))
+
+
+def test_a_result_no_protobuf_number_holds_leaves_the_task_readable() -> None:
+    """A target's result with an int past a float's range made building the task raise
+    (OverflowError), and a NaN in its context made writing the task as JSON raise: every
+    A2A read of the run, and tasks/list of every run while it was among the newest,
+    failed. Such a number is now its digits (the int) or null (NaN, as the REST API
+    writes it)."""
+    plan = plan_of("cuelist: odd\ncues:\n  - {id: ONLY, target_agents: [mallory]}\n")
+    sim = Sim(plan)
+    sim.start()
+    sim.ack_warning("mallory", "ONLY")
+    sim.ack_standby("mallory", "ONLY")
+    sim.complete("mallory", "ONLY", big=10**400, n=2)
+    odd = {"k": ContextEntry(value=[float("nan"), float("-inf"), 10**400], source="mallory")}
+    task = task_of(sim.run(), plan.cuelist, odd)
+    found = {a.artifact_id: MessageToDict(a.parts[0].data) for a in task.artifacts}
+    assert found == {
+        "results": {"ONLY": {"mallory": {"big": str(10**400), "n": 2.0}}},
+        "context": {"k": [None, None, str(10**400)]},
+    }
+    cue_event = [e for _, e in sim.events if e["type"] == "cue" and e.get("result")][-1]
+    update = _event_update(sim.run(), "1-0", cue_event)
+    assert MessageToDict(update)["metadata"]["result"]["mallory"]["big"] == str(10**400)

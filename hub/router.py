@@ -56,6 +56,9 @@ SEEN_CAPACITY = 200_000
 ABSENT_CAPACITY = 10_000
 RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S = 100, 10.0  # unknown run ids asked of Redis, per sender
 RUNLESS_HANDOFF_BURST, RUNLESS_HANDOFFS_PER_S = 100, 10.0
+# What the audit keeps of a message's `target_agents`: the sender's own claim, of any length
+# (an honest one names none, or the one its handoff goes to), so a few names, an id's length.
+AUDIT_RECIPIENTS_MAX, AUDIT_NAME_CHARS = 8, 64
 
 
 @dataclass(slots=True)
@@ -432,6 +435,7 @@ def _audit_entry(messages: list[Envelope]) -> bytes:
     """One audit entry per routed batch, listing every message in it (id, type, who, run)."""
     return orjson.dumps([
         {"id": m.message_id, "type": m.message_type, "from": m.from_agent,
-         "to": m.target_agents, "run": m.run_id, "cue": m.cue_id}
+         "to": [a[:AUDIT_NAME_CHARS] for a in m.target_agents[:AUDIT_RECIPIENTS_MAX]],
+         "run": m.run_id, "cue": m.cue_id}
         for m in messages
     ])  # fmt: skip

@@ -252,6 +252,30 @@ async def _audited(hub: Hub, message_type: str) -> bool:
     return any(m["type"] == message_type for _, f in rows for m in json.loads(f[b"m"]))
 
 
+async def test_what_a_sender_names_as_recipients_does_not_grow_the_audit(hub: Hub) -> None:
+    """`target_agents` of a specialist's message is its own claim, of any length: copied
+    whole into the audit, 200 reports naming 2,400 recipients each (240 KB) grew the audit
+    stream by 50 MB, as much as the sender's own out stream, and the audit keeps them
+    for `CALLBOARD_AUDIT_MAXLEN` batches. The audit keeps a few names, each an id's length."""
+    names = tuple(f"x{i:06d}" + "y" * 90 for i in range(2_400))
+    report = p.StatusReport(replica="r", state="ok")
+    sent = [
+        make(T.STATUS_REPORT, report, from_agent="mallory", target_agents=names) for _ in range(20)
+    ]
+    for message in sent:
+        await _send(hub, "mallory", message)
+    rows = await eventually(lambda: _audit_rows(hub, len(sent)), 10)
+    audited = [m for _, f in rows for m in json.loads(f[b"m"])]
+    assert {m["id"] for m in audited} == {m.message_id for m in sent}
+    assert all(m["to"] == [name[:64] for name in names[:8]] for m in audited)
+    assert sum(len(f[b"m"]) for _, f in rows) < 20 * 2_000
+
+
+async def _audit_rows(hub: Hub, messages: int) -> list[Any]:
+    rows = await hub.transport._client.xrange(hub.keys.audit)
+    return rows if sum(len(json.loads(f[b"m"])) for _, f in rows) >= messages else []
+
+
 async def test_a_reply_for_a_run_that_ended_before_this_term_is_late_not_a_violation(
     hub: Hub,
 ) -> None:

@@ -52,7 +52,9 @@ LABEL_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 LABELS_MAX = 32  # labels one agent may register (specialists are untrusted)
 LABEL_VALUE_CHARS = 256
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
-LabelValue = StrictBool | StrictInt | StrictFloat | Annotated[str, Field(max_length=256)]
+# a number is finite: NaN is written to Redis as null, which reads back as no label value
+Finite = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+LabelValue = StrictBool | StrictInt | Finite | Annotated[str, Field(max_length=256)]
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=LABELS_MAX)]
 _LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from hub.registry import NAME_CHARS, REPLICAS_MAX, Registry
+from hub.store.agents import AgentRecord
 from protocols import payloads as p
-from protocols.codec import make
+from protocols.codec import decode, make
+from protocols.contracts import Contract
+from protocols.errors import DecodeError
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 
@@ -23,3 +28,25 @@ def test_replicas_per_agent_are_bounded_and_live_ones_are_kept() -> None:
     assert len(replicas) == REPLICAS_MAX
     assert "real-1" in replicas and replicas["real-1"].online  # an online one is not evicted
     assert max(len(name) for name in replicas) == NAME_CHARS
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_contract_is_taken_only_as_it_reads_back_from_redis(number: bytes) -> None:
+    """A label of NaN or infinity was taken, and stored as null: a hub that started again
+    read the agent's contract back and it no longer validated, so every look-up of it
+    raised, inside engine steps too (a debugger's reassign candidates, a handoff's check):
+    a step that raises ends the term, and the next one meets it again. Such a label is a
+    bad message now; what is taken reads back as it was."""
+    raw = (
+        b'{"message_type": "status.online", "from_agent": "mallory", "payload": '
+        b'{"replica": "r1", "contract": {"labels": {"load": %s}}}}' % number
+    )
+    with pytest.raises(DecodeError, match="labels"):
+        decode(raw)
+    registry = Registry(transport=Any, store=Any, keys=Keys())  # type: ignore[arg-type]
+    labels = {"gpu": True, "mem_gb": 16, "load": 0.5, "zone": "eu"}
+    online = p.StatusOnline(replica="r1", contract=Contract(labels=labels))
+    registry.apply(make(T.STATUS_ONLINE, online, from_agent="mallory"))
+    stored = registry.agents["mallory"].model_dump_json()  # as hub.store.agents saves it
+    registry.agents = {"mallory": AgentRecord.model_validate_json(stored)}
+    assert registry.contract_of("mallory") == online.contract

@@ -21,14 +21,19 @@ AgentRef = Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)]
 PATTERN_NAMES[AGENT_ID_PATTERN] = "an agent id (lower case letters, digits, _ . -; up to 63)"
 
 
+# keys in each of a contract's lists: specialists are untrusted, and every cue whose
+# `target` is resolved scans the lists of every online agent
+CONTRACT_ITEMS_MAX = 100
+
+
 class Contract(BaseModel):
     """The interface contract of one specialist."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    requires: tuple[ContextKey, ...] = ()
-    provides: tuple[ContextKey, ...] = ()
-    handoff_to: tuple[AgentRef, ...] = ()
+    requires: Annotated[tuple[ContextKey, ...], Field(max_length=CONTRACT_ITEMS_MAX)] = ()
+    provides: Annotated[tuple[ContextKey, ...], Field(max_length=CONTRACT_ITEMS_MAX)] = ()
+    handoff_to: Annotated[tuple[AgentRef, ...], Field(max_length=CONTRACT_ITEMS_MAX)] = ()
     description: str = Field(default="", max_length=2000)
     # what targets by capability may filter on (`labels.gpu`); bounded: agents are untrusted
     labels: Labels = Field(default_factory=dict)

@@ -174,7 +174,6 @@ class Hub:
         try:
             if self.settings.partitions > 1:
                 await self.members.agree(self.settings.partitions)
-            await self.registry.load()
             await self._share_out(stop, terms)
         finally:
             ticker.cancel()
@@ -238,6 +237,8 @@ class Hub:
             if len(terms) >= share and part.index not in free_before:
                 free_now.add(part.index)
                 continue
+            if not terms:  # leading nothing until now: what the leaders learned meanwhile
+                await self.registry.load()
             if await part.leadership.try_acquire():
                 terms[part.index] = self._start_term(part, stop, changed)
         return free_now

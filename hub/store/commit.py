@@ -62,6 +62,12 @@ end
 )
 
 
+def _json(value: object) -> bytes:
+    """A run event's or context entry's JSON, as the run's record is written: what JSON has
+    no number for (NaN, infinities a specialist sent) as null, anything else as its str."""
+    return to_json(value, fallback=str, inf_nan_mode="null")
+
+
 class EngineState(Protocol):
     """What a commit reads of the engine besides its outbox."""
 
@@ -158,13 +164,13 @@ class FencedCommit:
         for run_id, event in out.events:
             ops.append([
                 "XADD", keys.run_events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
-                "e", to_json(event, fallback=str),
+                "e", _json(event),
             ])  # fmt: skip
         for esc in out.escalations.values():
             ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])
         for run_id, key, entry in out.context:
-            ops.append(["HSET", keys.run_context(run_id), key, to_json(entry, fallback=str)])
+            ops.append(["HSET", keys.run_context(run_id), key, _json(entry)])
         owned: dict[str, list[str]] = {}
         for run_id, key in out.owners:
             owned.setdefault(run_id, []).append(key)

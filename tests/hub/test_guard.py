@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fakeredis import FakeAsyncRedis as FakeRedis
 
 from hub.engine import guard, inputs
 from hub.engine.state import RECORD_LIST_MAX, RunRecord
+from hub.store.commit import FencedCommit
 from hub.store.layout import HEADER, run_fields
 from protocols import payloads as p
 from protocols.codec import make
+from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.states import CueState, RunStatus, Severity
+from protocols.transport import Storage
 from tests.hub.sim import Sim, plan_of
 
 SHARED = """
@@ -217,3 +224,37 @@ def test_record_lists_keep_the_first_items_and_count_all() -> None:
     assert record.waits == [f"w{i}" for i in range(RECORD_LIST_MAX)]
     assert record.totals == {"waits": 50}
     assert json.loads(record.model_dump_json())["totals"] == {"waits": 50}
+
+
+def test_what_a_target_sends_is_stored_as_json_whatever_its_numbers() -> None:
+    """A specialist's JSON may hold NaN and infinities (the decoder takes them, as Python's
+    json does). The run's record writes them as null; its events and context wrote them as
+    `NaN`, which is not JSON: any reader but Python's choked on the run's history. Every
+    stored value is JSON now, its odd numbers null as in the record."""
+    sim = Sim(plan_of(SHARED))
+    sim.start()
+    sim.ack_warning("builder", "BUILD")
+    sim.ack_standby("builder", "BUILD")
+    odd = [float("nan"), float("inf"), -float("inf"), 10**30]
+    for message_type, payload in (
+        (T.TASK_CONTEXT, p.TaskContext(key="k", value=odd)),
+        (T.STATUS_COMPLETED, p.StatusCompleted(result={"scores": odd})),
+    ):
+        inputs.handle(sim.engine, make(message_type, payload, from_agent="builder",
+                                       run_id="r1", cue_id="BUILD"))  # fmt: skip
+    out = sim.engine.take()  # (not the Sim's drain: NaN read back is not NaN)
+    keys = Keys("sim:")
+    ops = FencedCommit(Storage(FakeRedis()), keys).ops(out, sim.engine)
+    run_keys = (keys.run_events("r1"), keys.run_context("r1"))
+    stored = [op[-1] for op in ops if op[0] in ("XADD", "HSET") and op[1] in run_keys]
+
+    def strict(text: str | bytes) -> Any:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    values = [strict(s) for s in stored]
+    assert {"value": [None, None, None, 10**30]}.items() <= next(
+        v for v in values if "value" in v
+    ).items()
+    assert [None, None, None, 10**30] in [
+        r.get("scores") for v in values for r in (v.get("result") or {}).values()
+    ]

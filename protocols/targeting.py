@@ -54,7 +54,10 @@ LABEL_VALUE_CHARS = 256
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
 # a number is finite: NaN is written to Redis as null, which reads back as no label value
 Finite = Annotated[StrictFloat, Field(allow_inf_nan=False)]
-LabelValue = StrictBool | StrictInt | Finite | Annotated[str, Field(max_length=256)]
+# an int is a 64-bit one: what tools reading a contract take (an A2A card's Struct turns
+# numbers into doubles, and raised on an int past a double's range)
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+LabelValue = StrictBool | Int64 | Finite | Annotated[str, Field(max_length=256)]
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=LABELS_MAX)]
 _LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
 

@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 
+from hub.a2a.card import contract_card
 from hub.registry import NAME_CHARS, REPLICAS_MAX, Registry
 from hub.store.agents import AgentRecord
 from protocols import payloads as p
@@ -70,3 +72,17 @@ def test_a_contract_lists_a_bounded_number_of_keys(field: str) -> None:
     with pytest.raises(DecodeError, match=field):
         decode(online(keys))
     assert getattr(decode(online(keys[1:])).payload.contract, field) == tuple(keys[1:])
+
+
+def test_a_contract_card_is_made_whatever_numbers_its_labels_hold() -> None:
+    """A label of 10**400 was taken, and the agent's A2A card (GET /v1/agents/{agent}/card)
+    raised OverflowError making it: a 500. Label ints are 64-bit now (a bad message past
+    that); the card holds the largest."""
+    with pytest.raises(DecodeError, match="labels"):
+        decode(b'{"message_type": "status.online", "payload": {"replica": "r1", '
+               b'"contract": {"labels": {"big": 1%s}}}}' % (b"0" * 400))  # fmt: skip
+    record = AgentRecord(agent="m", first_seen=1.0)
+    record.contract = Contract(labels={"big": 2**63 - 1, "small": -(2**63)}).model_dump()
+    card = MessageToDict(contract_card(record, "http://hub/", secured=False))
+    (extension,) = card["capabilities"]["extensions"]
+    assert extension["params"]["labels"] == {"big": float(2**63 - 1), "small": -float(2**63)}

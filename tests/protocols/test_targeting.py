@@ -160,11 +160,15 @@ def test_parse_labels() -> None:
 
 def test_contract_labels_are_bounded() -> None:
     assert Contract(labels={"gpu": True, "zone": "eu"}).labels == {"gpu": True, "zone": "eu"}
+    assert Contract(labels={"n": 2**63 - 1}).labels == {"n": 2**63 - 1}
+    assert Contract(labels={"n": 2**63}).labels == {"n": float(2**63)}  # a double, then
     for labels in (
         {f"k{i}": 1 for i in range(LABELS_MAX + 1)},  # too many
         {"bad key": 1},
         {"v": "x" * 257},  # value too long
         {"v": [1, 2]},  # not a scalar
+        {"v": 10**400},  # past a 64-bit int and a double
+        {"v": -(10**400)},
     ):
         with pytest.raises(ValidationError):
             Contract.model_validate({"labels": labels})

@@ -89,6 +89,7 @@ class Dispatcher:
         self.seen = Seen()
         self.cues: OrderedDict[CueKey, Cue] = OrderedDict()
         self.working: dict[CueKey, asyncio.Task[Any]] = {}  # GO/assign work in progress
+        self.checking: dict[CueKey, asyncio.Task[Any]] = {}  # STANDBY readiness checks
         self.stood_down: dict[CueKey, str] = {}  # work the hub called off, with its reason
         self.preps: dict[CueKey, asyncio.Task[None]] = {}
         self._awaited: set[CueKey] = set()
@@ -204,7 +205,18 @@ class Dispatcher:
         key = (m.run_id, p.cue_id, p.attempt)
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.ready_check = list(p.ready_check)
-        ready, reason = await self._readiness(key, cue)
+        task = asyncio.current_task()
+        if task is not None:
+            self.checking[key] = task
+        try:
+            ready, reason = await self._readiness(key, cue)
+        except asyncio.CancelledError:
+            if self.stood_down.pop(key, None) is None or task is None:
+                raise  # shutting down: the entry stays pending for another replica
+            task.uncancel()  # the hub stood the cue down and waits for no answer
+            return True
+        finally:
+            self.checking.pop(key, None)
         ack = AckStandby(attempt=p.attempt, ready=ready, reason=reason)
         await self._answer(d, self.reply(m, MessageType.ACK_STANDBY, ack, cue_id=p.cue_id))
         return False
@@ -244,10 +256,12 @@ class Dispatcher:
             prep = self.preps.pop(key, None)
             if prep is not None:
                 prep.cancel()
-            work = self.working.get(key)
-            if work is not None:  # the run was cancelled or the cue pre-empted: stop working
-                self.stood_down[key] = p.reason or "stood down"
-                work.cancel()
+            # the run was cancelled, the cue pre-empted or its ack late: stop working, or
+            # checking readiness (a check that never returns would hold its entry for ever)
+            for task in (self.working.get(key), self.checking.get(key)):
+                if task is not None:
+                    self.stood_down[key] = p.reason or "stood down"
+                    task.cancel()
             cue = self.cues.pop(key)
             try:
                 await self.spec.standdown(cue, p.reason)

@@ -38,6 +38,8 @@ class Scripted(Specialist):
 
     async def ready(self, cue: Cue) -> bool | tuple[bool, str]:
         self.calls.append(("ready", cue.cue_id))
+        if cue.action.get("ready_hangs"):
+            await asyncio.Event().wait()  # a check that never returns
         if "ready" in cue.action:
             return bool(cue.action["ready"]), str(cue.action.get("reason", ""))
         return bool(cue.state.get("prepared"))

@@ -243,6 +243,25 @@ async def test_standdown_cancels_preparation_and_acks_nothing(start: Starter, hu
     assert [m.message_type for m in await hub.out()] == [M.STATUS_ONLINE, M.ACK_WARNING]
 
 
+async def test_standdown_ends_a_readiness_check_that_never_returns(
+    start: Starter, hub: HubSide
+) -> None:
+    """The hub stands a cue down when its ack.standby is late: a `ready` that never returns
+    (a remote that drips its answer) is then cancelled and its entry acknowledged. On the
+    code before, each such check held its entry for ever: after `prefetch` of them (4) the
+    replica read nothing more, and a GO behind them never ran."""
+    await start(Scripted)
+    for n in range(5):
+        await hub.warning(f"CUE-H{n}", ready_hangs=True)
+        await hub.standby(f"CUE-H{n}")
+        await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id=f"CUE-H{n}", reason="timeout"))
+    await hub.go("CUE-OK", plain=True)
+    await hub.wait(M.STATUS_COMPLETED, "CUE-OK")
+    await eventually(lambda: Scripted.stood_down == [f"CUE-H{n}" for n in range(5)])
+    await eventually(lambda: _zero(hub))  # every entry acknowledged: none held for ever
+    assert await hub.of(M.ACK_STANDBY) == []  # the hub no longer waits for these answers
+
+
 async def test_concurrency_limit_and_acks_flow_while_busy(start: Starter, hub: HubSide) -> None:
     await start(Scripted, concurrency=2)
     for n in range(4):

@@ -4,10 +4,13 @@ Action: `{url?, method?: POST, body?, headers?, timeout_s?}`. Without `body` it 
 `{run_id, cue_id, attempt, action, context}`. Connect errors and 5xx answers are retried
 (bounded, with backoff); a 4xx or a 5xx after the last try fails the cue. The answer
 (JSON, else text) goes to the shared context as `{cue_id}.response` and to the result.
+`timeout_s` bounds each try whole (a server dripping its answer does not outlast it), and
+an answer longer than one message may be (`max_message_bytes`) fails the cue unread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -28,6 +31,10 @@ class HttpSettings(BaseSettings):
     backoff_s: float = 0.2  # first wait between tries; doubles, at most 5 s
 
 
+class AnswerFailed(Exception):
+    """The answer took too long to arrive whole, or was too long to report."""
+
+
 class ServerError(Exception):
     """A 5xx answer: worth another try."""
 
@@ -40,6 +47,23 @@ def _transient(exc: BaseException) -> bool:
     # Only errors where the request surely did not run (or the server said so): a read
     # timeout after sending is not retried, the endpoint may not be idempotent.
     return isinstance(exc, (ServerError, httpx.ConnectError, httpx.ConnectTimeout))
+
+
+async def _whole(response: httpx.Response, limit_bytes: int) -> httpx.Response:
+    """The response with its body read, up to `limit_bytes`: past that it could not be
+    reported anyway, and a hostile server's body may have no end."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():  # decoded: a gzip bomb counts as it unpacks
+        body += chunk
+        if len(body) > limit_bytes:
+            raise AnswerFailed(
+                f"the answer from {response.url} is over the {limit_bytes}-byte limit of a "
+                "message: not read further"
+            )
+    headers = [(k, v) for k, v in response.headers.items() if k != "content-encoding"]
+    return httpx.Response(
+        response.status_code, headers=headers, content=bytes(body), request=response.request
+    )
 
 
 def _answer(response: httpx.Response) -> Any:
@@ -88,11 +112,22 @@ class Http(Specialist):
         headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
         timeout_s = float(action.get("timeout_s") or conf.timeout_s)
 
+        limit_bytes = self.settings.max_message_bytes
+
         async def send() -> httpx.Response:
             assert self.client is not None
-            response = await self.client.request(
+            request = self.client.build_request(
                 method, url, json=body, headers=headers, timeout=timeout_s
             )
+            try:
+                async with asyncio.timeout(timeout_s):  # the whole exchange, not each read
+                    sent = await self.client.send(request, stream=True)
+                    try:
+                        response = await _whole(sent, limit_bytes)
+                    finally:
+                        await sent.aclose()
+            except TimeoutError:
+                raise AnswerFailed(f"no whole answer within {timeout_s:g} s from {url}") from None
             if response.status_code >= 500:
                 raise ServerError(response)
             return response

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,72 @@ async def test_http_gives_up_on_a_dead_server_and_without_a_url(
     assert len(web.seen) == 2
     [no_url] = await hub.wait(M.STATUS_FAILED, "CUE-2")
     assert "no usable URL" in no_url.payload.error
+
+
+class _Streamed:
+    """An HTTP server that answers every request 200 with a chunked JSON body of `chunks`
+    chunks of `chunk` bytes, `pause_s` apart; `sent` counts the body bytes written before
+    the client went away."""
+
+    def __init__(self, chunk: bytes, chunks: int, pause_s: float = 0.0) -> None:
+        self.chunk, self.chunks, self.pause_s = chunk, chunks, pause_s
+        self.sent = 0
+        self.done = asyncio.Event()  # the answer ended: sent whole, or the client went
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")  # the body we were sent does not matter
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")  # fmt: skip
+            for _ in range(self.chunks):
+                writer.write(b"%x\r\n%s\r\n" % (len(self.chunk), self.chunk))
+                await writer.drain()
+                self.sent += len(self.chunk)
+                await asyncio.sleep(self.pause_s)  # the drip's pace, not a wait for anything
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self.done.set()
+            writer.close()
+
+
+@asynccontextmanager
+async def _streaming(answer: _Streamed) -> AsyncIterator[str]:
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}/hook"
+
+
+async def test_http_stops_reading_an_answer_past_one_message(start: Starter, hub: HubSide) -> None:
+    """A 64 MiB answer: reading stops past the 256 KiB a message may hold and the cue fails
+    saying so. On the code before, all of it was read (and decoded, and parsed) before the
+    cue failed, as it could not be sent: a bigger or endless body grew memory without end."""
+    await start(Http, http_settings=HttpSettings(tries=1))
+    huge = _Streamed(b" " * 65536, chunks=1024)
+    async with _streaming(huge) as url:
+        await hub.go("CUE-1", url=url)
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=10)
+        await asyncio.wait_for(huge.done.wait(), 5)
+    assert "over the 262144-byte limit" in failed.payload.error
+    assert huge.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
+
+
+async def test_http_timeout_bounds_the_whole_answer_not_each_read(
+    start: Starter, hub: HubSide
+) -> None:
+    """A server dripping its answer a byte every 50 ms never lets a 1 s read timeout pass:
+    the cue's timeout_s bounds the whole exchange. On the code before, the cue waited for
+    as long as the drip went on (the hub's go_timeout_s, 600 s by default)."""
+    await start(Http, http_settings=HttpSettings(tries=1))
+    drip = _Streamed(b" ", chunks=1_000_000, pause_s=0.05)
+    async with _streaming(drip) as url:
+        await hub.go("CUE-1", url=url, timeout_s=1)
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=5)
+        await asyncio.wait_for(drip.done.wait(), 5)  # the specialist hung up
+    assert "no whole answer within 1 s" in failed.payload.error
 
 
 # -- echo -------------------------------------------------------------------------------

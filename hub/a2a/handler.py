@@ -40,6 +40,7 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
@@ -48,6 +49,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from a2a.utils.task import validate_page_size
 
 from hub.a2a import replies
 from hub.a2a.tasks import (
@@ -103,8 +105,10 @@ class RunTasks(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        size = params.page_size or 50
-        runs = await self.hub.store.runs(await self.hub.store.recent_run_ids(min(size, 100)))
+        if params.HasField("page_size"):  # 1 to 100: a size below 1 was ZRANGE's end
+            validate_page_size(params.page_size)
+        size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
+        runs = await self.hub.store.runs(await self.hub.store.recent_run_ids(size))
         tasks = []
         for run in runs:
             if params.context_id and context_id(run) != params.context_id:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from a2a.helpers import new_data_part, new_text_part
-from a2a.types import Message, Role, TaskState
+from a2a.server.context import ServerCallContext
+from a2a.types import ListTasksRequest, Message, Role, TaskState
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from hub.a2a.handler import _event_update
+from hub.a2a.handler import RunTasks, _event_update
 from hub.a2a.replies import actions, start_of
 from hub.a2a.tasks import Need, needs, state_of, task_of
+from hub.api.routes.runs import create_run
+from hub.api.schemas import RunCreate
+from hub.service import Hub
 from hub.store.state import ContextEntry
+from protocols.canonical import canonical_json
+from protocols.validation import load_cuelist
 from tests.hub.sim import Sim, plan_of
 
 GATED = """
@@ -97,3 +105,23 @@ def test_a_result_no_protobuf_number_holds_leaves_the_task_readable() -> None:
     cue_event = [e for _, e in sim.events if e["type"] == "cue" and e.get("result")][-1]
     update = _event_update(sim.run(), "1-0", cue_event)
     assert MessageToDict(update)["metadata"]["result"]["mallory"]["big"] == str(10**400)
+
+
+@pytest.mark.redis
+async def test_a_task_list_page_is_1_to_100_tasks(hub: Hub) -> None:
+    """tasks/list with pageSize -1 answered every run the hub holds but the oldest (1,000
+    dry runs held: 999 tasks, 715 KB, each task with its run's whole context) where a page
+    holds at most 100: the size went to ZRANGE as its end. A size outside 1-100 is invalid
+    params now (HTTP 400), as A2A says."""
+    text = "cuelist: listed\ncues:\n  - {id: A, target_agents: [nobody]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    for _ in range(3):
+        await create_run(RunCreate(cuelist="listed", dry=True), hub, None)
+    tasks = RunTasks(hub, asyncio.Event())
+    call = ServerCallContext()
+    assert len((await tasks.on_list_tasks(ListTasksRequest(), call)).tasks) == 3
+    assert len((await tasks.on_list_tasks(ListTasksRequest(page_size=2), call)).tasks) == 2
+    for size in (-1, -(2**31), 101):
+        with pytest.raises(InvalidParamsError, match="page size"):
+            await tasks.on_list_tasks(ListTasksRequest(page_size=size), call)

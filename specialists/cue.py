@@ -23,6 +23,7 @@ from specialists.context import ContextReader
 from specialists.markers import DoneMarkers
 
 Say = Callable[[MessageType, Payload], Awaitable[None]]
+CUE_REASON_CHARS = 2000  # of a blocked or not-ready reason, shown on the cue by the hub
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,9 @@ class Cue:
         """`status.blocked` now: the hub shows `reason` on the cue; nothing fails."""
         await self._send(
             MessageType.STATUS_BLOCKED,
-            StatusBlocked(attempt=self.attempt, reason=reason[:2000], replica=self.replica),
+            StatusBlocked(
+                attempt=self.attempt, reason=reason[:CUE_REASON_CHARS], replica=self.replica
+            ),
         )
 
     async def escalate(self, cause: str, detail: str, severity: Severity = Severity.MEDIUM) -> None:

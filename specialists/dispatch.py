@@ -26,7 +26,7 @@ from protocols.payloads import (
     TaskInput,
 )
 from protocols.transport import Delivery
-from specialists.cue import Cue
+from specialists.cue import CUE_REASON_CHARS, Cue
 from specialists.errors import Reject, Retry
 from specialists.work import _fail, run_work
 
@@ -217,7 +217,8 @@ class Dispatcher:
             return True
         finally:
             self.checking.pop(key, None)
-        ack = AckStandby(attempt=p.attempt, ready=ready, reason=reason)
+        # cut: a reason past a message's size (a remote's every tool, named) never arrived
+        ack = AckStandby(attempt=p.attempt, ready=ready, reason=reason[:CUE_REASON_CHARS])
         await self._answer(d, self.reply(m, MessageType.ACK_STANDBY, ack, cue_id=p.cue_id))
         return False
 

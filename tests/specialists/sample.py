@@ -41,7 +41,8 @@ class Scripted(Specialist):
         if cue.action.get("ready_hangs"):
             await asyncio.Event().wait()  # a check that never returns
         if "ready" in cue.action:
-            return bool(cue.action["ready"]), str(cue.action.get("reason", ""))
+            reason = str(cue.action.get("reason", "")) * cue.action.get("reason_times", 1)
+            return bool(cue.action["ready"]), reason
         return bool(cue.state.get("prepared"))
 
     async def execute(self, cue: Cue) -> Result | dict[str, Any]:

@@ -84,6 +84,20 @@ async def test_standby_not_ready_with_reason(start: Starter, hub: HubSide) -> No
     assert two.payload.reason == "prepare failed: RuntimeError: no disk"
 
 
+async def test_a_long_not_ready_reason_is_cut_not_sent_whole(start: Starter, hub: HubSide) -> None:
+    """A reason of 300,000 characters (the `mcp` kind names a server's every tool when the
+    cue's is not among them) went whole into ack.standby: 300,307 bytes, past the 256 KiB a
+    message may be, which the hub dead-letters as oversized, so the reason never reached
+    the cue. It is cut to the size of a blocked reason (2,000 characters)."""
+    await start(Scripted)
+    await hub.warning("CUE-1", ready=False, reason="tool-x, ", reason_times=37_500)
+    await hub.standby("CUE-1")
+    [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1")
+    assert ack.payload.ready is False
+    assert ack.payload.reason.startswith("tool-x, tool-x, ")
+    assert len(ack.payload.reason) <= 2000
+
+
 async def test_go_reports_started_context_handoff_completed_in_order(
     start: Starter, hub: HubSide
 ) -> None:

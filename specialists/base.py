@@ -121,7 +121,7 @@ class Specialist:
         `cue.escalate("input_required...", ...)`. Raise `Retry` or `Reject` to steer."""
 
     async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
-        """A `broadcast.notice` from the hub."""
+        """A `broadcast.notice` from the hub (each in a task of its own: notices may overlap)."""
 
     # -- running -------------------------------------------------------------------------
 

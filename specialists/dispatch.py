@@ -364,8 +364,12 @@ class Dispatcher:
             shutdown = m.body(BroadcastShutdown)
             self.rt.stop(f"broadcast.shutdown: {shutdown.reason}".rstrip(": "))
         elif m.message_type == MessageType.BROADCAST_NOTICE:
-            notice = m.body(BroadcastNotice)
-            try:
-                await self.spec.on_broadcast(notice, m)
-            except Exception:
-                log.exception("on_broadcast failed")
+            # a task of its own: a hook that does not return must not stop the reading of
+            # broadcasts (a pause, a shutdown) behind it
+            self.rt.spawn(self._notice(m.body(BroadcastNotice), m))
+
+    async def _notice(self, notice: BroadcastNotice, m: Envelope) -> None:
+        try:
+            await self.spec.on_broadcast(notice, m)
+        except Exception:
+            log.exception("on_broadcast failed")

@@ -79,6 +79,8 @@ class Scripted(Specialist):
 
     async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
         self.notices.append(notice.text)
+        if notice.text == "hang" and self.release is not None:
+            await self.release.wait()  # a hook that does not return until released
 
 
 class SideEffect(Specialist):

@@ -353,6 +353,20 @@ async def test_notice_and_shutdown_broadcasts(start: Starter, hub: HubSide) -> N
     assert offline.payload.model_dump() == {"replica": "r1", "reason": "broadcast.shutdown: bye"}
 
 
+async def test_a_notice_hook_that_does_not_return_leaves_broadcasts_flowing(
+    start: Starter, hub: HubSide
+) -> None:
+    """on_broadcast ran inside the loop that reads broadcasts: while one did not return,
+    the replica saw no other broadcast, a pause or a shutdown included (5 s and more)."""
+    await start(Scripted)
+    await hub.broadcast(M.BROADCAST_NOTICE, BroadcastNotice(text="hang"))
+    await eventually(lambda: Scripted.notices == ["hang"])
+    await hub.broadcast(M.BROADCAST_NOTICE, BroadcastNotice(text="after"))
+    await eventually(lambda: Scripted.notices == ["hang", "after"])
+    assert Scripted.release is not None
+    Scripted.release.set()
+
+
 async def test_broadcasts_from_before_start_are_not_replayed(start: Starter, hub: HubSide) -> None:
     await hub.broadcast(M.BROADCAST_PAUSE, BroadcastPause())
     await start(Scripted)

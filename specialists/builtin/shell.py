@@ -1,9 +1,10 @@
 """The `shell` specialist: run the cue's `action.argv` as a subprocess, no shell, with a timeout.
 
-Action: `{argv: [...], timeout_s?, cwd?, env?: {NAME: value}}`. Stdout, stderr (tails, cut
-to `output_limit_bytes`) and the exit code go to the shared context as `{cue_id}.stdout`,
-`{cue_id}.stderr`, `{cue_id}.exit_code`, and to the status result; a non-zero exit fails
-the cue with the exit code and the tail of stderr.
+Action: `{argv: [...], timeout_s?, cwd?, env?: {NAME: value}}`. Stdout, stderr (their tails,
+`output_limit_bytes` each, kept as the output is read: no more is ever held) and the exit
+code go to the shared context as `{cue_id}.stdout`, `{cue_id}.stderr`, `{cue_id}.exit_code`,
+and to the status result; a non-zero exit fails the cue with the exit code and the tail of
+stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class ShellSettings(BaseSettings):
     output_limit_bytes: int = 16 * 1024  # per stream, the tail is kept
 
 
+READ_CHUNK = 64 * 1024
+
+
 class CommandFailed(Exception):
     """The command ran and exited non-zero, or did not finish in time."""
 
@@ -40,10 +44,26 @@ def _argv(action: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _tail(data: bytes, limit: int) -> str:
-    cut = data[-limit:] if len(data) > limit else data
-    text = cut.decode(errors="replace")
-    return f"[...{len(data) - limit} bytes cut]{text}" if len(data) > limit else text
+class _Tail:
+    """The last `limit` bytes of a command's output stream, read as it comes: a command
+    that prints without end costs `limit`, not all it printed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.total = 0
+
+    async def read(self, stream: asyncio.StreamReader | None) -> None:
+        while stream is not None and (chunk := await stream.read(READ_CHUNK)):
+            self.total += len(chunk)
+            self.kept += chunk
+            if len(self.kept) > self.limit:
+                del self.kept[: len(self.kept) - self.limit]
+
+    def text(self) -> str:
+        text = self.kept.decode(errors="replace")
+        cut = self.total - len(self.kept)
+        return f"[...{cut} bytes cut]{text}" if cut else text
 
 
 class Shell(Specialist):
@@ -73,8 +93,12 @@ class Shell(Specialist):
             )
         except OSError as exc:
             raise Reject(f"cannot run {argv[0]!r}: {exc}") from exc
+        limit = self.shell_settings.output_limit_bytes
+        stdout, stderr = _Tail(limit), _Tail(limit)
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(stdout.read(proc.stdout), stderr.read(proc.stderr))
+                await proc.wait()
         except TimeoutError:
             raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
         finally:
@@ -82,9 +106,8 @@ class Shell(Specialist):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
-        limit = self.shell_settings.output_limit_bytes
         code = proc.returncode
-        out, err = _tail(stdout, limit), _tail(stderr, limit)
+        out, err = stdout.text(), stderr.text()
         for name, value in (("stdout", out), ("stderr", err), ("exit_code", code)):
             cue.put_context(f"{cue.cue_id}.{name}", value, tags=["shell"])
         if code != 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -71,6 +72,23 @@ async def test_shell_timeout_and_output_limit(start: Starter, hub: HubSide) -> N
     assert "timed out after 0.3s" in failed.payload.error
     [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-2")
     assert done.payload.result["stdout"] == "[...90 bytes cut]xxxxxxxxxx"
+
+
+async def test_shell_keeps_a_tail_of_output_not_all_of_it(start: Starter, hub: HubSide) -> None:
+    """A command printing 64 MiB: its replica holds the tail it reports, not the output.
+    On the code before, all of it was read into memory first (and a command printing
+    without end grew it until its timeout_s, 300 s by default)."""
+    await start(Shell, shell_settings=ShellSettings(output_limit_bytes=16))
+    script = "import sys\nfor _ in range(1024): sys.stdout.write('y' * 65535 + 'z')"
+    tracemalloc.start()
+    try:
+        await hub.go("CUE-1", argv=[PY, "-c", script])
+        [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1", timeout_s=30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert done.payload.result["stdout"] == f"[...{64 * 2**20 - 16} bytes cut]{'y' * 15}z"
+    assert peak < 8 * 2**20  # a few read chunks, not 64 MiB
 
 
 @pytest.mark.parametrize("argv", [None, [], "echo hi", [1, 2]])

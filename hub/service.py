@@ -174,6 +174,9 @@ class Hub:
         try:
             if self.settings.partitions > 1:
                 await self.members.agree(self.settings.partitions)
+            # read again as a term starts (`_tick`); read here too, so that Redis out of
+            # reach at the start is one line of `supervise`'s, not one a tick
+            await self.registry.load()
             await self._share_out(stop, terms)
         finally:
             ticker.cancel()

@@ -53,6 +53,9 @@ class Specialist:
     contract: Contract = Contract()
     done_ttl_s: ClassVar[int] = 7 * 24 * 3600  # lifetime of done-markers
     drain_timeout_s: ClassVar[float] = 30.0  # how long a stop waits for work in progress
+    # how long `standdown`, `on_input` or `on_handoff` may take: one that never returned
+    # would hold its inbox entry for ever (renewed, never reclaimed)
+    hook_timeout_s: ClassVar[float] = 30.0
 
     def __init__(
         self,
@@ -111,14 +114,17 @@ class Specialist:
         return None
 
     async def standdown(self, cue: Cue, reason: str) -> None:
-        """coord.standdown: the cue will not GO (this attempt); release what prepare took."""
+        """coord.standdown: the cue will not GO (this attempt); release what prepare took.
+        Past `hook_timeout_s` it is cancelled and the standdown acknowledged all the same."""
 
     async def on_handoff(self, handoff: TaskHandoff, message: Envelope) -> None:
-        """A `task.handoff` to this agent, forwarded by the hub once checked."""
+        """A `task.handoff` to this agent, forwarded by the hub once checked. Past
+        `hook_timeout_s` it is cancelled and the entry dead-lettered, saying so."""
 
     async def on_input(self, answer: TaskInput, message: Envelope) -> None:
         """`task.input`: an operator answered a question this agent asked with
-        `cue.escalate("input_required...", ...)`. Raise `Retry` or `Reject` to steer."""
+        `cue.escalate("input_required...", ...)`. Raise `Retry` or `Reject` to steer; past
+        `hook_timeout_s` it is cancelled and the entry dead-lettered, saying so."""
 
     async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
         """A `broadcast.notice` from the hub (each in a task of its own: notices may overlap)."""

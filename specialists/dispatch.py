@@ -42,6 +42,10 @@ class Abandon(Exception):  # control flow, not an error
     """Leave the entry unacknowledged: the replica is stopping and never started it."""
 
 
+class HookTimeout(Exception):
+    """A hook ran past `Specialist.hook_timeout_s` and was cancelled."""
+
+
 class Seen:
     """A bounded memory of keys handled already (LRU): duplicates are recognised, not redone."""
 
@@ -264,8 +268,8 @@ class Dispatcher:
                     self.stood_down[key] = p.reason or "stood down"
                     task.cancel()
             cue = self.cues.pop(key)
-            try:
-                await self.spec.standdown(cue, p.reason)
+            try:  # honoured above; the hook only releases, so it may not hold the entry
+                await self.bounded("standdown", self.spec.standdown(cue, p.reason))
             except Exception:
                 log.exception("standdown hook of %r failed", cue)
         return True
@@ -313,7 +317,7 @@ class Dispatcher:
         tries = d.deliveries
         while True:
             try:
-                await call()
+                await self.bounded(name, call())
                 return True
             except Retry as exc:
                 if tries >= self.rt.settings.max_deliveries:
@@ -325,10 +329,26 @@ class Dispatcher:
             except Reject as exc:
                 await self.rt.reject(d, f"rejected: {exc.reason}")
                 return False
+            except HookTimeout as exc:
+                await self.rt.reject(d, str(exc))
+                return False
             except Exception as exc:
                 reason = f"{name} failed: {type(exc).__name__}: {exc}"
                 await self.rt.reject(d, reason)
                 return False
+
+    async def bounded(self, name: str, hook: Awaitable[None]) -> None:
+        """Await a hook for up to `hook_timeout_s`: one that never returns (a remote
+        dripping its answer under the client's per-read timeout) would hold its entry for
+        ever, and after `prefetch` of them the replica would read nothing more."""
+        limit_s = self.spec.hook_timeout_s
+        try:
+            async with asyncio.timeout(limit_s) as bound:
+                await hook
+        except TimeoutError:
+            if not bound.expired():
+                raise  # the hook's own
+            raise HookTimeout(f"{name} did not return within {limit_s:g} s") from None
 
     async def sleep_or_abandon(self, delay_s: float) -> None:
         """Wait out a Retry delay; a stop meanwhile leaves the entry to another replica."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from protocols.codec import Envelope
-from protocols.payloads import BroadcastNotice, TaskHandoff
+from protocols.payloads import BroadcastNotice, TaskHandoff, TaskInput
 from specialists import Cue, Entry, Handoff, Reject, Result, Retry, Specialist
 
 
@@ -73,9 +73,17 @@ class Scripted(Specialist):
 
     async def standdown(self, cue: Cue, reason: str) -> None:
         self.stood_down.append(cue.cue_id)
+        if reason == "hang":
+            await asyncio.Event().wait()  # a hook that never returns
 
     async def on_handoff(self, handoff: TaskHandoff, message: Envelope) -> None:
         self.handoffs.append(handoff)
+        if handoff.task_id == "hang":
+            await asyncio.Event().wait()
+
+    async def on_input(self, answer: TaskInput, message: Envelope) -> None:
+        if answer.answer == "hang":
+            await asyncio.Event().wait()
 
     async def on_broadcast(self, notice: BroadcastNotice, message: Envelope) -> None:
         self.notices.append(notice.text)

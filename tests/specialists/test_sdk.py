@@ -24,6 +24,7 @@ from protocols.payloads import (
     StatusRequest,
     TaskAssign,
     TaskHandoff,
+    TaskInput,
 )
 from protocols.settings import Settings
 from protocols.transport import Transport, WriteAhead
@@ -274,6 +275,46 @@ async def test_standdown_ends_a_readiness_check_that_never_returns(
     await eventually(lambda: Scripted.stood_down == [f"CUE-H{n}" for n in range(5)])
     await eventually(lambda: _zero(hub))  # every entry acknowledged: none held for ever
     assert await hub.of(M.ACK_STANDBY) == []  # the hub no longer waits for these answers
+
+
+class Hasty(Scripted):
+    hook_timeout_s = 0.2
+
+
+async def _hanging_hook(hub: HubSide, hook: str, cue: str) -> None:
+    """An inbox entry whose `hook` never returns."""
+    if hook == "standdown":
+        await hub.warning(cue)
+        await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id=cue, reason="hang"))
+    elif hook == "on_input":
+        answer = TaskInput(cue_id=cue, escalation_id=f"e-{cue}", answer="hang")
+        await hub.send(M.TASK_INPUT, answer)
+    else:
+        handoff = TaskHandoff(from_agent="agent-z", to_agent=AGENT, task_id="hang")
+        await hub.send(M.TASK_HANDOFF, handoff, cue_id=cue)
+
+
+@pytest.mark.parametrize("hook", ["standdown", "on_input", "on_handoff"])
+async def test_a_hook_that_never_returns_gives_its_entry_up(
+    start: Starter, hub: HubSide, hook: str
+) -> None:
+    """`standdown`, `on_input` and `on_handoff` are cancelled past `hook_timeout_s`: a
+    standdown is acknowledged (the work was called off before the hook), an input or a
+    handoff dead-lettered, saying so. On the code before, each held its entry for ever (an
+    `a2a` standdown cancelling a task on a remote that drips its answer): after `prefetch`
+    of them (4) the replica read nothing more, and a GO behind them never ran."""
+    await start(Hasty)
+    for n in range(5):
+        await _hanging_hook(hub, hook, f"CUE-H{n}")
+    await hub.go("CUE-OK", plain=True)
+    await hub.wait(M.STATUS_COMPLETED, "CUE-OK")
+    await eventually(lambda: _zero(hub))  # every entry acknowledged: none held for ever
+    if hook != "standdown":
+        rejected = await hub.rejected(5)
+        assert {r.reason for r in rejected} == {f"{hook} did not return within 0.2 s"}
+    else:
+        assert Hasty.stood_down == [f"CUE-H{n}" for n in range(5)]
+        assert await hub.of(M.STATUS_REJECTED) == []
 
 
 async def test_concurrency_limit_and_acks_flow_while_busy(start: Starter, hub: HubSide) -> None:

@@ -13,7 +13,9 @@ as `{cue}.{artifact name}`; FAILED, REJECTED, CANCELED and AUTH_REQUIRED fail it
 INPUT_REQUIRED reports `status.blocked` and asks an operator (an escalation whose answer
 comes back as `task.input` and goes to the task as the next message). A standdown cancels
 the task; a redelivered GO finds the task it started (a done-marker holds its id, else the
-agent's task list by message id) and follows it instead of sending again.
+agent's task list by message id) and follows it instead of sending again. A card, or a
+task as it is followed, past one message's size (`max_message_bytes`) is read no further:
+the cue is not ready, or fails, saying so.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class A2A(Specialist):
             self.remotes[url] = Remote(
                 url, secret.get_secret_value() if secret else None,
                 timeout_s=conf.timeout_s, card_ttl_s=conf.card_ttl_s, event_hooks=hooks,
+                limit_bytes=self.settings.max_message_bytes,
             )  # fmt: skip
         return self.remotes[url]
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client.card_resolver import parse_agent_card
+from a2a.client.errors import AgentCardResolutionError
 from a2a.types import (
     AgentCard,
     Artifact,
@@ -29,9 +32,11 @@ from a2a.types import (
     Task,
     TaskState,
 )
-from a2a.utils.constants import TransportProtocol
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseError
+
+from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
 
 TERMINAL = frozenset(
     {
@@ -44,6 +49,10 @@ TERMINAL = frozenset(
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 BINDINGS = [TransportProtocol.HTTP_JSON.value, TransportProtocol.JSONRPC.value]
 PROBE_TASK = "callboard-auth-probe"  # a task id no agent has: asked for to test the token
+
+
+class TooLong(Exception):
+    """The remote's task grew past what a message may hold: it could not be reported."""
 
 
 def state_name(state: TaskState) -> str:
@@ -59,6 +68,7 @@ class Remote:
     token: str | None = None
     timeout_s: float = 30.0
     card_ttl_s: float = 60.0
+    limit_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # of the card, and of a task as it is held
     # httpx event hooks (specialists.tracing.request_hooks: the W3C traceparent header)
     event_hooks: dict[str, list[Any]] = field(default_factory=dict)
     http: httpx.AsyncClient = field(init=False)
@@ -75,11 +85,43 @@ class Remote:
     async def card(self, *, fresh: bool = False) -> AgentCard:
         """The agent card at `{url}/.well-known/agent-card.json`."""
         if fresh or self._card is None or time.monotonic() - self._card_at > self.card_ttl_s:
-            card = await A2ACardResolver(self.http, self.url).get_agent_card()
+            card = await self._fetch_card()
             if self._card is None or card.SerializeToString() != self._card.SerializeToString():
                 self._clients.clear()  # the interfaces may have moved: new clients
             self._card, self._card_at = card, time.monotonic()
         return self._card
+
+    async def _fetch_card(self) -> AgentCard:
+        """The card, read up to `limit_bytes` (the SDK's A2ACardResolver reads it whole, and
+        a hostile agent's may have no end), then parsed as the SDK does."""
+        url = self.url + AGENT_CARD_WELL_KNOWN_PATH
+        try:
+            async with self.http.stream("GET", url) as response:
+                response.raise_for_status()
+                body = bytearray()
+                async for chunk in response.aiter_bytes():  # decoded: a gzip bomb counts
+                    body += chunk
+                    if len(body) > self.limit_bytes:
+                        raise AgentCardResolutionError(
+                            f"the agent card at {url} is over the {self.limit_bytes}-byte "
+                            "limit of a message: not read further"
+                        )
+            return parse_agent_card(json.loads(body))
+        except (httpx.HTTPError, ValueError, ParseError) as exc:
+            status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+            raise AgentCardResolutionError(
+                f"no agent card from {url}: {exc}", status_code=status
+            ) from exc
+
+    def held(self, task: Task) -> Task:
+        """`task`, unless it grew past `limit_bytes` (an agent appending to an artifact
+        without end): then the cue fails, as its result could not be sent anyway."""
+        if task.ByteSize() > self.limit_bytes:
+            raise TooLong(
+                f"the remote task {task.id} is over the {self.limit_bytes}-byte limit of a "
+                "message: not followed further"
+            )
+        return task
 
     async def streams(self) -> bool:
         return bool((await self.card()).capabilities.streaming)
@@ -106,7 +148,7 @@ class Remote:
         async for event in client.send_message(SendMessageRequest(message=message)):
             task = merge(task, event)
             if task is not None:
-                yield task
+                yield self.held(task)
 
     async def subscribe(self, task_id: str, known: Task) -> AsyncIterator[Task]:
         """Follow a task's stream from now on (the agent sends the task first)."""
@@ -115,7 +157,7 @@ class Remote:
         async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
             task = merge(task, event)
             if task is not None:
-                yield task
+                yield self.held(task)
 
     async def get(self, task_id: str) -> Task:
         return await (await self.client()).get_task(GetTaskRequest(id=task_id))

@@ -1,4 +1,4 @@
-"""The built-in specialists: shell, http and echo, each run in process against the real server."""
+"""The built-in specialists: shell, http, a2a and echo, each run in process, on the real server."""
 
 # Payloads are read through the Envelope base type; their fields are checked at run time.
 # mypy: disable-error-code="attr-defined"
@@ -15,10 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2a.helpers import new_text_part
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    Artifact,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+)
+from google.protobuf.json_format import MessageToDict
 
 from protocols.messages import MessageType
 from protocols.payloads import Usage
 from specialists.builtin import load
+from specialists.builtin.a2a import A2A
 from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings
 from specialists.builtin.shell import Shell, ShellSettings
@@ -233,6 +247,104 @@ async def test_http_timeout_bounds_the_whole_answer_not_each_read(
         [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=5)
         await asyncio.wait_for(drip.done.wait(), 5)  # the specialist hung up
     assert "no whole answer within 1 s" in failed.payload.error
+
+
+# -- a2a --------------------------------------------------------------------------------
+
+
+async def test_a2a_stops_reading_a_card_past_one_message(start: Starter, hub: HubSide) -> None:
+    """An agent card of 64 MiB: reading stops past the 256 KiB a message may hold and the
+    cue is not ready, saying so. On the code before, the SDK's A2ACardResolver read all of
+    it (a bigger or endless card grew memory without end), then failed to parse it."""
+    await start(A2A)
+    huge = _Streamed(b" " * 65536, chunks=1024)
+    async with _streaming(huge) as url:
+        await hub.warning("CUE-1", url=url)
+        await hub.standby("CUE-1")
+        [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1", timeout_s=10)
+        await asyncio.wait_for(huge.done.wait(), 5)
+    assert not ack.payload.ready
+    assert "agent card" in ack.payload.reason
+    assert "over the 262144-byte limit" in ack.payload.reason
+    assert huge.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
+
+
+class _Appending:
+    """An A2A agent that streams: its card, then for any message a working task and
+    `chunks` artifact updates each appending `chunk` to one artifact, never ending the
+    task; `sent` counts the event bytes written before the client went away."""
+
+    def __init__(self, chunk: str, chunks: int) -> None:
+        self.chunk, self.chunks = chunk, chunks
+        self.sent = 0
+        self.done = asyncio.Event()  # the stream ended: sent whole, or the client went
+
+    def _card(self, port: int) -> bytes:
+        rest = AgentInterface(
+            url=f"http://127.0.0.1:{port}/rest", protocol_binding="HTTP+JSON",
+            protocol_version="1.0",
+        )  # fmt: skip
+        card = AgentCard(
+            name="appender", description="appends without end", version="1",
+            supported_interfaces=[rest], capabilities=AgentCapabilities(streaming=True),
+        )  # fmt: skip
+        return json.dumps(MessageToDict(card)).encode()
+
+    def _events(self) -> Iterator[bytes]:
+        working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+        yield _sse(StreamResponse(task=Task(id="t-1", context_id="c-1", status=working)))
+        more = Artifact(artifact_id="log", name="log", parts=[new_text_part(self.chunk)])
+        update = TaskArtifactUpdateEvent(
+            task_id="t-1", context_id="c-1", artifact=more, append=True
+        )
+        event = _sse(StreamResponse(artifact_update=update))
+        for _ in range(self.chunks):
+            yield event
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET"):
+                card = self._card(writer.get_extra_info("sockname")[1])
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(card), card))  # fmt: skip
+                await writer.drain()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")  # fmt: skip
+            for event in self._events():
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+                self.sent += len(event)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            self.done.set()
+        except ConnectionError:
+            self.done.set()
+        finally:
+            writer.close()
+
+
+def _sse(event: StreamResponse) -> bytes:
+    return b"data: %s\n\n" % json.dumps(MessageToDict(event)).encode()
+
+
+async def test_a2a_stops_following_a_task_past_one_message(start: Starter, hub: HubSide) -> None:
+    """An agent appending 64 KiB parts to an artifact without end: once the task held is
+    past the 256 KiB a message may hold, the cue fails saying so. On the code before, every
+    part was kept (64 MiB sent, each event copying the task whole) until the hub's
+    go_timeout_s, and the result could not have been sent anyway."""
+    await start(A2A)
+    endless = _Appending("x" * 65536, chunks=1024)
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    async with server:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        await hub.go("CUE-1", url=url)
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=10)
+        await asyncio.wait_for(endless.done.wait(), 5)
+    assert "the remote task t-1 is over the 262144-byte limit" in failed.payload.error
+    assert endless.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
 
 
 # -- echo -------------------------------------------------------------------------------

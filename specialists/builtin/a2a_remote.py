@@ -37,6 +37,7 @@ from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseError
 
 from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
+from specialists.builtin.bounded import body_within
 
 TERMINAL = frozenset(
     {
@@ -98,14 +99,12 @@ class Remote:
         try:
             async with self.http.stream("GET", url) as response:
                 response.raise_for_status()
-                body = bytearray()
-                async for chunk in response.aiter_bytes():  # decoded: a gzip bomb counts
-                    body += chunk
-                    if len(body) > self.limit_bytes:
-                        raise AgentCardResolutionError(
-                            f"the agent card at {url} is over the {self.limit_bytes}-byte "
-                            "limit of a message: not read further"
-                        )
+                body = await body_within(response, self.limit_bytes)
+            if body is None:
+                raise AgentCardResolutionError(
+                    f"the agent card at {url} is over the {self.limit_bytes}-byte "
+                    "limit of a message: not read further"
+                )
             return parse_agent_card(json.loads(body))
         except (httpx.HTTPError, ValueError, ParseError) as exc:
             status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from specialists.base import Specialist
+from specialists.builtin.bounded import body_within
 from specialists.cue import Cue, Result
 from specialists.errors import Reject
 
@@ -50,20 +51,16 @@ def _transient(exc: BaseException) -> bool:
 
 
 async def _whole(response: httpx.Response, limit_bytes: int) -> httpx.Response:
-    """The response with its body read, up to `limit_bytes`: past that it could not be
-    reported anyway, and a hostile server's body may have no end."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():  # decoded: a gzip bomb counts as it unpacks
-        body += chunk
-        if len(body) > limit_bytes:
-            raise AnswerFailed(
-                f"the answer from {response.url} is over the {limit_bytes}-byte limit of a "
-                "message: not read further"
-            )
+    """The response with its body read, up to `limit_bytes` (`body_within`)."""
+    body = await body_within(response, limit_bytes)
+    if body is None:
+        raise AnswerFailed(
+            f"the answer from {response.url} is over the {limit_bytes}-byte limit of a "
+            "message: not read further"
+        )
     headers = [(k, v) for k, v in response.headers.items() if k != "content-encoding"]
-    return httpx.Response(
-        response.status_code, headers=headers, content=bytes(body), request=response.request
-    )
+    return httpx.Response(response.status_code, headers=headers, content=body,
+                          request=response.request)  # fmt: skip
 
 
 def _answer(response: httpx.Response) -> Any:

@@ -4,16 +4,14 @@ and an input that crashes every term is dead-lettered after max_deliveries, no c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 
 from hub.engine import guard, inputs
 from hub.engine.state import RunState
-from hub.service import Hub, HubSettings
+from hub.service import Hub
 from hub.store.state import StateStore
 from protocols import payloads as p
 from protocols.codec import Envelope, encode, make
@@ -24,6 +22,7 @@ from protocols.settings import Settings
 from protocols.states import RunStatus
 from protocols.transport import Transport
 from tests.helpers import eventually
+from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
 
@@ -32,20 +31,10 @@ def _escalation(agent: str, cause: str) -> Envelope:
     return make(T.ESCALATION_ERROR, p.EscalationError(cause=cause), from_agent=agent)
 
 
-@contextlib.asynccontextmanager
-async def _leading(settings: Settings, **overrides: Any) -> AsyncIterator[Hub]:
+def _leading(settings: Settings, **overrides: Any) -> AbstractAsyncContextManager[Hub]:
     """A hub on a short lease that dead-letters an entry after 2 deliveries, once it leads."""
-    base = {**settings.model_dump(), "max_deliveries": 2, "min_idle_ms": 30_000}
-    hub = Hub(HubSettings(**{**base, "lease_ms": 600, **overrides}))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    try:
-        await asyncio.wait_for(hub.leading.wait(), 10)
-        yield hub
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await hub.close()
+    short = {"max_deliveries": 2, "min_idle_ms": 30_000, "lease_ms": 600}
+    return running_hub(settings, **{**short, **overrides})
 
 
 async def test_an_input_that_crashes_every_term_is_dead_lettered_and_the_hub_goes_on(
@@ -139,13 +128,9 @@ async def test_what_another_hub_reads_during_this_term_is_claimed_at_once(
         real(engine, msg, max_severity)
 
     monkeypatch.setattr(guard, "specialist_escalation", seen)
-    hub = Hub(HubSettings(**{**settings.model_dump(), "min_idle_ms": 30_000}, lease_ms=2000))
-    stop = asyncio.Event()
-    task = asyncio.create_task(hub.run(stop))
-    client = hub.transport._client
-    stream = keys.out("agent")
-    try:
-        await asyncio.wait_for(hub.leading.wait(), 10)
+    async with running_hub(settings, min_idle_ms=30_000, lease_ms=2000) as hub:
+        client = hub.transport._client
+        stream = keys.out("agent")
         await client.xadd(stream, {STREAM_FIELD: encode(_escalation("agent", "first"))})
         await eventually(lambda: "first" in handled, 10)
         async with client.pipeline(transaction=True) as pipe:  # one MULTI: the other hub
@@ -160,10 +145,6 @@ async def test_what_another_hub_reads_during_this_term_is_claimed_at_once(
             return (await client.xpending(stream, HUB_GROUP))["pending"] == 0
 
         await eventually(nothing_pending, 5)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await hub.close()
 
 
 async def test_a_reply_whose_lingering_write_is_refused_is_handled_again_not_dropped(

@@ -29,7 +29,7 @@ from hub.upkeep import Upkeep
 from protocols.errors import TransportError
 from protocols.ids import new_id, new_id_in
 from protocols.keys import RESOURCE_PARTITION, partition_of
-from protocols.outage import one_line
+from protocols.outage import Outage, one_line
 from protocols.settings import Settings
 from protocols.states import CueState, Phase, Severity
 from protocols.transport import Transport
@@ -202,6 +202,7 @@ class Hub:
         changed = asyncio.Event()
         rested: dict[int, float] = {}  # partition -> when this hub may try it again
         free_before: set[int] = set()
+        outage = Outage(remind_s=60.0)  # ticks keep their pace; only the lines are spaced
         while not stop.is_set():
             changed.clear()
             now = time.monotonic()
@@ -213,8 +214,12 @@ class Hub:
             try:
                 free_before = await self._tick(stop, changed, terms, rested, free_before)
             except TransportError as exc:  # Redis unreachable or refusing: try next tick
-                log.warning("hub %s cannot share the partitions out: %s", self.hub_id,
-                            one_line(exc))  # fmt: skip
+                if outage.fail()[1]:  # said once an outage, and again each minute it lasts
+                    log.warning("hub %s cannot share the partitions out: %s", self.hub_id,
+                                one_line(exc))  # fmt: skip
+            else:
+                if outage.ok():
+                    log.info("hub %s shares the partitions out again", self.hub_id)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop, changed), tick_s)
 

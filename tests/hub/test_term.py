@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from callboard.embedded import EmbeddedServer
 from hub.engine import guard, inputs
 from hub.engine.state import RunState
 from hub.service import Hub
@@ -197,3 +198,34 @@ async def test_a_reply_whose_lingering_write_is_refused_is_handled_again_not_dro
 
         await eventually(nothing_pending, 10, message="acknowledged by the second write")
         assert await client.xrange(keys.dead) == []
+
+
+async def test_a_hub_that_loses_redis_says_so_once_not_each_tick(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis gone in mid-life: the hub keeps looking every third of a lease, but says it
+    cannot share the partitions out once (then each minute), and once that it can again."""
+    ticks: list[int] = []
+    real_tick = Hub._tick
+
+    async def counted(hub: Hub, *args: Any) -> set[int]:
+        ticks.append(1)
+        return await real_tick(hub, *args)
+
+    monkeypatch.setattr(Hub, "_tick", counted)
+    caplog.set_level("INFO", logger="hub.service")
+    with EmbeddedServer() as server:  # its own server: this test stops it
+        mine = settings.model_copy(update={"redis_url": server.url})
+        async with running_hub(mine, lease_ms=300) as hub:
+            server.stop()
+            after = len(ticks)
+            await eventually(lambda: len(ticks) >= after + 6, 20, message="six ticks without Redis")
+            said = [r for r in caplog.records if "cannot share the partitions out" in r.message]
+            assert len(said) == 1, [r.message for r in said]
+            await eventually(lambda: not hub.leading.is_set(), 20, message="its term ended")
+            server.start()
+            await eventually(lambda: hub.leading.is_set(), 20, message="leads again")
+            await eventually(
+                lambda: any("shares the partitions out again" in r.message for r in caplog.records),
+                10,
+            )

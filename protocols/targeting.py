@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -499,14 +499,19 @@ class Target(BaseModel):
         return "{" + ", ".join(parts) + "}"
 
 
+def matching(target: Target, candidates: Iterable[Candidate]) -> list[str]:
+    """The names of the candidates that match `target`, sorted: what `choose` chooses among."""
+    return sorted(c.name for c in candidates if target.matches(c))
+
+
 def choose(
-    target: Target, candidates: Sequence[Candidate], load: Callable[[str], int],
+    target: Target, matching: list[str], load: Callable[[str], int],
     last_chosen: Mapping[str, int],
 ) -> tuple[list[str], list[str]]:  # fmt: skip
-    """(chosen agents, every matching agent). All matches when `count` is unset; else the
-    `count` least loaded (fewest cues in a call), then least recently chosen, then by name:
-    deterministic for a given history. Chosen is empty when fewer than `count` match."""
-    matching = sorted(c.name for c in candidates if target.matches(c))
+    """(chosen agents, every matching agent), among the `matching` ones. All of them when
+    `count` is unset; else the `count` least loaded (fewest cues in a call), then least
+    recently chosen, then by name: deterministic for a given history. Chosen is empty when
+    fewer than `count` match."""
     if target.count is None:
         return matching, matching
     if len(matching) < target.count:

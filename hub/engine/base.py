@@ -26,7 +26,7 @@ from protocols.states import (
     Phase,
     TargetState,
 )
-from protocols.targeting import Candidate
+from protocols.targeting import Candidate, Target
 
 log = logging.getLogger(__name__)
 ACTIVE = (CueState.WARNING, CueState.STANDBY, CueState.GO)
@@ -70,6 +70,9 @@ class EngineBase(ABC):
         # targets by capability (hub.engine.targets): the online agents, as the registry
         # last said; when each was last chosen; the agents of every cue in a call
         self.directory: dict[str, Candidate] = {}
+        # id(target) -> (target, the online agents it matches, the reason of a cue waiting
+        # for more), while `directory` stands
+        self.matching_now: dict[int, tuple[Target, list[str], str]] = {}
         self.last_chosen: dict[str, int] = {}
         self._choices = 0
         self.engaged: dict[tuple[str, str], tuple[str, ...]] = {}

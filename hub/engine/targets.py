@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from hub.engine.base import ACTIVE, EngineBase
 from hub.engine.state import RunState
 from protocols.states import CueState, FiredBy
-from protocols.targeting import Candidate, choose
+from protocols.targeting import Candidate, Target, choose, matching
 
 NO_MATCH = "no online agent matches target "  # how the reason of a cue waiting for one starts
 PAST_TARGETS_MAX = 64  # agents resolved for earlier attempts (their late replies are late)
+MATCHING_KEPT = 4096  # targets whose matching agents are kept (past this, found again)
 
 
 class TargetsMixin(EngineBase):
@@ -46,11 +47,18 @@ class TargetsMixin(EngineBase):
         target = cue.target
         if target is None or cr.assigned:
             return True
-        chosen, matching = choose(
-            target, list(self.directory.values()), self.load_of, self.last_chosen
-        )
+        found, waiting = self._matching(target)
+        chosen, _ = choose(target, found, self.load_of, self.last_chosen)
         if not chosen and quiet:
             return False
+        if (
+            not chosen and not self.stand_ins and cr.reason == waiting
+            and self.waits_for_agents(run, cue_id)
+        ):  # fmt: skip
+            if cr.awaiting != by:  # an operator's GO: the trigger it fires with, when it does
+                cr.awaiting = by
+                self.mark_dirty(run, cue_id)
+            return False  # else it waits as it did: nothing to write
         cr.target = target.model_dump(mode="json", exclude_none=True)
         self.mark_dirty(run, cue_id)
         if not chosen and self.stand_ins:
@@ -61,8 +69,7 @@ class TargetsMixin(EngineBase):
             )  # fmt: skip
         self._retire(run, cue_id, keep=chosen)  # a reply from those now is late
         if not chosen:
-            online = f"{len(matching)} of {target.count} online" if matching else "none online"
-            reason = f"{NO_MATCH}{target.describe()} ({online})"
+            reason = waiting
             if cr.awaiting is None:
                 run.record.note("waits", f"{cue_id}: {reason}")
             cr.awaiting = by
@@ -76,7 +83,7 @@ class TargetsMixin(EngineBase):
         self.mark_dirty(run, cue_id)
         self.record_event(
             run, "targets", cue=cue_id, attempt=cr.attempt + 1, target=cr.target,
-            agents=list(chosen), matching=matching[:20],
+            agents=list(chosen), matching=found[:20],
         )  # fmt: skip
         return True
 
@@ -100,10 +107,28 @@ class TargetsMixin(EngineBase):
         else:
             self.engaged.pop(key, None)
 
+    def _matching(self, target: Target) -> tuple[list[str], str]:
+        """The online agents matching `target`, and the reason of a cue waiting for more of
+        them: found once per target (a plan's, shared by its runs) while the online agents
+        stay the same."""
+        known = self.matching_now.get(id(target))
+        if known is None or known[0] is not target:
+            if len(self.matching_now) >= MATCHING_KEPT:
+                self.matching_now.clear()
+            found = matching(target, self.directory.values())
+            online = f"{len(found)} of {target.count} online" if found else "none online"
+            known = (target, found, f"{NO_MATCH}{target.describe()} ({online})")
+            self.matching_now[id(target)] = known
+        return known[1], known[2]
+
     def agents_online(self, directory: Mapping[str, Candidate]) -> None:
         """The online agents changed (an agent came online or went offline): cues waiting
-        for a target that now matches fire."""
+        for a target that now matches fire. The same agents again (a replica saying
+        `status.online` once more, or an agent flooding it) change nothing: no cue looks."""
+        if directory == self.directory:
+            return
         self.directory = dict(directory)
+        self.matching_now.clear()
         for run in list(self.runs.values()):
             if run.status.done or run.dry:
                 continue

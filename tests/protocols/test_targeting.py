@@ -23,6 +23,7 @@ from protocols.targeting import (
     Target,
     choose,
     evaluate,
+    matching,
     parse_filter,
     parse_labels,
 )
@@ -189,15 +190,17 @@ def test_a_target_says_something_and_its_filter_parses() -> None:
 def test_choose_least_loaded_then_least_recently_chosen_then_name() -> None:
     one = Target(provides=["code_review"], count=1)
     agents = [BUSY, GPU, CPU]
-    assert choose(one, agents, lambda a: 0, {}) == (["gpu-1"], ["gpu-1", "gpu-2"])  # by name
+    found = matching(one, agents)
+    assert found == ["gpu-1", "gpu-2"]
+    assert choose(one, found, lambda a: 0, {}) == (["gpu-1"], ["gpu-1", "gpu-2"])  # by name
     loads = {"gpu-1": 2, "gpu-2": 1}
-    assert choose(one, agents, loads.__getitem__, {})[0] == ["gpu-2"]  # least loaded
-    assert choose(one, agents, lambda a: 0, {"gpu-1": 5, "gpu-2": 3})[0] == ["gpu-2"]
-    assert choose(one, agents, lambda a: 0, {"gpu-2": 1})[0] == ["gpu-1"]  # never chosen first
+    assert choose(one, found, loads.__getitem__, {})[0] == ["gpu-2"]  # least loaded
+    assert choose(one, found, lambda a: 0, {"gpu-1": 5, "gpu-2": 3})[0] == ["gpu-2"]
+    assert choose(one, found, lambda a: 0, {"gpu-2": 1})[0] == ["gpu-1"]  # never chosen first
     every = Target(provides=["code_review"])  # no count: every match
-    assert choose(every, agents, lambda a: 0, {})[0] == ["gpu-1", "gpu-2"]
+    assert choose(every, matching(every, agents), lambda a: 0, {})[0] == ["gpu-1", "gpu-2"]
     three = Target(provides=["code_review"], count=3)  # fewer match than needed: nobody
-    assert choose(three, agents, lambda a: 0, {}) == ([], ["gpu-1", "gpu-2"])
+    assert choose(three, matching(three, agents), lambda a: 0, {}) == ([], ["gpu-1", "gpu-2"])
 
 
 def test_candidate_from_a_registry_record() -> None:

@@ -76,6 +76,7 @@ class EngineBase(ABC):
         self.last_chosen: dict[str, int] = {}
         self._choices = 0
         self.engaged: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.loads: dict[str, int] = {}  # agent -> how many of `engaged` name it
         self.stand_ins = False  # a dry run's engine: stand-ins for targets nothing matches
 
     def note_ended(self, run_ids: Iterable[str]) -> None:

@@ -97,15 +97,21 @@ class TargetsMixin(EngineBase):
 
     def load_of(self, agent: str) -> int:
         """Cues in a call (WARNING, STANDBY or GO) on this engine that target the agent."""
-        return sum(agent in agents for agents in self.engaged.values())
+        return self.loads.get(agent, 0)
 
     def track_engaged(self, run: RunState, cue_id: str) -> None:
-        """Keep `engaged` (the agents of each cue in a call) as the cue's state changes."""
-        cr, key = run.cues[cue_id], (run.run_id, cue_id)
+        """Keep `engaged` (the agents of each cue in a call) and each agent's count of them
+        (`loads`) as the cue's state changes."""
+        cr, key, loads = run.cues[cue_id], (run.run_id, cue_id), self.loads
+        for agent in self.engaged.pop(key, ()):
+            if loads[agent] <= 1:
+                del loads[agent]
+            else:
+                loads[agent] -= 1
         if cr.state in ACTIVE:
-            self.engaged[key] = tuple(cr.targets)
-        else:
-            self.engaged.pop(key, None)
+            agents = self.engaged[key] = tuple(cr.targets)
+            for agent in agents:
+                loads[agent] = loads.get(agent, 0) + 1
 
     def _matching(self, target: Target) -> tuple[list[str], str]:
         """The online agents matching `target`, and the reason of a cue waiting for more of

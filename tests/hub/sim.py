@@ -67,6 +67,16 @@ class Sim:
         self.timers.extend(out.timers)
         self._persist_and_compare(out)
         self._reasons_told(out)
+        self._loads_kept()
+
+    def _loads_kept(self) -> None:
+        """Each agent's load (cues in a call naming it, kept as cues move) is what counting
+        the cues in a call finds."""
+        counted: dict[str, int] = {}
+        for agents in self.engine.engaged.values():
+            for agent in agents:
+                counted[agent] = counted.get(agent, 0) + 1
+        assert self.engine.loads == counted
 
     def _reasons_told(self, out: Outbox) -> None:
         """Every change of a cue's reason is an event: what the events said last is what

@@ -10,6 +10,11 @@ the content blocks) is the cue's result, and `{cue}.result` in the run's context
 error fails the cue with its text. A GO redelivered after a replica died mid-call is not
 called again (a tool call need not be idempotent): the cue fails, saying so, and a retry
 makes a new attempt.
+
+Every server is untrusted: an answer past one message (`max_message_bytes`) is not read
+further and fails what asked for it, saying so. Over HTTP a JSON answer is counted as it
+unpacks (a gzip bomb too, `mcp_http.py`) and a server-sent event is bounded by the SDK at
+that size.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ from typing import Any, ClassVar
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import AudioContent, CallToolResult, ImageContent
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specialists.base import Readiness, Specialist
+from specialists.builtin.mcp_http import http_client
 from specialists.cue import Cue, Entry, Result
 from specialists.errors import Reject
 
@@ -76,7 +81,15 @@ class Mcp(Specialist):
 
     @asynccontextmanager
     async def connect(self, server: str | list[str]) -> AsyncIterator[Client]:
-        conf = self.mcp_settings
+        try:
+            async with self._connect(server) as client:
+                yield client
+        except BaseExceptionGroup as group:  # the transport's task group wraps what failed
+            raise _alone(group) from None
+
+    @asynccontextmanager
+    async def _connect(self, server: str | list[str]) -> AsyncIterator[Client]:
+        conf, limit_bytes = self.mcp_settings, self.settings.max_message_bytes
         if isinstance(server, list):
             params = StdioServerParameters(command=server[0], args=server[1:])
             async with Client(params, read_timeout_seconds=conf.timeout_s) as client:
@@ -84,8 +97,9 @@ class Mcp(Specialist):
             return
         secret = conf.tokens.get(server) or conf.token
         headers = {"Authorization": f"Bearer {secret.get_secret_value()}"} if secret else None
-        http = create_mcp_http_client(headers=headers)
-        transport = streamable_http_client(server, http_client=http)
+        http = http_client(headers, limit_bytes)
+        transport = streamable_http_client(server, http_client=http,
+                                           max_sse_event_size=limit_bytes)  # fmt: skip
         async with http, Client(transport, read_timeout_seconds=conf.timeout_s) as client:
             yield client
 
@@ -143,6 +157,14 @@ class Mcp(Specialist):
                   "content": content}  # fmt: skip
         entry = Entry(value, tags=["mcp"], metadata={"tool": cue.action["tool"]})
         return Result(result=result, context={f"{cue.cue_id}.result": entry})
+
+
+def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error a group holds (so a cue's reason names it), else the group."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found
 
 
 def _block(block: Any) -> dict[str, Any]:

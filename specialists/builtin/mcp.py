@@ -14,15 +14,17 @@ makes a new attempt.
 Every server is untrusted: an answer past one message (`max_message_bytes`) is not read
 further and fails what asked for it, saying so. Over HTTP a JSON answer is counted as it
 unpacks (a gzip bomb too, `mcp_http.py`) and a server-sent event is bounded by the SDK at
-that size.
+that size; a stdio server's lines pass a guard process (`mcp_guard.py`) that cuts a longer one.
 """
 
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, ClassVar
 
 from mcp import Client
@@ -38,6 +40,7 @@ from specialists.cue import Cue, Entry, Result
 from specialists.errors import Reject
 
 CALL = "mcp-call"  # the done-marker set while a cue's tool call is under way
+GUARD = Path(__file__).with_name("mcp_guard.py")  # between a stdio server and the SDK
 
 
 class McpSettings(BaseSettings):
@@ -90,8 +93,9 @@ class Mcp(Specialist):
     @asynccontextmanager
     async def _connect(self, server: str | list[str]) -> AsyncIterator[Client]:
         conf, limit_bytes = self.mcp_settings, self.settings.max_message_bytes
-        if isinstance(server, list):
-            params = StdioServerParameters(command=server[0], args=server[1:])
+        if isinstance(server, list):  # the SDK reads a line whole: the guard bounds it
+            guarded = ["-I", str(GUARD), str(limit_bytes), *server]
+            params = StdioServerParameters(command=sys.executable, args=guarded)
             async with Client(params, read_timeout_seconds=conf.timeout_s) as client:
                 yield client
             return

@@ -1,11 +1,12 @@
 """The `mcp` specialist against MCP servers that answer without measure: an answer past one
-message (`max_message_bytes`, 256 KiB here) is read no further, over streamable HTTP, the
-cue fails saying so, and the replica goes on serving."""
+message (`max_message_bytes`, 256 KiB here) is read no further, over streamable HTTP and over
+stdio, the cue fails saying so, and the replica goes on serving."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -17,7 +18,7 @@ import pytest
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from protocols.messages import MessageType
-from specialists.builtin.mcp import Mcp
+from specialists.builtin.mcp import Mcp, McpSettings
 from specialists.builtin.mcp_http import http_client
 from tests.specialists.conftest import HubSide, Starter
 
@@ -194,3 +195,74 @@ async def test_mcp_http_client_keeps_the_sdks_timeouts_and_the_token() -> None:
     ):
         assert bounded.timeout == sdk.timeout
         assert bounded.headers["authorization"] == "Bearer t0"
+
+
+STDIO_SERVER = r"""
+import json, sys
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    method, params, id_ = request["method"], request.get("params") or {}, request["id"]
+    if method == "tools/call" and params["name"] == "huge":  # a line that does not end
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"content": '
+                         '[{"type": "text", "text": "' % json.dumps(id_))
+        for _ in range(512):
+            sys.stdout.write("x" * 65536)
+        sys.stdout.flush()
+        sys.stdin.read()  # held open until the client goes
+    elif method == "initialize":
+        send({"jsonrpc": "2.0", "id": id_, "result": {
+            "protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "endless", "version": "1"}}})
+    elif method == "tools/list":
+        tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("huge", "small")]
+        send({"jsonrpc": "2.0", "id": id_, "result": {"tools": tools}})
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": id_,
+              "result": {"content": [{"type": "text", "text": "ok"}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": id_,
+              "error": {"code": -32601, "message": "Method not found"}})
+"""
+
+
+async def test_mcp_stops_reading_a_stdio_line_past_one_message(
+    start: Starter, hub: HubSide
+) -> None:
+    """A stdio server writing 32 MiB on one line that does not end: reading stops past the
+    256 KiB a message may hold and the cue fails saying so; the next cue is served. On the
+    code before, the SDK held all 32 MiB (a peak of 57 MiB, the line copied at each
+    read) and waited for the end of the line until the call's timeout."""
+    await start(Mcp, mcp_settings=McpSettings(timeout_s=10))
+    server = [sys.executable, "-c", STDIO_SERVER]
+    tracemalloc.start()
+    try:
+        await hub.go("CUE-1", server=server, tool="huge")
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    await hub.go("CUE-2", server=server, tool="small")
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-2", timeout_s=10)
+    assert "the server's answer passed max_message_bytes" in failed.payload.error
+    assert "(262144 bytes): not read further" in failed.payload.error
+    assert peak < 8 * MiB
+    assert done.payload.result["content"] == [{"type": "text", "text": "ok"}]
+
+
+async def test_mcp_stdio_server_that_cannot_start_says_why(start: Starter, hub: HubSide) -> None:
+    """The guard starts the server: a command it cannot start is the answer to the request,
+    not a connection closed without a word."""
+    await start(Mcp)
+    await hub.warning("CUE-1", server=["/nonexistent/mcp-server"], tool="add")
+    await hub.standby("CUE-1")
+    [ack] = await hub.wait(M.ACK_STANDBY, "CUE-1", timeout_s=20)
+    assert not ack.payload.ready
+    assert "cannot start the MCP server" in ack.payload.reason
+    assert "No such file or directory: '/nonexistent/mcp-server'" in ack.payload.reason

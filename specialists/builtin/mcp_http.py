@@ -1,13 +1,15 @@
 """The `mcp` kind's HTTP client: the SDK's, with a server's answer read no further than one
 message (`max_message_bytes`) could carry it, counted as it unpacks. An event stream is left
-to the SDK, which bounds each event (`max_sse_event_size`). Unlike the SDK's own client it
-goes through no proxy named in the environment (HTTP(S)_PROXY): a client given a transport
-reads none."""
+to the SDK, which bounds each event (`max_sse_event_size`). A client given a transport reads
+no proxy from the environment, so the transport does, as the SDK's own client would:
+HTTP_PROXY, HTTPS_PROXY or ALL_PROXY, but for the hosts NO_PROXY names (the standard
+library's reading of them, `urllib.request.getproxies` and `proxy_bypass`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from urllib.request import getproxies, proxy_bypass
 
 import httpx2
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
@@ -48,10 +50,22 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     def __init__(self, limit_bytes: int) -> None:
         self.inner = httpx2.AsyncHTTPTransport()
+        proxies = getproxies()  # the environment's, read once, as a client reads them
+        self.proxied = {
+            scheme: httpx2.AsyncHTTPTransport(proxy=proxy)
+            for scheme in ("http", "https")
+            if (proxy := proxies.get(scheme) or proxies.get("all"))
+        }
         self.limit_bytes = limit_bytes
 
+    def _through(self, url: httpx2.URL) -> httpx2.AsyncHTTPTransport:
+        proxied = self.proxied.get(url.scheme)
+        if proxied is None or proxy_bypass(url.host):
+            return self.inner
+        return proxied
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self.inner.handle_async_request(request)
+        response = await self._through(request.url).handle_async_request(request)
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response
         headers = response.headers.copy()
@@ -62,7 +76,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
                                extensions=response.extensions)  # fmt: skip
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        for transport in (self.inner, *self.proxied.values()):
+            await transport.aclose()
 
 
 def http_client(headers: dict[str, str] | None, limit_bytes: int) -> httpx2.AsyncClient:

@@ -266,3 +266,23 @@ async def test_mcp_stdio_server_that_cannot_start_says_why(start: Starter, hub: 
     assert not ack.payload.ready
     assert "cannot start the MCP server" in ack.payload.reason
     assert "No such file or directory: '/nonexistent/mcp-server'" in ack.payload.reason
+
+
+async def test_mcp_over_http_goes_through_the_environment_s_proxy(
+    start: Starter, hub: HubSide, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY names a proxy: the calls go through it (here the server itself, which a
+    proxy's absolute-form requests reach), as the SDK's own client would send them; a
+    host NO_PROXY names is called directly."""
+    answering = _HostileHttp()
+    async with _serving(answering) as url:
+        proxy = url.removesuffix("/mcp")
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.setenv("NO_PROXY", "direct.invalid")
+        await start(Mcp, url="http://mcp.invalid/mcp")  # no such host: only the proxy knows
+        await hub.go("CUE-1", tool="small")
+        [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1", timeout_s=20)
+        assert done.payload.result["content"] == [{"type": "text", "text": "ok"}]
+        await hub.go("CUE-2", tool="small", server="http://direct.invalid/mcp")
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-2", timeout_s=20)
+    assert failed.payload.error.startswith("ConnectError")  # through the proxy, it would work

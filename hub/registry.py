@@ -41,9 +41,12 @@ class Registry:
         self.store = store
         self.keys = keys
         self.agents: dict[str, AgentRecord] = {}
+        # each agent as targeting sees it, made once per contract it says (`online`)
+        self._candidates: dict[str, Candidate] = {}
 
     async def load(self) -> None:
         self.agents = await self.store.load()
+        self._candidates.clear()
 
     def contract_of(self, agent: str) -> Contract | None:
         entry = self.agents.get(agent)
@@ -52,8 +55,9 @@ class Registry:
     def online(self) -> dict[str, Candidate]:
         """The agents with a replica that said `status.online` and not `status.offline`
         since, as targeting sees them (contract lists and labels): what a cue's `target`
-        is resolved among. (A replica that died without saying so counts until it does.)"""
-        return _online(self.agents)
+        is resolved among. (A replica that died without saying so counts until it does.)
+        Each agent's is made once for each `status.online` it sends, not once per call."""
+        return _online(self.agents, self._candidates)
 
     async def online_stored(self) -> dict[str, Candidate]:
         """`online()` as Redis holds it (for the API, which does not own `self.agents`)."""
@@ -70,6 +74,7 @@ class Registry:
             online = msg.body(p.StatusOnline)
             entry.kind = online.kind[:NAME_CHARS]
             entry.contract = online.contract.model_dump(mode="json")
+            self._candidates.pop(agent, None)
             _make_room(entry, online.replica)
             entry.replicas[online.replica[:NAME_CHARS]] = ReplicaRecord(
                 online=True, since=now, concurrency=min(online.concurrency, 1 << 20),
@@ -121,12 +126,22 @@ class Registry:
         return out
 
 
-def _online(agents: dict[str, AgentRecord]) -> dict[str, Candidate]:
-    return {
-        name: Candidate.of(name, entry.contract, entry.kind)
-        for name, entry in sorted(agents.items())
-        if any(r.online for r in entry.replicas.values())
-    }
+def _online(
+    agents: dict[str, AgentRecord], made: dict[str, Candidate] | None = None
+) -> dict[str, Candidate]:
+    """The online agents as candidates; those in `made` are taken from it, and the others
+    made are kept in it."""
+    found: dict[str, Candidate] = {}
+    for name, entry in sorted(agents.items()):
+        if not any(r.online for r in entry.replicas.values()):
+            continue
+        candidate = None if made is None else made.get(name)
+        if candidate is None:
+            candidate = Candidate.of(name, entry.contract, entry.kind)
+            if made is not None:
+                made[name] = candidate
+        found[name] = candidate
+    return found
 
 
 def _make_room(entry: AgentRecord, replica: str) -> None:

@@ -86,3 +86,27 @@ def test_a_contract_card_is_made_whatever_numbers_its_labels_hold() -> None:
     card = MessageToDict(contract_card(record, "http://hub/", secured=False))
     (extension,) = card["capabilities"]["extensions"]
     assert extension["params"]["labels"] == {"big": float(2**63 - 1), "small": -float(2**63)}
+
+
+def test_each_agent_is_made_a_candidate_once_per_contract_it_says() -> None:
+    """What targeting sees of an agent is made when it says `status.online`, not each time
+    the router asks (a flood of them with 100 agents of 300 keys cost 3.8 ms a batch): the
+    same agents come back the same, a new contract is seen at once, and an agent whose
+    replicas all went offline is not among them."""
+    registry = Registry(transport=Any, store=Any, keys=Keys())  # type: ignore[arg-type]
+
+    def online(agent: str, provides: list[str]) -> None:
+        said = p.StatusOnline(replica="r1", kind="echo", contract=Contract(provides=provides))
+        registry.apply(make(T.STATUS_ONLINE, said, from_agent=agent))
+
+    online("a", ["review"])
+    online("b", ["build"])
+    first = registry.online()
+    assert first["a"].provides == ("review",) and first["b"].provides == ("build",)
+    again = registry.online()
+    assert again == first and again["a"] is first["a"] and again["b"] is first["b"]
+    online("a", ["review", "tests"])
+    changed = registry.online()
+    assert changed["a"].provides == ("review", "tests") and changed["b"] is first["b"]
+    registry.apply(make(T.STATUS_OFFLINE, p.StatusOffline(replica="r1"), from_agent="b"))
+    assert list(registry.online()) == ["a"]

@@ -122,6 +122,8 @@ class AlertsMixin(EngineBase):
                     self.go(run, cue_id)
                 elif _paused(cr) and cr.state in (CueState.PENDING, CueState.WAITING):
                     self.evaluate(run, cue_id)  # a direct cue: fired again
+                elif _paused(cr) and cr.state is CueState.GO:  # a direct cue's retry
+                    self.go(run, cue_id, assign=True)
 
     def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
         """A GO that may not go now (paused): the cue says why; the run may be holding."""

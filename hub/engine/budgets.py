@@ -143,6 +143,8 @@ class BudgetMixin(EngineBase):
                 self.go(run, cue_id)
             elif cr.state is CueState.ARMED:  # an operator's GO of a direct cue
                 self.fire(run, cue_id, FiredBy.OPERATOR)
+            elif cr.state is CueState.GO:  # a direct cue's retry: claimed, its assign held
+                self.go(run, cue_id, assign=True)
             elif cr.state in (CueState.PENDING, CueState.WAITING):  # a direct cue
                 self.evaluate(run, cue_id)
         return run

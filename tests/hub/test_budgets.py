@@ -268,3 +268,35 @@ cues:
     sim._drain()
     assert [m.cue_id for _, m in sim.take_sent(T.TASK_ASSIGN)] == ["A"]
     assert sim.run().status is RunStatus.RUNNING
+
+
+def test_a_direct_cues_retry_held_by_a_budget_is_assigned_once_it_is_raised() -> None:
+    """A direct cue's first attempt spends the budget (a context write's usage) and fails:
+    its retry's task.assign is held back in `go`, the cue still in GO. Raising the budget
+    once went past it (only STANDBY, ARMED, PENDING and WAITING cues were let go): the run
+    said `running` with nothing in a call and no deadline, for ever."""
+    text = """
+cuelist: direct
+budget: {tokens: 10}
+cues:
+  - {id: A, target_agents: [a], coordination: direct, retries: 1}
+"""
+    sim = Sim(plan_of(text))
+    sim.start()
+    assert [m.payload.attempt for _, m in sim.take_sent(T.TASK_ASSIGN)] == [1]  # type: ignore[attr-defined]
+    meta = {"usage": {"tokens": 10}}
+    sim.send("a", T.TASK_CONTEXT, p.TaskContext(key="k", value=1, metadata=meta), "r1", "A")
+    sim.fail("a", "A", attempt=1)
+    assert not sim.take_sent(T.TASK_ASSIGN)
+    assert sim.run().hold_reason == "budget tokens spent 10 / 10"
+    sim.engine.change_budget("r1", {"tokens": 100})
+    sim._drain()
+    assert [m.payload.attempt for _, m in sim.take_sent(T.TASK_ASSIGN)] == [2]  # type: ignore[attr-defined]
+    assert sim.cue("A").attempt == 2 and sim.cue("A").deadline is not None
+    assert sim.run().status is RunStatus.RUNNING
+    sim.engine.change_budget("r1", {"tokens": 200})  # raised again: nothing goes twice
+    sim._drain()
+    assert not sim.take_sent(T.TASK_ASSIGN)
+    sim.complete("a", "A", attempt=2)
+    assert sim.run().status is RunStatus.SUCCESS
+    assert [g["attempt"] for g in sim.cue("A").gos] == [1, 2]

@@ -131,3 +131,21 @@ cues:
     sim.complete("a", "A", run_id="r1")
     sim.complete("a", "A", run_id="r2")
     assert sim.run("r2").status is RunStatus.SUCCESS
+
+
+def test_a_direct_cues_retry_paused_by_a_critical_escalation_is_assigned_on_resume() -> None:
+    """The retry of a direct cue is held in `go` while GOs are paused, the cue still in GO;
+    the resume once let only STANDBY, PENDING and WAITING cues go, so it stayed for ever."""
+    sim = Sim(plan_of(DIRECT.replace("coordination: direct}", "coordination: direct, retries: 1}")))
+    sim.start()
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]
+    body = p.EscalationError(severity=Severity.CRITICAL, cause="disk", detail="disk on fire")
+    esc = sim.engine.escalate(None, None, T.ESCALATION_ERROR, body)
+    sim.fail("a", "A", attempt=1)
+    assert not sim.take_sent(T.TASK_ASSIGN)
+    assert sim.run().hold_reason == f"GO paused: critical escalation {esc.id}"
+    sim.engine.resolve(esc.id, None, "put out")
+    sim._drain()
+    assert [m.payload.attempt for _, m in sim.take_sent(T.TASK_ASSIGN)] == [2]  # type: ignore[attr-defined]
+    sim.complete("a", "A", attempt=2)
+    assert sim.run().status is RunStatus.SUCCESS

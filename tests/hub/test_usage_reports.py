@@ -3,16 +3,20 @@ the caps are refused, totals stop at the caps, and the hub goes on serving the r
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hub.service import Hub
 from protocols import payloads as p
 from protocols.canonical import canonical_json
-from protocols.codec import decode, encode
+from protocols.codec import Envelope, decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
+from protocols.settings import Settings
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
+from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
 GREEDY = "cuelist: greedy\ncues:\n  - {id: ONLY, target_agents: [mallory], coordination: direct}\n"
@@ -56,3 +60,55 @@ async def test_usage_past_a_float_or_the_caps_leaves_the_hub_serving(hub: Hub) -
     causes = {e.cause for e in await hub.store.escalations(limit=100)}
     assert "bad_usage:mallory" in causes, causes
     assert hub.leading.is_set() and hub.driver.failed is None
+
+
+PAIR = "cuelist: pair\ncues:\n  - {id: BOTH, target_agents: [ann, bob], coordination: direct}\n"
+
+
+async def test_a_completion_read_again_by_the_next_leader_is_not_counted_twice(
+    settings: Settings, real_redis: Any
+) -> None:
+    """ann completes reporting 60 tokens; her SDK's XADD is sent again (its reply was
+    lost), and the hub that handled the first is gone: the next leader has not seen the
+    message, and bob has not completed, so the cue is still in GO. The copy once counted
+    again (120 tokens for one report); a target that completed its attempt completes it
+    once, so its usage counts once."""
+    parsed, version = load_cuelist(PAIR)
+    keys, client = settings.keys, real_redis
+    async with running_hub(settings, lease_ms=1000) as first:
+        await first.cuelists.put(parsed, version, canonical_json(parsed), PAIR)
+        await first.driver.start_run("pair", version, "run-pair", {}, False)
+
+        async def assigned(agent: str) -> list[Envelope]:
+            entries = await client.xrange(keys.inbox(agent))
+            return [decode(f[STREAM_FIELD.encode()]) for _, f in entries]
+
+        (ann_task,) = await eventually(lambda: assigned("ann"), 10)
+        (bob_task,) = await eventually(lambda: assigned("bob"), 10)
+        done = ann_task.reply(
+            T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, usage=p.Usage(tokens=60))
+        ).model_copy(update={"from_agent": "ann"})
+        raw = encode(done)
+        await client.xadd(keys.out("ann"), {STREAM_FIELD: raw})
+
+        async def counted() -> object:
+            run = await first.store.run("run-pair")
+            return run is not None and run.usage.tokens == 60
+
+        await eventually(counted, 10)
+    await client.xadd(keys.out("ann"), {STREAM_FIELD: raw})  # the same message again
+    async with running_hub(settings, lease_ms=1000) as second:
+        bob = bob_task.reply(
+            T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, usage=p.Usage(tokens=5))
+        ).model_copy(update={"from_agent": "bob"})
+        await client.xadd(keys.out("bob"), {STREAM_FIELD: encode(bob)})
+
+        async def finished() -> object:
+            run = await second.store.run("run-pair")
+            return run if run is not None and run.status.done else None
+
+        run = await eventually(finished, 20)
+        assert run.status.value == "success"  # type: ignore[attr-defined]
+        assert run.usage.tokens == 65  # type: ignore[attr-defined]
+        assert run.cues["BOTH"].usage.tokens == 65  # type: ignore[attr-defined]
+        assert run.record.late_replies == 1  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from hub.engine.base import PAUSED, EngineBase, _all
 from hub.engine.outbox import Timer
-from hub.engine.state import CueRun, RunState
+from hub.engine.state import USAGE_IDS_KEPT, CueRun, RunState
 from protocols import payloads as p
 from protocols.cuelist import Budget
 from protocols.errors import Conflict, EngineError
@@ -62,11 +62,19 @@ def held_by_budget(cr: CueRun) -> bool:
 class BudgetMixin(EngineBase):
     """The engine's part that counts usage and enforces each run's budget."""
 
-    def count_usage(self, run: RunState, cue_id: str, agent: str, usage: p.Usage) -> None:
-        """Add what `agent` reported spending on `cue_id` to the cue's and the run's totals."""
+    def count_usage(
+        self, run: RunState, cue_id: str, agent: str, usage: p.Usage, message_id: str = ""
+    ) -> None:
+        """Add what `agent` reported spending on `cue_id` to the cue's and the run's totals
+        (`message_id`: the report's, counted once: a context write may be read again)."""
         if not (usage.tokens or usage.cost or usage.counters):
             return
         cr = run.cues[cue_id]
+        if message_id:
+            once = f"{agent} {message_id}"  # per sender, as the router's: none skips another's
+            if once in cr.usage_ids:
+                return
+            cr.usage_ids = [*cr.usage_ids, once][-USAGE_IDS_KEPT:]
         cr.usage = (cr.usage or p.Usage()).plus(usage)
         total = run.usage.plus(usage)
         dropped = sorted(set(usage.counters) - set(total.counters))

@@ -112,7 +112,7 @@ def _context_usage(engine: Engine, run: RunState, cue_id: str, msg: Envelope) ->
     that is not a usage is a violation: never dropped silently)."""
     usage = usage_in_context(msg.body(p.TaskContext).metadata)
     if isinstance(usage, p.Usage):
-        engine.count_usage(run, cue_id, msg.from_agent, usage)
+        engine.count_usage(run, cue_id, msg.from_agent, usage, msg.message_id)
     elif usage is not None:
         detail = f"task.context from {msg.from_agent}: {usage}"
         guard.violation(engine, run, cue_id, guard.BAD_USAGE, msg.from_agent, detail,

@@ -15,6 +15,7 @@ QUEUED = "queued: the run is starting"  # shown as the reason of a cue not yet e
 RESULT_BYTES = 4_096  # of one target's result kept on its cue (as JSON)
 RESULT_CUE_BYTES = 32_768  # of all the results kept on one cue
 RESULT_HEAD_BYTES = 512  # what is kept of a result over its bound
+USAGE_IDS_KEPT = 32  # context writes reporting usage remembered per cue (see usage_ids)
 
 
 class CueRun(BaseModel):
@@ -56,6 +57,9 @@ class CueRun(BaseModel):
     action_update: dict[str, Any] = Field(default_factory=dict)  # what a `retry` changed
     decisions: list[dict[str, Any]] = Field(default_factory=list)  # one per consultation
     usage: Usage | None = None  # what its targets reported spending, over every attempt
+    # "agent message-id" of the context writes whose usage counted (the last USAGE_IDS_KEPT):
+    # a copy read again by a leader that never saw the first is not counted twice
+    usage_ids: list[str] = Field(default_factory=list)
     # a cue with a `target:` (by capability): its spec, the agents it resolved to for the
     # current attempt, those of earlier attempts, and the trigger to fire with once enough
     # matching agents are online (set while it waits for them)

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from hub.engine import inputs
 from hub.metrics import Metrics
 from protocols import payloads as p
+from protocols.codec import make
 from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import CueState, RunStatus, Severity
@@ -300,3 +302,28 @@ cues:
     sim.complete("a", "A", attempt=2)
     assert sim.run().status is RunStatus.SUCCESS
     assert [g["attempt"] for g in sim.cue("A").gos] == [1, 2]
+
+
+def test_a_context_writes_usage_read_again_after_a_restart_counts_once() -> None:
+    """A target's context write reporting 4 tokens is sent again (its XADD's reply was
+    lost) and read by a leader that never saw it (the router skips a copy only within one
+    term): it once counted again, every time. A context write's usage counts once."""
+    sim = Sim(plan_of(MESSAGES.replace("messages: 6, ", "")))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.ack_standby("a", "A")
+    meta = {"usage": {"tokens": 4, "counters": {"api_calls": 1}}}
+    body = p.TaskContext(key="k", value=1, metadata=meta)
+    write = make(T.TASK_CONTEXT, body, from_agent="a", run_id="r1", cue_id="A")
+    inputs.handle(sim.engine, write)
+    sim._drain()
+    sim.restart()  # a new leader, resumed from what the store holds
+    inputs.handle(sim.engine, write)  # the same message, read again
+    sim._drain()
+    assert sim.run().usage == p.Usage(tokens=4, counters={"api_calls": 1})
+    assert sim.cue("A").usage == sim.run().usage
+    assert [e["tokens"] for e in sim.events_of("usage")] == [4]
+    again = make(T.TASK_CONTEXT, body, from_agent="a", run_id="r1", cue_id="A")
+    inputs.handle(sim.engine, again)  # another write (a message of its own) counts
+    sim._drain()
+    assert sim.run().usage == p.Usage(tokens=8, counters={"api_calls": 2})

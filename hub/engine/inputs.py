@@ -69,9 +69,11 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
     if agent not in cr.resolved and engine.plans[run.run_id].cues[cue_id].target is not None:
         attempt = -1  # a target of an earlier attempt only (guard.is_target): late
     # a target that completed this attempt did so once: a copy (its XADD sent again after
-    # a lost reply, read by a leader that never saw the first) is a duplicate
+    # a lost reply, read by a leader that never saw the first) is a duplicate; an attempt
+    # whose failure the cue's debugger is asked about is over (what its targets say: late)
     again = msg.message_type is T.STATUS_COMPLETED and cr.targets.get(agent) is new_target
-    if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done or again:
+    over = again or cr.debugger is not None
+    if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done or over:
         mt = msg.message_type.value
         engine.late_reply(run, f"{mt} from {agent} for {cue_id} attempt {attempt} "
                           f"(now attempt {cr.attempt}, {cr.state.value})")  # fmt: skip

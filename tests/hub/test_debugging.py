@@ -180,3 +180,19 @@ def test_an_operator_retry_starts_a_new_streak() -> None:
     sim._drain()
     cue = sim.cue("BUILD")
     assert cue.failures_in_row == 0 and cue.consults == 0 and cue.state is CueState.GO
+
+
+def test_a_failure_read_again_while_the_debugger_is_asked_is_late_not_a_violation() -> None:
+    """The failure that made the streak is read again (its XADD sent again after a lost
+    reply, read by a leader that never saw it) while the cue waits for its debugger: the
+    attempt is the same, so it once passed for an out-of-order status.failed, a protocol
+    violation escalated against the target. It is a late reply: counted, nothing else."""
+    sim = _sim()
+    _fail_twice(sim)
+    sim.fail("a", "BUILD", attempt=2, error="exit code 2: make: *** [all] Error 2")
+    run = sim.run()
+    assert run.record.protocol_violations == 0 and run.record.late_replies == 1
+    assert not sim.engine.escalations.by_id
+    assert sim.cue("BUILD").consults == 1 and not sim.take_sent(T.TASK_ASSIGN)
+    _diagnose(sim, 2, decision="retry", diagnosis="flaky")
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]

@@ -287,6 +287,12 @@ class EngineBase(ABC):
         """Warn (one escalation per limit) for each run whose budget is nearly spent."""
 
     @abstractmethod
+    def count_usage(
+        self, run: RunState, cue_id: str, agent: str, usage: p.Usage, message_id: str = ""
+    ) -> None:
+        """Add what `agent` reported spending on the cue to its and the run's totals."""
+
+    @abstractmethod
     def over_budget(self, run: RunState) -> str | None:
         """What of the run's budget is spent ("budget tokens spent 50,112 / 50,000")."""
 

@@ -131,8 +131,11 @@ class DebugMixin(EngineBase):
             why = msg.body(p.StatusFailed).error
             self._give_up(run, cue_id, f"its debugger {debugger} failed: {why}")
             return
+        done = msg.body(p.StatusCompleted)
+        if done.usage is not None:  # what the diagnosis cost is the run's, as any target's
+            self.count_usage(run, cue_id, msg.from_agent, done.usage)
         try:
-            found = Diagnosis.model_validate(msg.body(p.StatusCompleted).result)
+            found = Diagnosis.model_validate(done.result)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "result"

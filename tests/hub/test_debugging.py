@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocols import payloads as p
 from protocols.debugging import DEBUG_KEY, FailureHistory, diagnosis_key
 from protocols.messages import MessageType as T
 from protocols.states import CueState, RunStatus
@@ -196,3 +197,21 @@ def test_a_failure_read_again_while_the_debugger_is_asked_is_late_not_a_violatio
     assert sim.cue("BUILD").consults == 1 and not sim.take_sent(T.TASK_ASSIGN)
     _diagnose(sim, 2, decision="retry", diagnosis="flaky")
     assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]
+
+
+def test_what_the_debugger_reports_spending_counts_against_the_budget() -> None:
+    """The debugger is a specialist the run asks to work: the usage on its diagnosis (an
+    LLM's tokens, say) is the run's, as a context write of its already was. It was
+    dropped: a debugger could spend without limit and no total showed it."""
+    sim = _sim()
+    _fail_twice(sim)
+    body = p.StatusCompleted(
+        attempt=2, result={"decision": "retry", "diagnosis": "flaky"},
+        usage=p.Usage(tokens=30, cost=0.5),
+    )  # fmt: skip
+    sim.send("doc", T.STATUS_COMPLETED, body, "r1", "BUILD")
+    assert sim.run().usage == p.Usage(tokens=30, cost=0.5)
+    assert sim.cue("BUILD").usage == p.Usage(tokens=30, cost=0.5)
+    assert [(e["agent"], e["tokens"]) for e in sim.events_of("usage")] == [("doc", 30)]
+    sim.send("doc", T.STATUS_COMPLETED, body, "r1", "BUILD")  # late: not counted
+    assert sim.run().usage == p.Usage(tokens=30, cost=0.5)

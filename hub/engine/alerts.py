@@ -1,11 +1,11 @@
 """Escalations as the engine raises and resolves them, pausing GOs, and holding runs.
 
 A run is `holding` when only an operator can move it: nothing of it is pending or in a
-call or waiting for a resource, and what is left is armed cues (a GO), cues waiting for
-conditions no unfinished cue of the run raises (an approval), GOs paused by a critical
-escalation, or GOs held back by a spent budget (hub.engine.budgets). `hold_reason` names
-each need. One function decides (`hold_cause`), once per step for every run the step
-touched (cheaply: only while no cue of the run moves).
+call or waiting for a resource, an agent or a debugger, and what is left is armed cues (a
+GO), cues waiting for conditions no unfinished cue of the run raises (an approval), GOs
+paused by a critical escalation, or GOs held back by a spent budget (hub.engine.budgets).
+`hold_reason` names each need. One function decides (`hold_cause`), once per step for
+every run the step touched (cheaply: only while no cue of the run moves).
 """
 
 from __future__ import annotations
@@ -166,6 +166,8 @@ class AlertsMixin(EngineBase):
                 return None  # in a call, about to be, or waiting for another's resource
             elif cr.state is CueState.WAITING and cr.awaiting is not None:
                 return None  # waiting for a matching agent to come online
+            elif cr.state is CueState.WAITING and cr.debugger is not None:
+                return None  # waiting for its debugger's diagnosis (hub.engine.debugging)
             elif cr.state is CueState.ARMED:
                 needs.append(f"GO for {cue_id}")
             elif cr.state is CueState.WAITING:

@@ -215,3 +215,22 @@ def test_what_the_debugger_reports_spending_counts_against_the_budget() -> None:
     assert [(e["agent"], e["tokens"]) for e in sim.events_of("usage")] == [("doc", 30)]
     sim.send("doc", T.STATUS_COMPLETED, body, "r1", "BUILD")  # late: not counted
     assert sim.run().usage == p.Usage(tokens=30, cost=0.5)
+
+
+def test_a_run_whose_cue_waits_for_its_debugger_is_not_holding() -> None:
+    """A run with an armed manual cue and a cue waiting for its debugger's diagnosis: the
+    debugger will move it, so it is running, not `holding` (which says only an operator
+    can move it). It said holding, "GO for NOTES", until the diagnosis came."""
+    text = LIST.replace(
+        "cues:\n",
+        "start: [BUILD, NOTES]\ncues:\n  - {id: NOTES, target_agents: [c], manual: true}\n",
+    )
+    sim = Sim(plan_of(text))
+    _online(sim, ["a", "b", "c", "doc"])
+    sim.start()
+    assert sim.cue("NOTES").state is CueState.ARMED
+    _fail_twice(sim)
+    assert sim.run().status is RunStatus.RUNNING and sim.run().hold_reason is None
+    _diagnose(sim, 2, decision="abandon", diagnosis="broken for good")
+    assert sim.cue("BUILD").state is CueState.FAILED
+    assert sim.run().status is RunStatus.HOLDING and sim.run().hold_reason == "GO for NOTES"

@@ -326,6 +326,10 @@ class Partition:
         stored = await self.store.escalation(cmd.id)
 
         def resolve(e: Engine) -> Escalation:
+            # a term loads the newest escalations only: an older one of a run it runs is
+            # taken in from Redis, not refused as unknown
+            if stored is not None and stored.run_id in e.runs and cmd.id not in e.escalations.by_id:
+                e.escalations.take_in(stored)
             if cmd.id in e.escalations.by_id or stored is None or stored.run_id in e.runs:
                 return e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
             return _resolve_record(e, stored, cmd)

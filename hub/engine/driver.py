@@ -123,8 +123,7 @@ class Driver:
             self.engine.agents_online(self.online())  # cues waiting for an agent re-check
             for esc in await self.store.escalations(limit=1000):
                 if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
-                    self.engine.escalations.by_id[esc.id] = esc
-                    self.engine.escalations.by_slot.setdefault(esc.slot, esc.id)
+                    self.engine.escalations.take_in(esc)
             await self._fail_lost(previous)
             await self._commit(self.engine.take())
             return len(runs)

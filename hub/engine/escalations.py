@@ -57,6 +57,12 @@ class EscalationBook:
         self.by_slot[esc.slot] = esc.id
         return esc, True
 
+    def take_in(self, esc: Escalation) -> None:
+        """Hold an escalation read from the store (a term's start, or one resolved that
+        was too old for it), its slot kept by the first that claimed it."""
+        self.by_id[esc.id] = esc
+        self.by_slot.setdefault(esc.slot, esc.id)
+
     def in_slot(self, slot: tuple[str | None, str | None, str]) -> Escalation | None:
         """The escalation that holds this dedup slot, if one does."""
         esc_id = self.by_slot.get(slot)

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from hub.commands import Resolve
+from hub.engine.escalations import Escalation
 from hub.service import Hub
 from protocols import payloads as p
 from protocols.canonical import canonical_json
@@ -14,6 +16,7 @@ from protocols.codec import Envelope, decode, encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.states import Severity
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 from tests.hub.running import running_hub
@@ -112,3 +115,56 @@ async def test_a_completion_read_again_by_the_next_leader_is_not_counted_twice(
         assert run.usage.tokens == 65  # type: ignore[attr-defined]
         assert run.cues["BOTH"].usage.tokens == 65  # type: ignore[attr-defined]
         assert run.record.late_replies == 1  # type: ignore[attr-defined]
+
+
+SPENT = """
+cuelist: spent
+budget: {tokens: 10}
+cues:
+  - {id: A, target_agents: [ann], coordination: direct, auto_follow: B}
+  - {id: B, target_agents: [bob], coordination: direct}
+"""
+
+
+async def test_a_budget_warning_is_resolved_after_a_failover_past_1000_newer_escalations(
+    settings: Settings, real_redis: Any
+) -> None:
+    """A running run's budget warning (an open escalation in the operator queue), then
+    1,000 escalations of other runs, then a new leader: it loads the newest 1,000, so the
+    warning was not in its book, and resolving it was refused ("no open escalation", a
+    404) for as long as the run ran. The leader takes it from Redis and resolves it."""
+    parsed, version = load_cuelist(SPENT)
+    keys, client = settings.keys, real_redis
+    async with running_hub(settings, lease_ms=1000) as first:
+        await first.cuelists.put(parsed, version, canonical_json(parsed), SPENT)
+        await first.driver.start_run("spent", version, "run-spent", {}, False)
+        entries = await eventually(lambda: client.xrange(keys.inbox("ann")), 10)
+        task = decode(entries[0][1][STREAM_FIELD.encode()])
+        done = task.reply(
+            T.STATUS_COMPLETED, p.StatusCompleted(attempt=1, usage=p.Usage(tokens=9))
+        ).model_copy(update={"from_agent": "ann"})
+        await client.xadd(keys.out("ann"), {STREAM_FIELD: encode(done)})
+
+        async def warned() -> list[Escalation]:
+            found = await first.store.escalations(limit=10)
+            return [e for e in found if e.cause == "budget:tokens@10"]
+
+        (warning,) = await eventually(warned, 10)
+    later = warning.created_at + 1
+    others = [
+        Escalation(type=T.ESCALATION_ERROR, severity=Severity.MEDIUM, run_id=f"other-{n}",
+                   cause="elsewhere", created_at=later + n, updated_at=later + n)
+        for n in range(1000)
+    ]  # fmt: skip
+    async with client.pipeline(transaction=False) as pipe:
+        for esc in others:
+            pipe.set(keys.escalation(esc.id), esc.model_dump_json())
+            pipe.zadd(keys.escalations, {esc.id: esc.created_at})
+        await pipe.execute()
+    async with running_hub(settings, lease_ms=1000) as second:
+        run = await second.store.run("run-spent")
+        assert run is not None and not run.status.done
+        reply = await second.commands.call(Resolve(id=warning.id, note="seen"), timeout_s=10)
+        assert reply.status == "resolved"
+        stored = await second.store.escalation(warning.id)
+        assert stored is not None and stored.status == "resolved"

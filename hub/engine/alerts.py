@@ -120,10 +120,8 @@ class AlertsMixin(EngineBase):
             for cue_id, cr in run.cues.items():
                 if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
                     self.go(run, cue_id)
-                elif _paused(cr) and cr.state in (CueState.PENDING, CueState.WAITING):
-                    self.evaluate(run, cue_id)  # a direct cue: fired again
-                elif _paused(cr) and cr.state is CueState.GO:  # a direct cue's retry
-                    self.go(run, cue_id, assign=True)
+                elif _paused(cr):  # a direct cue's task.assign
+                    self.go_held(run, cue_id)
 
     def _hold(self, run: RunState, cue_id: str, reason: str) -> None:
         """A GO that may not go now (paused): the cue says why; the run may be holding."""

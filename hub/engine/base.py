@@ -149,6 +149,20 @@ class EngineBase(ABC):
         cr.targets = {a: TargetState.STOOD_DOWN for a in cr.targets}
         cr.early = False
 
+    def go_held(self, run: RunState, cue_id: str) -> None:
+        """A GO held back (GOs paused, or a spent budget) goes now, if it may: a cue's
+        in STANDBY, or a direct cue's task.assign, held in the state its call was in (armed:
+        an operator's GO; pending or waiting: fired, or a retry its debugger chose; go: a
+        retry), fired again with the trigger it had."""
+        cr = run.cues[cue_id]
+        if cr.state is CueState.STANDBY:
+            if _all(cr, TargetState.READY):
+                self.go(run, cue_id)
+        elif cr.state is CueState.GO:  # claimed already
+            self.go(run, cue_id, assign=True)
+        elif cr.state in (CueState.ARMED, CueState.PENDING, CueState.WAITING):
+            self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
+
     def _deadline(self, run: RunState, cue_id: str, phase: Phase, seconds: float) -> None:
         cr = run.cues[cue_id]
         cr.deadline, cr.deadline_phase = self.clock() + seconds, phase

@@ -13,14 +13,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hub.engine.base import PAUSED, EngineBase, _all
+from hub.engine.base import PAUSED, EngineBase
 from hub.engine.outbox import Timer
 from hub.engine.state import USAGE_IDS_KEPT, CueRun, RunState
 from protocols import payloads as p
 from protocols.cuelist import Budget
 from protocols.errors import Conflict, EngineError
 from protocols.messages import MessageType as T
-from protocols.states import CueState, FiredBy, Severity, TargetState
+from protocols.states import Severity
 
 BUDGET = "budget"  # timer kind: the run's wall_s warning and end
 HELD = f"{PAUSED}budget "  # how the reason of a GO held back by a spent budget starts
@@ -145,16 +145,8 @@ class BudgetMixin(EngineBase):
         self.record_event(run, "budget", budget=run.budget.model_dump(exclude_none=True))
         self.budget_timers(run)
         for cue_id, cr in run.cues.items():
-            if not held_by_budget(cr):
-                continue
-            if cr.state is CueState.STANDBY and _all(cr, TargetState.READY):
-                self.go(run, cue_id)
-            elif cr.state is CueState.ARMED:  # an operator's GO of a direct cue
-                self.fire(run, cue_id, FiredBy.OPERATOR)
-            elif cr.state is CueState.GO:  # a direct cue's retry: claimed, its assign held
-                self.go(run, cue_id, assign=True)
-            elif cr.state in (CueState.PENDING, CueState.WAITING):  # a direct cue
-                self.evaluate(run, cue_id)
+            if held_by_budget(cr):
+                self.go_held(run, cue_id)
         return run
 
     def budget_timers(self, run: RunState) -> None:

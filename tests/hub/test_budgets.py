@@ -327,3 +327,34 @@ def test_a_context_writes_usage_read_again_after_a_restart_counts_once() -> None
     inputs.handle(sim.engine, again)  # another write (a message of its own) counts
     sim._drain()
     assert sim.run().usage == p.Usage(tokens=8, counters={"api_calls": 2})
+
+
+def test_a_retry_its_debugger_chose_for_an_operators_go_goes_when_the_budget_is_raised() -> None:
+    """An operator GOs a manual direct cue; it fails, its debugger says retry and reports
+    spending the rest of the budget, so the retry's task.assign is held, the cue waiting.
+    Raising the budget once re-evaluated it instead: a manual cue, it went back to `armed`,
+    and the operator had to GO it a second time."""
+    text = """
+cuelist: manual
+budget: {tokens: 10}
+cues:
+  - id: A
+    target_agents: [a]
+    coordination: direct
+    manual: true
+    on_repeated_failure: {after: 1, debugger: doc}
+"""
+    sim = Sim(plan_of(text))
+    sim.start()
+    sim.engine.operator_go("r1", "A")
+    sim._drain()
+    sim.fail("a", "A", attempt=1)
+    diagnosis = {"decision": "retry", "diagnosis": "flaky"}
+    body = p.StatusCompleted(attempt=1, result=diagnosis, usage=p.Usage(tokens=10))
+    sim.send("doc", T.STATUS_COMPLETED, body, "r1", "A")
+    sim.take_sent()
+    assert sim.run().hold_reason == "budget tokens spent 10 / 10"
+    sim.engine.change_budget("r1", {"tokens": 100})
+    sim._drain()
+    assert [(a, m.payload.attempt) for a, m in sim.take_sent(T.TASK_ASSIGN)] == [("a", 2)]  # type: ignore[attr-defined]
+    assert sim.cue("A").state is CueState.GO and sim.run().status is RunStatus.RUNNING

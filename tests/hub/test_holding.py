@@ -149,3 +149,25 @@ def test_a_direct_cues_retry_paused_by_a_critical_escalation_is_assigned_on_resu
     assert [m.payload.attempt for _, m in sim.take_sent(T.TASK_ASSIGN)] == [2]  # type: ignore[attr-defined]
     sim.complete("a", "A", attempt=2)
     assert sim.run().status is RunStatus.SUCCESS
+
+
+def test_an_operators_go_of_a_direct_cue_made_while_paused_goes_on_resume() -> None:
+    """The operator GOs an armed direct cue while GOs are paused: its task.assign is held,
+    the cue still armed. The resume once let only standby, pending and waiting cues go:
+    the GO was not sent, and the run held on the resolved escalation's name until the
+    operator GO'd it again."""
+    sim = Sim(
+        plan_of(DIRECT.replace("coordination: direct}", "coordination: direct, manual: true}"))
+    )
+    sim.start()
+    body = p.EscalationError(severity=Severity.CRITICAL, cause="disk", detail="disk on fire")
+    esc = sim.engine.escalate(None, None, T.ESCALATION_ERROR, body)
+    sim.engine.operator_go("r1", "A")
+    sim._drain()
+    assert not sim.take_sent(T.TASK_ASSIGN)
+    assert sim.run().hold_reason == f"GO paused: critical escalation {esc.id}"
+    sim.engine.resolve(esc.id, None, "put out")
+    sim._drain()
+    assert [m.payload.attempt for _, m in sim.take_sent(T.TASK_ASSIGN)] == [1]  # type: ignore[attr-defined]
+    assert sim.cue("A").gos[0]["fired_by"] == "operator"
+    assert sim.run().status is RunStatus.RUNNING and sim.run().hold_reason is None

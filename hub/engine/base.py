@@ -153,14 +153,17 @@ class EngineBase(ABC):
         """A GO held back (GOs paused, or a spent budget) goes now, if it may: a cue's
         in STANDBY, or a direct cue's task.assign, held in the state its call was in (armed:
         an operator's GO; pending or waiting: fired, or a retry its debugger chose; go: a
-        retry), fired again with the trigger it had."""
+        retry), fired again with the trigger it had; or a debugger's task held back after a
+        failure (hub.engine.debugging), sent."""
         cr = run.cues[cue_id]
         if cr.state is CueState.STANDBY:
             if _all(cr, TargetState.READY):
                 self.go(run, cue_id)
         elif cr.state is CueState.GO:  # claimed already
             self.go(run, cue_id, assign=True)
-        elif cr.state in (CueState.ARMED, CueState.PENDING, CueState.WAITING):
+        elif cr.state in (CueState.ARMED, CueState.PENDING, CueState.WAITING) and (
+            not self.consult_held(run, cue_id)  # a debugger's task held back: asked now
+        ):
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
 
     def _deadline(self, run: RunState, cue_id: str, phase: Phase, seconds: float) -> None:
@@ -299,6 +302,10 @@ class EngineBase(ABC):
     @abstractmethod
     def review_budgets(self, run_ids: Iterable[str]) -> None:
         """Warn (one escalation per limit) for each run whose budget is nearly spent."""
+
+    @abstractmethod
+    def consult_held(self, run: RunState, cue_id: str) -> bool:
+        """Ask the cue's debugger, if asking it was held back (hub.engine.debugging)."""
 
     @abstractmethod
     def count_usage(

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hub.engine.base import EngineBase
+from hub.engine.base import PAUSED, EngineBase
 from hub.engine.outbox import DEBUG, Timer
 from hub.engine.state import RunState
 from protocols import payloads as p
@@ -61,8 +61,25 @@ class DebugMixin(EngineBase):
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
         elif cr.consults >= repeated.max_consults:
             self.fail_cue(run, cue_id, f"{error} (its debugger was asked {cr.consults} times)")
+        elif (
+            held := self.paused if self.paused is not None else self.over_budget(run)
+        ) is not None:
+            # the debugger's task is new work: held back as a GO is, until GOs resume or
+            # the budget is raised (`consult_held`)
+            self.clear_deadline(cr)
+            self._set(run, cue_id, CueState.WAITING, f"{PAUSED}{held}")
         else:
             self._consult(run, cue_id)
+
+    def consult_held(self, run: RunState, cue_id: str) -> bool:
+        """The cue's debugger was not asked, held back by a pause or a spent budget: ask it
+        now (True), else nothing (False)."""
+        cr = run.cues[cue_id]
+        repeated = self.plans[run.run_id].cues[cue_id].on_repeated_failure
+        if repeated is None or cr.debugger is not None or cr.failures_in_row < repeated.after:
+            return False
+        self._consult(run, cue_id)
+        return True
 
     def _consult(self, run: RunState, cue_id: str) -> None:
         plan, cr = self.plans[run.run_id], run.cues[cue_id]

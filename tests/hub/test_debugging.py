@@ -234,3 +234,27 @@ def test_a_run_whose_cue_waits_for_its_debugger_is_not_holding() -> None:
     _diagnose(sim, 2, decision="abandon", diagnosis="broken for good")
     assert sim.cue("BUILD").state is CueState.FAILED
     assert sim.run().status is RunStatus.HOLDING and sim.run().hold_reason == "GO for NOTES"
+
+
+def test_paused_gos_hold_the_debuggers_task_back_until_they_resume() -> None:
+    """GOs paused (a critical escalation): a cue that fails meanwhile has its debugger asked
+    when GOs resume, not while every other GO waits."""
+    text = """
+cuelist: debugged
+cues:
+  - id: A
+    target_agents: [a]
+    coordination: direct
+    on_repeated_failure: {after: 1, debugger: doc}
+"""
+    sim = Sim(plan_of(text))
+    sim.start()
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]
+    sim.engine.pause("critical escalation e1")
+    sim.fail("a", "A", attempt=1)
+    assert sim.take_sent(T.TASK_ASSIGN) == []
+    assert sim.cue("A").reason == "GO paused: critical escalation e1"
+    sim.engine.resume("resolved")
+    sim._drain()
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["doc"]
+    assert sim.cue("A").debugger == "doc"

@@ -358,36 +358,3 @@ cues:
     sim._drain()
     assert [(a, m.payload.attempt) for a, m in sim.take_sent(T.TASK_ASSIGN)] == [("a", 2)]  # type: ignore[attr-defined]
     assert sim.cue("A").state is CueState.GO and sim.run().status is RunStatus.RUNNING
-
-
-def test_a_spent_budget_holds_the_debuggers_task_back_until_it_is_raised() -> None:
-    """A target spends the whole budget, then fails: its debugger's task.assign is new work,
-    held back as a GO is (the run holding, naming the budget), and sent once the budget is
-    raised. Before, the debugger was asked at once, spending past the limit while the run's
-    every GO was held."""
-    text = """
-cuelist: debugged
-budget: {tokens: 10}
-cues:
-  - id: A
-    target_agents: [a]
-    coordination: direct
-    on_repeated_failure: {after: 1, debugger: doc}
-"""
-    sim = Sim(plan_of(text))
-    sim.start()
-    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]
-    meta = {"usage": {"tokens": 10}}
-    sim.send("a", T.TASK_CONTEXT, p.TaskContext(key="k", value=1, metadata=meta), "r1", "A")
-    sim.fail("a", "A", attempt=1)
-    assert sim.take_sent(T.TASK_ASSIGN) == []
-    assert sim.cue("A").state is CueState.WAITING and sim.cue("A").debugger is None
-    assert sim.run().status is RunStatus.HOLDING
-    assert sim.run().hold_reason == "budget tokens spent 10 / 10"
-    sim.engine.change_budget("r1", {"tokens": 100})
-    sim._drain()
-    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["doc"]
-    assert sim.cue("A").debugger == "doc" and sim.run().status is RunStatus.RUNNING
-    sim.engine.change_budget("r1", {"tokens": 200})  # asked once: raising again asks no more
-    sim._drain()
-    assert sim.take_sent(T.TASK_ASSIGN) == []

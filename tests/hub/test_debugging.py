@@ -236,20 +236,51 @@ def test_a_run_whose_cue_waits_for_its_debugger_is_not_holding() -> None:
     assert sim.run().status is RunStatus.HOLDING and sim.run().hold_reason == "GO for NOTES"
 
 
-def test_paused_gos_hold_the_debuggers_task_back_until_they_resume() -> None:
-    """GOs paused (a critical escalation): a cue that fails meanwhile has its debugger asked
-    when GOs resume, not while every other GO waits."""
-    text = """
+def _direct_debugged(budget: str = "") -> Sim:
+    """A run of one direct cue whose debugger is asked after its first failure, its task
+    assigned to `a`."""
+    sim = Sim(
+        plan_of(f"""
 cuelist: debugged
+{budget}
 cues:
   - id: A
     target_agents: [a]
     coordination: direct
-    on_repeated_failure: {after: 1, debugger: doc}
-"""
-    sim = Sim(plan_of(text))
+    on_repeated_failure: {{after: 1, debugger: doc}}
+""")
+    )
     sim.start()
     assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["a"]
+    return sim
+
+
+def test_a_spent_budget_holds_the_debuggers_task_back_until_it_is_raised() -> None:
+    """A target spends the whole budget, then fails: its debugger's task.assign is new work,
+    held back as a GO is (the run holding, naming the budget), and sent once the budget is
+    raised. Before, the debugger was asked at once, spending past the limit while the run's
+    every GO was held."""
+    sim = _direct_debugged("budget: {tokens: 10}")
+    meta = {"usage": {"tokens": 10}}
+    sim.send("a", T.TASK_CONTEXT, p.TaskContext(key="k", value=1, metadata=meta), "r1", "A")
+    sim.fail("a", "A", attempt=1)
+    assert sim.take_sent(T.TASK_ASSIGN) == []
+    assert sim.cue("A").state is CueState.WAITING and sim.cue("A").debugger is None
+    assert sim.run().status is RunStatus.HOLDING
+    assert sim.run().hold_reason == "budget tokens spent 10 / 10"
+    sim.engine.change_budget("r1", {"tokens": 100})
+    sim._drain()
+    assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["doc"]
+    assert sim.cue("A").debugger == "doc" and sim.run().status is RunStatus.RUNNING
+    sim.engine.change_budget("r1", {"tokens": 200})  # asked once: raising again asks no more
+    sim._drain()
+    assert sim.take_sent(T.TASK_ASSIGN) == []
+
+
+def test_paused_gos_hold_the_debuggers_task_back_until_they_resume() -> None:
+    """GOs paused (a critical escalation): a cue that fails meanwhile has its debugger asked
+    when GOs resume, not while every other GO waits."""
+    sim = _direct_debugged()
     sim.engine.pause("critical escalation e1")
     sim.fail("a", "A", attempt=1)
     assert sim.take_sent(T.TASK_ASSIGN) == []

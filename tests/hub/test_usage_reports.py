@@ -53,13 +53,9 @@ async def test_usage_past_a_float_or_the_caps_leaves_the_hub_serving(hub: Hub) -
         body = message.model_copy(update={"from_agent": "mallory"})
         await client.xadd(keys.out("mallory"), {STREAM_FIELD: encode(body)})
 
-    async def finished() -> object:
-        run = await hub.store.run("run-greedy")
-        return run if run is not None and run.status.done else None
-
-    run = await eventually(finished, 20)
-    assert run.status.value == "success"  # type: ignore[attr-defined]
-    assert run.usage == most  # type: ignore[attr-defined]
+    run = await _finished(hub, "run-greedy")
+    assert run.status.value == "success"
+    assert run.usage == most
     causes = {e.cause for e in await hub.store.escalations(limit=100)}
     assert "bad_usage:mallory" in causes, causes
     assert hub.leading.is_set() and hub.driver.failed is None
@@ -106,15 +102,11 @@ async def test_a_completion_read_again_by_the_next_leader_is_not_counted_twice(
         ).model_copy(update={"from_agent": "bob"})
         await client.xadd(keys.out("bob"), {STREAM_FIELD: encode(bob)})
 
-        async def finished() -> object:
-            run = await second.store.run("run-pair")
-            return run if run is not None and run.status.done else None
-
-        run = await eventually(finished, 20)
-        assert run.status.value == "success"  # type: ignore[attr-defined]
-        assert run.usage.tokens == 65  # type: ignore[attr-defined]
-        assert run.cues["BOTH"].usage.tokens == 65  # type: ignore[attr-defined]
-        assert run.record.late_replies == 1  # type: ignore[attr-defined]
+        run = await _finished(second, "run-pair")
+        assert run.status.value == "success"
+        assert run.usage.tokens == 65
+        assert run.cues["BOTH"].usage.tokens == 65
+        assert run.record.late_replies == 1
 
 
 SPENT = """
@@ -168,3 +160,13 @@ async def test_a_budget_warning_is_resolved_after_a_failover_past_1000_newer_esc
         assert reply.status == "resolved"
         stored = await second.store.escalation(warning.id)
         assert stored is not None and stored.status == "resolved"
+
+
+async def _finished(hub: Hub, run_id: str) -> Any:
+    """The run once it has ended, as the hub's store reads it (20 s at most)."""
+
+    async def ended() -> object:
+        run = await hub.store.run(run_id)
+        return run if run is not None and run.status.done else None
+
+    return await eventually(ended, 20)

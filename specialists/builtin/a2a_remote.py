@@ -37,7 +37,7 @@ from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseError
 
 from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
-from specialists.builtin.bounded import body_within
+from specialists.builtin.a2a_http import bounding
 
 TERMINAL = frozenset(
     {
@@ -69,7 +69,7 @@ class Remote:
     token: str | None = None
     timeout_s: float = 30.0
     card_ttl_s: float = 60.0
-    limit_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # of the card, and of a task as it is held
+    limit_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # of an answer, an event, a task as held
     # httpx event hooks (specialists.tracing.request_hooks: the W3C traceparent header)
     event_hooks: dict[str, list[Any]] = field(default_factory=dict)
     http: httpx.AsyncClient = field(init=False)
@@ -79,9 +79,9 @@ class Remote:
 
     def __post_init__(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.AsyncClient(
-            timeout=self.timeout_s, headers=headers, event_hooks=self.event_hooks
-        )
+        hooks = {**self.event_hooks}
+        hooks["response"] = [*hooks.get("response", []), bounding(self.limit_bytes)]
+        self.http = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, event_hooks=hooks)
 
     async def card(self, *, fresh: bool = False) -> AgentCard:
         """The agent card at `{url}/.well-known/agent-card.json`."""
@@ -93,19 +93,13 @@ class Remote:
         return self._card
 
     async def _fetch_card(self) -> AgentCard:
-        """The card, read up to `limit_bytes` (the SDK's A2ACardResolver reads it whole, and
-        a hostile agent's may have no end), then parsed as the SDK does."""
+        """The card, read up to `limit_bytes` (as every answer is: the SDK's A2ACardResolver
+        reads it whole, and a hostile agent's may have no end), then parsed as the SDK does."""
         url = self.url + AGENT_CARD_WELL_KNOWN_PATH
         try:
-            async with self.http.stream("GET", url) as response:
-                response.raise_for_status()
-                body = await body_within(response, self.limit_bytes)
-            if body is None:
-                raise AgentCardResolutionError(
-                    f"the agent card at {url} is over the {self.limit_bytes}-byte "
-                    "limit of a message: not read further"
-                )
-            return parse_agent_card(json.loads(body))
+            response = await self.http.get(url)
+            response.raise_for_status()
+            return parse_agent_card(json.loads(response.content))
         except (httpx.HTTPError, ValueError, ParseError) as exc:
             status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
             raise AgentCardResolutionError(

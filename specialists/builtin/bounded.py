@@ -1,11 +1,16 @@
 """Reading a remote's answer no further than a message could carry it (the `http` kind's
-answers, the `a2a` kind's agent cards, the `mcp` kind's answers over HTTP)."""
+answers, the `a2a` kind's answers and events, the `mcp` kind's answers over HTTP)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable
+import re
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 
 import httpx
+
+PIECE = 65536  # the most one step of inflating makes: a gzip bomb unpacks a piece at a time
+WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS, "x-gzip": zlib.MAX_WBITS | 16}
 
 
 class OverLimit(Exception):
@@ -24,9 +29,78 @@ async def within(chunks: AsyncIterable[bytes], limit_bytes: int) -> AsyncGenerat
         yield chunk
 
 
+BLANK_LINE = re.compile(rb"\n\n|\r\r|\n\r")  # two line ends in a row, however written
+
+
+async def events_within(
+    chunks: AsyncIterable[bytes], limit_bytes: int
+) -> AsyncGenerator[bytes, None]:
+    """An event stream's chunks as they come, raising `OverLimit` once one event (what comes
+    between two blank lines, which a reader holds until the event ends) passes
+    `limit_bytes`; the stream itself may go on as long as its events stay small. Positions
+    count from the stream's start; a blank line split across two reads is found with the
+    byte before."""
+    read, ended, last = 0, 0, b""  # bytes read, where the last event ended, the byte before
+    async for chunk in chunks:
+        start = read - len(last)  # where `window` begins in the stream
+        window = last + chunk
+        for blank in BLANK_LINE.finditer(window):
+            if start + blank.end() <= ended:
+                continue  # found in the read before
+            if start + blank.start() - ended > limit_bytes:
+                raise OverLimit(f"an event over {limit_bytes} bytes")
+            ended = start + blank.end()
+        read += len(chunk)
+        if read - ended > limit_bytes:
+            raise OverLimit(f"an event over {limit_bytes} bytes")
+        last = chunk[-1:]
+        yield chunk
+
+
+def inflating(encoding: str) -> bool:
+    """Whether `inflated` unpacks a body sent with this Content-Encoding."""
+    return encoding.strip().lower() in WBITS
+
+
+async def inflated(raw: AsyncIterable[bytes], encoding: str) -> AsyncGenerator[bytes, None]:
+    """A gzip or deflate body, unpacked `PIECE` bytes at a time however small its packed
+    chunks: an HTTP client's own decoder unpacks a whole read at once, and 10 KiB of a
+    bomb read together make 10 MiB. Deflate is taken with its zlib header or without one,
+    as HTTP clients take it. A body that does not unpack raises httpx's DecodingError."""
+    wbits = WBITS[encoding.strip().lower()]
+    inflate, started = zlib.decompressobj(wbits), False
+    async for chunk in raw:
+        data = chunk
+        while data:
+            try:
+                piece = inflate.decompress(data, PIECE)
+            except zlib.error as exc:
+                if started or wbits != zlib.MAX_WBITS:
+                    why = f"the body does not unpack ({encoding}): {exc}"
+                    raise httpx.DecodingError(why) from exc
+                inflate, wbits = zlib.decompressobj(-zlib.MAX_WBITS), -zlib.MAX_WBITS
+                continue  # deflate without the zlib header, from its first byte
+            started = True
+            if piece:
+                yield piece
+            data = inflate.unconsumed_tail
+    rest = inflate.flush()  # what a last step held back (a few bytes)
+    if rest:
+        yield rest
+
+
+def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
+    """A streamed response's body, unpacked a piece at a time when gzip or deflate (httpx's
+    decoder unpacks each read whole), else as httpx decodes it."""
+    encoding = response.headers.get("content-encoding", "")
+    if inflating(encoding):
+        return inflated(response.aiter_raw(), encoding)
+    return response.aiter_bytes()
+
+
 async def body_within(response: httpx.Response, limit_bytes: int) -> bytes | None:
     """The body of a streamed response, decoded, or None once it passes `limit_bytes`."""
     try:
-        return b"".join([chunk async for chunk in within(response.aiter_bytes(), limit_bytes)])
+        return b"".join([chunk async for chunk in within(decoded(response), limit_bytes)])
     except OverLimit:
         return None

@@ -9,8 +9,10 @@ import asyncio
 import json
 import sys
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+import zlib
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -279,17 +281,6 @@ class _Appending:
         self.sent = 0
         self.done = asyncio.Event()  # the stream ended: sent whole, or the client went
 
-    def _card(self, port: int) -> bytes:
-        rest = AgentInterface(
-            url=f"http://127.0.0.1:{port}/rest", protocol_binding="HTTP+JSON",
-            protocol_version="1.0",
-        )  # fmt: skip
-        card = AgentCard(
-            name="appender", description="appends without end", version="1",
-            supported_interfaces=[rest], capabilities=AgentCapabilities(streaming=True),
-        )  # fmt: skip
-        return json.dumps(MessageToDict(card)).encode()
-
     def _events(self) -> Iterator[bytes]:
         working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
         yield _sse(StreamResponse(task=Task(id="t-1", context_id="c-1", status=working)))
@@ -305,7 +296,7 @@ class _Appending:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             if head.startswith(b"GET"):
-                card = self._card(writer.get_extra_info("sockname")[1])
+                card = _card(writer.get_extra_info("sockname")[1], streaming=True)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
                              % (len(card), card))  # fmt: skip
@@ -324,6 +315,100 @@ class _Appending:
             self.done.set()
         finally:
             writer.close()
+
+
+def _card(port: int, *, streaming: bool) -> bytes:
+    """The agent card of a hostile agent on `port`: one HTTP+JSON interface."""
+    rest = AgentInterface(
+        url=f"http://127.0.0.1:{port}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"
+    )
+    card = AgentCard(
+        name="hostile", description="answers without measure", version="1",
+        supported_interfaces=[rest], capabilities=AgentCapabilities(streaming=streaming),
+    )  # fmt: skip
+    return json.dumps(MessageToDict(card)).encode()
+
+
+class _Huge:
+    """An A2A agent whose answer to any message is 64 MiB in one piece: a JSON body (its card
+    says it does not stream), chunked or gzipped on the way (64 KiB on the wire), or one
+    server-sent event with no end of line (its card says it streams). `sent` counts the
+    bytes written to the socket before the client went away."""
+
+    def __init__(self, framing: str) -> None:
+        self.framing = framing
+        self.sent = 0
+        self.done = asyncio.Event()  # the answer ended: sent whole, or the client went
+
+    def _answer(self) -> tuple[bytes, Iterator[bytes]]:
+        x64k = (b"x" * 65536 for _ in range(1024))
+        if self.framing == "event":
+            return b"text/event-stream", chain([b'data: {"task": {"id": "'], x64k)
+        body = chain([b'{"task": {"id": "'], x64k, [b'"}}'])
+        return b"application/json", _gzipped(body) if self.framing == "gzip" else body
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET"):
+                port = writer.get_extra_info("sockname")[1]
+                card = _card(port, streaming=self.framing == "event")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(card), card))  # fmt: skip
+                await writer.drain()
+                return
+            kind, chunks = self._answer()
+            extra = b"Content-Encoding: gzip\r\n" if self.framing == "gzip" else b""
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%sTransfer-Encoding: "
+                         b"chunked\r\nConnection: close\r\n\r\n" % (kind, extra))  # fmt: skip
+            for chunk in chunks:
+                if chunk:
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+                    self.sent += len(chunk)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self.done.set()
+            writer.close()
+
+
+def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    gzip = zlib.compressobj(wbits=31)
+    yield from map(gzip.compress, chunks)
+    yield gzip.flush()
+
+
+@pytest.mark.parametrize("framing", ["json", "gzip", "event"])
+async def test_a2a_stops_reading_an_answer_past_one_message(
+    start: Starter, hub: HubSide, framing: str
+) -> None:
+    """An agent answering a message with 64 MiB in one piece: reading stops past the 256 KiB
+    a message may hold, whether the answer is a plain body, a gzip bomb or one event, and
+    the cue fails saying so; the replica goes on. On the code before, the a2a-sdk read the
+    body (or the event's line) whole: 64 MiB sent, and a peak of hundreds of MiB in the
+    replica, before the task failed to parse or was found too big."""
+    await start(A2A)
+    huge = _Huge(framing)
+    server = await asyncio.start_server(huge, "127.0.0.1", 0)
+    async with server:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        tracemalloc.start()
+        try:
+            await hub.go("CUE-1", url=url)
+            [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=30)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        await asyncio.wait_for(huge.done.wait(), 5)
+    what = "an event from" if framing == "event" else "the answer from"
+    assert f"{what} {url}/rest/" in failed.payload.error
+    assert "is over the 262144-byte limit of a message: not read further" in failed.payload.error
+    assert huge.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
+    assert peak < 8 * 1024 * 1024  # a few read chunks, not 64 MiB
 
 
 def _sse(event: StreamResponse) -> bytes:

@@ -1,0 +1,83 @@
+"""Reading remote answers no further than a message (specialists.builtin.bounded): an event
+stream bounded per event, wherever its blank lines fall between reads, and gzip or deflate
+unpacked a piece at a time however much one read holds."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from itertools import pairwise
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specialists.builtin.bounded import PIECE, OverLimit, body_within, events_within, inflated
+
+
+async def _chunks(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def _read(stream: AsyncIterator[bytes]) -> list[bytes]:
+    return [chunk async for chunk in stream]
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    at = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in pairwise(at)]
+
+
+@given(
+    events=st.lists(st.integers(1, 90), min_size=1, max_size=30),
+    ending=st.sampled_from([b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n"]),
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+)
+async def test_a_stream_of_small_events_passes_whole_however_it_is_read(
+    events: list[int], ending: bytes, cuts: list[int]
+) -> None:
+    """Events of up to 100 bytes under a 100-byte limit: thousands of bytes in all pass,
+    whatever reads the blank lines are split across."""
+    stream = b"".join(b"data: " + b"x" * (n - 6 if n > 6 else 0) + ending for n in events)
+    got = await _read(events_within(_chunks(_cut(stream, cuts)), 100))
+    assert b"".join(got) == stream
+
+
+@given(cuts=st.lists(st.integers(0, 10_000), max_size=12))
+async def test_one_event_past_the_limit_stops_the_stream(cuts: list[int]) -> None:
+    stream = b"data: small\n\n" + b"data: " + b"x" * 200 + b"\n\ndata: never read\n\n"
+    with pytest.raises(OverLimit):
+        await _read(events_within(_chunks(_cut(stream, cuts)), 100))
+
+
+@pytest.mark.parametrize(
+    ("encoding", "wbits"),
+    [("gzip", zlib.MAX_WBITS | 16), ("deflate", zlib.MAX_WBITS), ("deflate", -zlib.MAX_WBITS)],
+)
+async def test_a_packed_body_unpacks_a_piece_at_a_time(encoding: str, wbits: int) -> None:
+    """16 MiB packed into a few KiB, read in one chunk: no piece is bigger than PIECE (httpx's
+    own decoder makes the whole 16 MiB at once). Deflate comes with or without its header."""
+    pack = zlib.compressobj(wbits=wbits)
+    body = pack.compress(b"x" * (16 * 2**20)) + pack.flush()
+    assert len(body) < 64 * 1024
+    pieces = await _read(inflated(_chunks([body]), encoding))
+    assert max(map(len, pieces)) <= PIECE
+    assert sum(map(len, pieces)) == 16 * 2**20
+
+
+async def test_a_gzip_bomb_is_read_no_further_than_the_limit() -> None:
+    pack = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)
+    body = pack.compress(b"x" * (16 * 2**20)) + pack.flush()
+    headers = {"content-encoding": "gzip"}
+    fine = zlib.compress(b'{"ok": true}', wbits=zlib.MAX_WBITS | 16)
+    fine_answer = httpx.Response(200, headers=headers, stream=httpx.ByteStream(fine))
+    bomb = httpx.Response(200, headers=headers, stream=httpx.ByteStream(body))
+    assert await body_within(fine_answer, 1024) == b'{"ok": true}'
+    assert await body_within(bomb, 2**20) is None
+
+
+async def test_a_body_that_does_not_unpack_is_a_decoding_error() -> None:
+    with pytest.raises(httpx.DecodingError, match="does not unpack"):
+        await _read(inflated(_chunks([b"not gzip at all"]), "gzip"))

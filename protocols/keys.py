@@ -41,6 +41,10 @@ def is_agent_id(name: str) -> bool:
 # A stream entry id as Redis writes it (`<ms>-<seq>`): what a dead letter, a rejected entry
 # or a page boundary may name; anything else is never looked up.
 ENTRY_ID_PATTERN = r"^[0-9]{1,20}-[0-9]{1,20}$"
+# An entry id as the API takes one (a run's event, a dead letter: ids Redis handed the hub,
+# milliseconds and a count): each part at most 19 digits, so the pattern alone says it fits
+# 64 bits and a request it lets through is never refused for its size.
+ENTRY_ID_PARAM = r"^[0-9]{1,19}-[0-9]{1,19}$"
 _ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocols.cuelist import MAX_TIMEOUT_S
 from protocols.ids import rfc3339
 from protocols.messages import Channel, MessageType
+from protocols.payloads import COUNTERS_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
@@ -89,15 +91,29 @@ class SchedulePublic(BaseModel):
 
 
 # -- runs ------------------------------------------------------------------------------
+def _budget_change_schema(schema: dict[str, Any]) -> None:
+    """At least one key; a counter's name matches its pattern (pydantic's patternProperties
+    alone lets any other name through)."""
+    schema["minProperties"] = 1
+    for option in schema["properties"]["counters"]["anyOf"]:
+        if option.get("type") == "object":
+            option["additionalProperties"] = False
+
+
 class BudgetChange(In):
     """Limits of a run's budget: a key given sets that limit (null removes it), a key left
-    out keeps it; `counters` are merged by name the same way."""
+    out keeps it; `counters` are merged by name the same way. At least one key. Each is
+    bounded as the budget it is merged into (protocols.cuelist.Budget) bounds it."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_budget_change_schema)
 
     tokens: int | None = Field(None, ge=0)
     cost: float | None = Field(None, ge=0, allow_inf_nan=False)
     messages: int | None = Field(None, ge=0, description="sent to and taken from specialists")
-    wall_s: float | None = Field(None, gt=0, description="from the run's start")
-    counters: dict[str, int | None] | None = Field(None, description="named counters' limits")
+    wall_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S, description="from the run's start")
+    counters: dict[CounterName, Annotated[int, Field(ge=0)] | None] | None = Field(
+        None, max_length=COUNTERS_MAX, description="named counters' limits"
+    )
     warn_at: float | None = Field(None, gt=0, le=1, description="share of a limit that warns")
 
 

@@ -169,6 +169,11 @@ def test_budget_refusals(api: httpx.Client) -> None:
     assert "budget.counters.bad name" in r.json()["detail"] or "bad name" in r.json()["detail"]
     r = api.post("/v1/runs", json={"cuelist": "e2e-budget", "budget": {"wall_s": 0}})
     assert r.status_code == 422, r.text
+    # a start's 422 is documented with `errors` (its key each): a budget's refusal too
+    for budget in ({}, {"wall_s": 0}, {"counters": {"bad name": 1}}):
+        r = api.post("/v1/runs", json={"cuelist": "e2e-budget", "budget": budget})
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["key"].startswith("budget"), r.text
     assert api.post(f"/v1/runs/{live}/cancel").status_code == 200
 
 

@@ -26,13 +26,21 @@ def budget_changes(body: BudgetChange, base: Budget | None) -> dict[str, Any]:
     key when the result is not a budget, or when the request sets nothing)."""
     changes = body.model_dump(exclude_unset=True)
     if not changes:
-        raise Unprocessable("give at least one limit: tokens, cost, messages, wall_s, counters")
+        issue = {"code": "missing", "message": "give at least one limit", "cue": None,
+                 "key": "budget", "line": None}  # fmt: skip
+        raise Unprocessable(
+            "give at least one limit: tokens, cost, messages, wall_s, counters", errors=[issue]
+        )
     try:
         (base or Budget()).merged(changes)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(part) for part in err["loc"])
-        raise Unprocessable(f"invalid budget: {key}: {err['msg']}", key=f"budget.{key}") from None
+        where = ".".join(str(part) for part in err["loc"])
+        key = f"budget.{where}"  # the 422's `errors`, as a request that does not validate
+        issue = {"code": err["type"], "message": err["msg"], "cue": None, "key": key, "line": None}
+        raise Unprocessable(
+            f"invalid budget: {where}: {err['msg']}", key=key, errors=[issue]
+        ) from None
     return changes
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from hub.api.deps import HubDep
 from hub.api.schemas import DeadLetterPublic, DeadLettersPublic
-from protocols.keys import ENTRY_ID_PATTERN, is_entry_id
+from protocols.keys import ENTRY_ID_PARAM, is_entry_id
 
 router = APIRouter(prefix="/deadletters", tags=["deadletters"])
 PAGE_MAX = 100  # letters per page: each keeps at most CALLBOARD_DEADLETTER_RAW_BYTES of raw
@@ -20,7 +20,7 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_MAX,
     before: Annotated[
         str | None,
-        Query(pattern=ENTRY_ID_PATTERN, description="only letters older than this letter id"),
+        Query(pattern=ENTRY_ID_PARAM, description="only letters older than this letter id"),
     ] = None,
 ) -> DeadLettersPublic:
     if before is not None and not is_entry_id(before):

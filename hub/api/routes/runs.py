@@ -38,7 +38,7 @@ from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
 from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
-from protocols.keys import ENTRY_ID_PATTERN, is_entry_id
+from protocols.keys import ENTRY_ID_PARAM, is_entry_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -220,13 +220,12 @@ async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> 
 
 
 def _events_after(
-    last_event_id: Annotated[
-        str | None, Header(max_length=64, pattern=ENTRY_ID_PATTERN)
-    ] = None,
+    # a string when sent (never null: a header has no null), "" when not
+    last_event_id: Annotated[str, Header(max_length=64, pattern=ENTRY_ID_PARAM)] = "",
     after: Annotated[
         str | None,
         Query(
-            max_length=64, pattern=ENTRY_ID_PATTERN,
+            max_length=64, pattern=ENTRY_ID_PARAM,
             description="start after this event id (a page drawn from the run's state at "
             "that event); a reconnecting client's Last-Event-ID wins",
         ),
@@ -235,7 +234,7 @@ def _events_after(
     """Where a run's event stream starts: after the reconnecting client's last event, else
     after `after`, else at the first. 422 for an id Redis would not take."""
     for name, value in (("Last-Event-ID", last_event_id), ("after", after)):
-        if value is not None and not is_entry_id(value):
+        if value and not is_entry_id(value):
             raise HTTPException(422, f"{name}: {value!r} is not a stream entry id Redis accepts")
     return last_event_id or after or "0-0"
 

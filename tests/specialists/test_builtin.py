@@ -9,7 +9,6 @@ import asyncio
 import json
 import sys
 import tracemalloc
-import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from itertools import chain
@@ -38,6 +37,7 @@ from specialists.builtin.a2a import A2A
 from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings
 from specialists.builtin.shell import Shell, ShellSettings
+from tests.specialists.chunked import Chunked, gzipped
 from tests.specialists.conftest import AGENT, HubSide, Starter
 from tests.webserver import Answer, Request, serving
 
@@ -185,28 +185,19 @@ async def test_http_gives_up_on_a_dead_server_and_without_a_url(
     assert "no usable URL" in no_url.payload.error
 
 
-class _Streamed:
+class _Streamed(Chunked):
     """An HTTP server that answers every request 200 with a chunked JSON body of `chunks`
-    chunks of `chunk` bytes, `pause_s` apart; `sent` counts the body bytes written before
-    the client went away."""
+    chunks of `chunk` bytes, `pause_s` apart."""
 
     def __init__(self, chunk: bytes, chunks: int, pause_s: float = 0.0) -> None:
+        super().__init__()
         self.chunk, self.chunks, self.pause_s = chunk, chunks, pause_s
-        self.sent = 0
-        self.done = asyncio.Event()  # the answer ended: sent whole, or the client went
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")  # the body we were sent does not matter
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")  # fmt: skip
-            for _ in range(self.chunks):
-                writer.write(b"%x\r\n%s\r\n" % (len(self.chunk), self.chunk))
-                await writer.drain()
-                self.sent += len(self.chunk)
-                await asyncio.sleep(self.pause_s)  # the drip's pace, not a wait for anything
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
+            body = (self.chunk for _ in range(self.chunks))
+            await self.send(writer, b"application/json", body, pause_s=self.pause_s)
         except ConnectionError:
             pass
         finally:
@@ -271,49 +262,55 @@ async def test_a2a_stops_reading_a_card_past_one_message(start: Starter, hub: Hu
     assert huge.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
 
 
-class _Appending:
-    """An A2A agent that streams: its card, then for any message a working task and
-    `chunks` artifact updates each appending `chunk` to one artifact, never ending the
-    task; `sent` counts the event bytes written before the client went away."""
+class _HostileAgent(Chunked):
+    """An A2A agent that answers any message without measure (its card first, on a GET):
+    `appending`, a stream of a working task and 1,024 artifact updates each appending 64 KiB
+    to one artifact, never ending the task; else 64 MiB in one piece: a JSON body (`json`,
+    or `gzip`ped on the way: 64 KiB on the wire; its card says it does not stream) or one
+    server-sent event with no end of line (`event`)."""
 
-    def __init__(self, chunk: str, chunks: int) -> None:
-        self.chunk, self.chunks = chunk, chunks
-        self.sent = 0
-        self.done = asyncio.Event()  # the stream ended: sent whole, or the client went
+    def __init__(self, framing: str) -> None:
+        super().__init__()
+        self.framing = framing
 
-    def _events(self) -> Iterator[bytes]:
+    def _answer(self) -> tuple[bytes, Iterable[bytes]]:
+        x64k = (b"x" * 65536 for _ in range(1024))
+        if self.framing == "appending":
+            return b"text/event-stream", self._appended()
+        if self.framing == "event":
+            return b"text/event-stream", chain([b'data: {"task": {"id": "'], x64k)
+        body = chain([b'{"task": {"id": "'], x64k, [b'"}}'])
+        return b"application/json", gzipped(body) if self.framing == "gzip" else body
+
+    def _appended(self) -> Iterator[bytes]:
         working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
         yield _sse(StreamResponse(task=Task(id="t-1", context_id="c-1", status=working)))
-        more = Artifact(artifact_id="log", name="log", parts=[new_text_part(self.chunk)])
+        more = Artifact(artifact_id="log", name="log", parts=[new_text_part("x" * 65536)])
         update = TaskArtifactUpdateEvent(
             task_id="t-1", context_id="c-1", artifact=more, append=True
         )
         event = _sse(StreamResponse(artifact_update=update))
-        for _ in range(self.chunks):
+        for _ in range(1024):
             yield event
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             if head.startswith(b"GET"):
-                card = _card(writer.get_extra_info("sockname")[1], streaming=True)
+                port = writer.get_extra_info("sockname")[1]
+                card = _card(port, streaming=self.framing in ("event", "appending"))
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
                              % (len(card), card))  # fmt: skip
                 await writer.drain()
                 return
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")  # fmt: skip
-            for event in self._events():
-                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-                await writer.drain()
-                self.sent += len(event)
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            self.done.set()
+            kind, chunks = self._answer()
+            extra = b"Content-Encoding: gzip\r\n" if self.framing == "gzip" else b""
+            await self.send(writer, kind, chunks, extra=extra)
         except ConnectionError:
-            self.done.set()
+            pass
         finally:
+            self.done.set()
             writer.close()
 
 
@@ -329,59 +326,6 @@ def _card(port: int, *, streaming: bool) -> bytes:
     return json.dumps(MessageToDict(card)).encode()
 
 
-class _Huge:
-    """An A2A agent whose answer to any message is 64 MiB in one piece: a JSON body (its card
-    says it does not stream), chunked or gzipped on the way (64 KiB on the wire), or one
-    server-sent event with no end of line (its card says it streams). `sent` counts the
-    bytes written to the socket before the client went away."""
-
-    def __init__(self, framing: str) -> None:
-        self.framing = framing
-        self.sent = 0
-        self.done = asyncio.Event()  # the answer ended: sent whole, or the client went
-
-    def _answer(self) -> tuple[bytes, Iterator[bytes]]:
-        x64k = (b"x" * 65536 for _ in range(1024))
-        if self.framing == "event":
-            return b"text/event-stream", chain([b'data: {"task": {"id": "'], x64k)
-        body = chain([b'{"task": {"id": "'], x64k, [b'"}}'])
-        return b"application/json", _gzipped(body) if self.framing == "gzip" else body
-
-    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if head.startswith(b"GET"):
-                port = writer.get_extra_info("sockname")[1]
-                card = _card(port, streaming=self.framing == "event")
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                             % (len(card), card))  # fmt: skip
-                await writer.drain()
-                return
-            kind, chunks = self._answer()
-            extra = b"Content-Encoding: gzip\r\n" if self.framing == "gzip" else b""
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%sTransfer-Encoding: "
-                         b"chunked\r\nConnection: close\r\n\r\n" % (kind, extra))  # fmt: skip
-            for chunk in chunks:
-                if chunk:
-                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    await writer.drain()
-                    self.sent += len(chunk)
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            self.done.set()
-            writer.close()
-
-
-def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    gzip = zlib.compressobj(wbits=31)
-    yield from map(gzip.compress, chunks)
-    yield gzip.flush()
-
-
 @pytest.mark.parametrize("framing", ["json", "gzip", "event"])
 async def test_a2a_stops_reading_an_answer_past_one_message(
     start: Starter, hub: HubSide, framing: str
@@ -392,7 +336,7 @@ async def test_a2a_stops_reading_an_answer_past_one_message(
     body (or the event's line) whole: 64 MiB sent, and a peak of hundreds of MiB in the
     replica, before the task failed to parse or was found too big."""
     await start(A2A)
-    huge = _Huge(framing)
+    huge = _HostileAgent(framing)
     server = await asyncio.start_server(huge, "127.0.0.1", 0)
     async with server:
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -421,7 +365,7 @@ async def test_a2a_stops_following_a_task_past_one_message(start: Starter, hub: 
     part was kept (64 MiB sent, each event copying the task whole) until the hub's
     go_timeout_s, and the result could not have been sent anyway."""
     await start(A2A)
-    endless = _Appending("x" * 65536, chunks=1024)
+    endless = _HostileAgent("appending")
     server = await asyncio.start_server(endless, "127.0.0.1", 0)
     async with server:
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"

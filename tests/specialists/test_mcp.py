@@ -8,7 +8,6 @@ import asyncio
 import json
 import sys
 import tracemalloc
-import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from itertools import chain
@@ -20,6 +19,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from protocols.messages import MessageType
 from specialists.builtin.mcp import Mcp, McpSettings
 from specialists.builtin.mcp_http import http_client
+from tests.specialists.chunked import Chunked, gzipped
 from tests.specialists.conftest import HubSide, Starter
 
 pytestmark = pytest.mark.redis
@@ -66,22 +66,14 @@ def _huge(request: dict[str, Any], size: int) -> Iterator[bytes]:
     yield tail
 
 
-def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    gzip = zlib.compressobj(wbits=31)
-    yield from map(gzip.compress, chunks)
-    yield gzip.flush()
-
-
-class _HostileHttp:
+class _HostileHttp(Chunked):
     """A streamable-HTTP MCP server, just enough of one, that answers `tools/call huge` (and,
     with `huge_list`, `tools/list`) with 64 MiB of JSON: chunked, or gzipped on the way (64
-    KiB on the wire), or as one server-sent event. `sent` counts the body bytes written to
-    the socket before the client went away."""
+    KiB on the wire), or as one server-sent event."""
 
     def __init__(self, framing: str = "json", huge_list: bool = False) -> None:
+        super().__init__()
         self.framing, self.huge_list = framing, huge_list
-        self.sent = 0
-        self.done = asyncio.Event()  # a huge answer ended: sent whole, or the client went
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -116,19 +108,11 @@ class _HostileHttp:
         chunks: Iterable[bytes] = _huge(request, 64 * MiB)
         if self.framing == "gzip":
             extra = b"Content-Encoding: gzip\r\n"
-            chunks = _gzipped(chunks)
+            chunks = gzipped(chunks)
         elif self.framing == "sse":
             kind = b"text/event-stream"
             chunks = chain([b"event: message\r\ndata: "], chunks, [b"\r\n\r\n"])
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%s"
-                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-                     % (kind, extra))  # fmt: skip
-        for chunk in chunks:
-            if chunk:
-                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                await writer.drain()
-                self.sent += len(chunk)
-        writer.write(b"0\r\n\r\n")
+        await self.send(writer, kind, chunks, extra=extra)
         self.done.set()
 
 

@@ -39,6 +39,10 @@ LOST_REASON = "Redis lost its data: the run's state was gone when the hub resume
 BACKLOG_CHUNK = CHUNK  # cues a step evaluates of the backlog (see hub.engine.base.CHUNK)
 DRY_EVENTS_PER_WRITE = 2_000  # a dry run's events, written after it this many at a time
 LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
+# The least time between two re-checks of the cues waiting for an agent: a burst of registry
+# changes (an agent changing its contract on every batch, a fleet coming online) makes one
+# re-check at once and one more with the newest agents RECHECK_S later, not one per batch.
+RECHECK_S = 0.1
 R = TypeVar("R")
 
 
@@ -76,6 +80,9 @@ class Driver:
         self._quiet_since: float | None = None  # the oldest quiet step no write has taken
         self._linger_failed: BaseException | None = None
         self._plans: dict[tuple[str, str], Plan] = {}
+        self._rechecked = float("-inf")  # when cues waiting for an agent were last re-checked
+        self._agents: Mapping[str, Candidate] = {}  # the newest online agents not yet seen
+        self._recheck: asyncio.Task[None] | None = None  # the re-check waiting its turn
         # A write that failed leaves the engine ahead of Redis: no later step may build on
         # it. `broken` ends the leader's term; the next term reloads from Redis.
         self.failed: BaseException | None = None
@@ -103,6 +110,9 @@ class Driver:
                 await self.store.replay(lease)
             if self._linger is not None:  # what it would have written is read back instead
                 self._linger.cancel()
+            if self._recheck is not None:  # the agents are read below, as the term starts
+                self._recheck.cancel()
+                self._recheck = None
             self._linger_failed, self._quiet_since = None, None
             self.failed = None
             self.broken.clear()
@@ -317,8 +327,31 @@ class Driver:
         return await self.step(start)
 
     async def agents_changed(self, agents: Mapping[str, Candidate]) -> None:
-        """The online agents changed: cues waiting for a matching agent may fire now."""
-        await self.step(partial(_agents_online, agents=agents))
+        """The online agents changed: cues waiting for a matching agent may fire now, or,
+        within RECHECK_S of the last re-check, once that has passed, with the agents then
+        newest (each re-check looks at every waiting cue: 8 ms at 1,000 waiting runs)."""
+        self._agents = agents
+        if self._recheck is not None:
+            return  # the re-check waiting its turn takes these agents
+        wait = self._rechecked + RECHECK_S - time.monotonic()
+        if wait <= 0:
+            await self._recheck_now()
+        else:
+            self._recheck = asyncio.create_task(self._recheck_after(wait), name="recheck")
+
+    async def _recheck_now(self) -> None:
+        self._rechecked = time.monotonic()
+        await self.step(partial(_agents_online, agents=self._agents))
+
+    async def _recheck_after(self, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)  # the re-check's turn (RECHECK_S), not a wait for anything
+        self._recheck = None
+        if self.lease_value() is None:
+            return  # the term ended: the next one reads the agents as it starts
+        try:
+            await self._recheck_now()
+        except CallboardError as exc:  # the failed write ends the term (`broken`, `stale`)
+            log.warning("re-checking the cues waiting for an agent: %s", exc)
 
     async def run_backlog(self, stop: asyncio.Event) -> None:
         """Evaluate the cues of starting runs, a chunk per step, between other steps."""

@@ -6,10 +6,12 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from hub.desk import lists, login, pages
+from hub.desk.headers import DeskHeaders
 from hub.desk.render import STATIC_DIR, STATIC_URL
 
 
 def install(app: FastAPI) -> None:
+    app.add_middleware(DeskHeaders)
     app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="desk-static")
     app.add_exception_handler(login.LoginRequired, login.login_redirect)
     app.include_router(login.router)

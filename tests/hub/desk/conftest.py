@@ -50,7 +50,14 @@ class Watched:
         self.page: Page = context.new_page()
         self.errors: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        # what the Content Security Policy refused (hub.desk.headers): the desk's own page
+        # must need nothing it forbids
+        self.page.on("console", self._refused)
         self.page.on("dialog", lambda dialog: dialog.accept())  # confirm() on cancel
+
+    def _refused(self, message: Any) -> None:
+        if message.type == "error" and "Content Security Policy" in message.text:
+            self.errors.append(message.text)
 
 
 @pytest.fixture

@@ -99,6 +99,24 @@ cues:
   - {id: THREE, target_agents: [specialist-deploy], action: {usage: {tokens: 80}}}
 """
 
+# What an agent says, written to run script if a page ever took it as markup: context keys
+# and values, a result, a not-ready reason (the cue's reason and an escalation).
+PWN = "<img src=x onerror=window.__pwned=1>"
+HOSTILE = f"""
+cuelist: desk-hostile
+cues:
+  - id: SAY-100
+    target_agents: [specialist-build]
+    action:
+      context: {{"{PWN}": "</td><script>window.__pwned=2</script>"}}
+      result: {{"<svg onload=window.__pwned=3>": "{PWN}"}}
+    auto_follow: BALK-200
+  - id: BALK-200
+    target_agents: [specialist-test]
+    standby_timeout_s: 1
+    action: {{ready: false, ready_reason: "{PWN}"}}
+"""
+
 
 class Stage:
     def __init__(self, url: str, api: httpx.Client, redis_url: str, prefix: str) -> None:
@@ -133,7 +151,7 @@ def stage(
         with httpx.Client(base_url=url, timeout=30) as api:
             wait_online(api, AGENTS)
             sources = [(ROOT / "cuelists" / f"{EXAMPLE}.yaml").read_text()]
-            extra = [APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY, GHOST, RESULTS, BUDGET]
+            extra = [APPROVAL, ARBITRATION, SLOW, MANUAL, FLAKY, GHOST, RESULTS, BUDGET, HOSTILE]
             for text in [*sources, *extra]:
                 r = api.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
@@ -424,6 +442,43 @@ def test_open_a_dead_letter(stage: Stage, page: Page) -> None:
     entry.get_by_role("link", name="GATE-100").click()
     page.wait_for_url(f"**/runs/{run_id}#cue-GATE-100")
     expect(page.locator("tr:target")).to_have_attribute("data-cue", "GATE-100")
+    stage.api.post(f"/v1/runs/{run_id}/cancel")
+
+
+def test_what_agents_say_is_shown_as_text_and_never_run(stage: Stage, watched: Watched) -> None:
+    """Markup in everything an agent controls (context, result, a not-ready reason and the
+    escalation it raises, a dead letter's raw text) is shown as text on every page, and
+    runs nothing. The pages carry a Content Security Policy and refuse to be framed
+    (hub.desk.headers), so even a string rendered as markup would run no script."""
+    run_id = stage.start("desk-hostile")
+    eventually_sync(
+        lambda: stage.api.get("/v1/escalations", params={"run_id": run_id}).json()["data"],
+        20, message="the not-ready reason escalated",
+    )  # fmt: skip
+    garbage = f'{{"message_type": "{PWN}", "run_id": "{run_id}"}}'
+    client = redis.Redis.from_url(stage.redis_url)
+    try:
+        client.xadd(stage.keys.out("specialist-build"), {"m": garbage})
+    finally:
+        client.close()
+    eventually_sync(
+        lambda: any(d["raw_text"] == garbage
+                    for d in stage.api.get("/v1/deadletters").json()["data"]),
+        20, message="the garbage dead-lettered",
+    )  # fmt: skip
+    page = watched.page
+    for path in (f"/runs/{run_id}", "/escalations", "/deadletters", "/"):
+        response = page.goto(f"{stage.url}{path}")
+        assert response is not None
+        headers = response.headers
+        assert "script-src 'self'" in headers["content-security-policy"], path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+        assert headers["x-frame-options"] == "DENY", path
+        for letter in page.locator("details[data-letter] summary").all():
+            letter.click()  # open each dead letter's raw text
+        if path != "/":
+            expect(page.locator("main")).to_contain_text(PWN)  # there, as text
+        assert page.evaluate("window.__pwned") is None, path
     stage.api.post(f"/v1/runs/{run_id}/cancel")
 
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hub import commands as c
 from hub.dead import Budgets, DeadLetters
@@ -21,7 +21,7 @@ from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.escalations import RESOLVED, Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.plan import Plan
-from hub.engine.state import CueRun, RunState
+from hub.engine.state import RunState
 from hub.leader import Leadership
 from hub.metrics import Metrics
 from hub.registry import Registry
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PAUSE_CHECK_S = 1.0  # how often a partition looks whether another one paused every GO
+RP = TypeVar("RP", bound=c.Reply)
 
 # A task a term runs beside its own (partition 0's scheduler and upkeep), given the event
 # that ends the term.
@@ -231,7 +232,7 @@ class Partition:
                 "do all hubs and API processes use the same CALLBOARD_PARTITIONS?"
             )
 
-    async def _start_run(self, cmd: c.StartRun) -> c.StartRunReply:
+    async def _start_run(self, cmd: c.StartRun, command_id: str) -> c.StartRunReply:
         # Served again (its first server died after writing the run, before answering; or
         # sent twice): the run is not started twice. A run its batch found absent is read
         # no more (only this partition's leader writes it, and it holds none in memory).
@@ -240,7 +241,7 @@ class Partition:
             run = await self.store.run(cmd.run_id)
         self._absent.discard(cmd.run_id)
         if run is not None:
-            return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
+            return _started(run)
         self._must_be_mine(cmd.run_id)
         version = cmd.version or await self.stores.cuelists.latest(cmd.cuelist)
         if self.index != RESOURCE_PARTITION and version is not None:
@@ -257,29 +258,56 @@ class Partition:
             if held.run_id != cmd.run_id:  # the key expired and a retry took it since
                 raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
             write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
+        commands, answered = self.own.commands, []
+
+        def filed(run: RunState) -> list[list[Any]]:  # its answer, written with the run
+            answered.append(_started(run))
+            return [commands.served_op(command_id, c.answer_of(answered[-1]))]
+
         run = await self.driver.start_run(
             cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write,
-            budget=cmd.budget,
+            budget=cmd.budget, filed=filed,
         )  # fmt: skip
-        return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
+        # the reply as filed: the run may have moved on while its write was in flight
+        return answered[-1] if answered else _started(run)
 
-    async def _go(self, cmd: c.Go) -> c.GoReply:
-        cr = await self.driver.step(lambda e: e.operator_go(cmd.run_id, cmd.cue_id))
-        return c.GoReply(state=cr.state.value, attempt=cr.attempt)
+    async def _step(self, command_id: str, fn: Callable[[Engine], RP]) -> RP:
+        """Run `fn`, an engine step that serves a command and returns its reply, with the
+        command's answer filed in the step's own fenced write: served again (the answer
+        sent after it was lost), the command is answered from it (hub.commands.server),
+        not done twice. A refusal files nothing: served again, it is refused again."""
+        commands = self.own.commands
 
-    async def _retry(self, cmd: c.Retry) -> c.RetryReply:
-        async def once(loaded: tuple[RunState, Plan] | None) -> tuple[CueRun, str]:
-            return await self.driver.step(lambda e: e.retry_cue(cmd.run_id, cmd.cue_id, loaded))
+        def step(e: Engine) -> RP:
+            reply = fn(e)
+            e.write_with_step([commands.served_op(command_id, c.answer_of(reply))])
+            return reply
+
+        return await self.driver.step(step)
+
+    async def _go(self, cmd: c.Go, command_id: str) -> c.GoReply:
+        def go(e: Engine) -> c.GoReply:
+            cr = e.operator_go(cmd.run_id, cmd.cue_id)
+            return c.GoReply(state=cr.state.value, attempt=cr.attempt)
+
+        return await self._step(command_id, go)
+
+    async def _retry(self, cmd: c.Retry, command_id: str) -> c.RetryReply:
+        async def once(loaded: tuple[RunState, Plan] | None) -> c.RetryReply:
+            def retry(e: Engine) -> c.RetryReply:
+                cr, retried = e.retry_cue(cmd.run_id, cmd.cue_id, loaded)
+                return c.RetryReply(state=cr.state.value, attempt=cr.attempt, retried=retried)
+
+            return await self._step(command_id, retry)
 
         loaded = await self._ended_run(cmd.run_id)
         try:
-            cr, retried = await once(loaded)
+            return await once(loaded)
         except NotFound:  # it ended and was forgotten between the look and the step
             again = None if loaded else await self._ended_run(cmd.run_id)
             if again is None:
                 raise
-            cr, retried = await once(again)
-        return c.RetryReply(state=cr.state.value, attempt=cr.attempt, retried=retried)
+            return await once(again)
 
     async def _ended_run(self, run_id: str) -> tuple[RunState, Plan] | None:
         """A run the engine no longer holds (it ended), loaded from Redis with its plan."""
@@ -288,7 +316,7 @@ class Partition:
         run = await self.store.run(run_id)
         return None if run is None else (run, await self.driver.plan(run.cuelist, run.version))
 
-    async def _rerun(self, cmd: c.Rerun) -> c.RerunReply:
+    async def _rerun(self, cmd: c.Rerun, command_id: str) -> c.RerunReply:
         self._must_be_mine(cmd.new_run_id)
         ended = await self._ended_run(cmd.run_id)
         source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
@@ -299,52 +327,65 @@ class Partition:
         if cmd.from_failure:
             stored = await self.store.context(cmd.run_id)
             context = {key: entry.model_dump(mode="json") for key, entry in stored.items()}
-        run = await self.driver.step(
-            lambda e: e.rerun(
+
+        def rerun(e: Engine) -> c.RerunReply:
+            run = e.rerun(
                 cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
                 loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
+            )  # fmt: skip
+            return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
+
+        return await self._step(command_id, rerun)
+
+    async def _raise_condition(
+        self, cmd: c.RaiseCondition, command_id: str
+    ) -> c.RaiseConditionReply:
+        def condition(e: Engine) -> c.RaiseConditionReply:
+            run = e.raise_condition(cmd.run_id, cmd.name)
+            return c.RaiseConditionReply(conditions=list(run.conditions))
+
+        return await self._step(command_id, condition)
+
+    async def _cancel(self, cmd: c.Cancel, command_id: str) -> c.CancelReply:
+        def cancel(e: Engine) -> c.CancelReply:
+            return c.CancelReply(status=e.cancel(cmd.run_id, cmd.reason).status.value)
+
+        return await self._step(command_id, cancel)
+
+    async def _change_budget(self, cmd: c.ChangeBudget, command_id: str) -> c.ChangeBudgetReply:
+        def change(e: Engine) -> c.ChangeBudgetReply:
+            run = e.change_budget(cmd.run_id, cmd.changes)
+            budget = run.budget.model_dump(exclude_none=True) if run.budget else {}
+            return c.ChangeBudgetReply(
+                status=run.status.value, hold_reason=run.hold_reason, budget=budget
             )
-        )  # fmt: skip
-        return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
 
-    async def _raise_condition(self, cmd: c.RaiseCondition) -> c.RaiseConditionReply:
-        run = await self.driver.step(lambda e: e.raise_condition(cmd.run_id, cmd.name))
-        return c.RaiseConditionReply(conditions=run.conditions)
+        return await self._step(command_id, change)
 
-    async def _cancel(self, cmd: c.Cancel) -> c.CancelReply:
-        run = await self.driver.step(lambda e: e.cancel(cmd.run_id, cmd.reason))
-        return c.CancelReply(status=run.status.value)
-
-    async def _change_budget(self, cmd: c.ChangeBudget) -> c.ChangeBudgetReply:
-        run = await self.driver.step(lambda e: e.change_budget(cmd.run_id, cmd.changes))
-        budget = run.budget.model_dump(exclude_none=True) if run.budget else {}
-        return c.ChangeBudgetReply(
-            status=run.status.value, hold_reason=run.hold_reason, budget=budget
-        )
-
-    async def _resolve(self, cmd: c.Resolve) -> c.ResolveReply:
+    async def _resolve(self, cmd: c.Resolve, command_id: str) -> c.ResolveReply:
         stored = await self.store.escalation(cmd.id)
 
-        def resolve(e: Engine) -> Escalation:
+        def resolve(e: Engine) -> c.ResolveReply:
             # a term loads the newest escalations only: an older one of a run it runs is
             # taken in from Redis, not refused as unknown
             if stored is not None and stored.run_id in e.runs and cmd.id not in e.escalations.by_id:
                 e.escalations.take_in(stored)
             if cmd.id in e.escalations.by_id or stored is None or stored.run_id in e.runs:
-                return e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
-            return _resolve_record(e, stored, cmd)
+                esc = e.resolve(cmd.id, cmd.winner, cmd.note, cmd.answer)
+            else:
+                esc = _resolve_record(e, stored, cmd)
+            return c.ResolveReply(id=esc.id, status=esc.status)
 
-        esc = await self.driver.step(resolve)
-        return c.ResolveReply(id=esc.id, status=esc.status)
+        return await self._step(command_id, resolve)
 
-    async def _broadcast(self, cmd: c.Broadcast) -> c.BroadcastReply:
+    async def _broadcast(self, cmd: c.Broadcast, command_id: str) -> c.BroadcastReply:
         """Pause and resume reach every partition (hub.commands.client sends them to all);
         partition 0's engine tells the agents, the others follow silently."""
         mt = MessageType(cmd.message_type)
         payload = PAYLOAD_MODELS[mt].model_validate(cmd.payload)
         reason = str(getattr(payload, "reason", "") or "operator")
 
-        def send(e: Engine) -> None:
+        def send(e: Engine) -> c.BroadcastReply:
             if self.index != 0 and mt in (
                 MessageType.BROADCAST_PAUSE,
                 MessageType.BROADCAST_RESUME,
@@ -357,9 +398,13 @@ class Partition:
                 e.pause(reason)
             else:
                 e.broadcast(mt, payload)
+            return c.BroadcastReply(sent=mt.value)
 
-        await self.driver.step(send)
-        return c.BroadcastReply(sent=mt.value)
+        return await self._step(command_id, send)
+
+
+def _started(run: RunState) -> c.StartRunReply:
+    return c.StartRunReply(run_id=run.run_id, status=run.status.value, version=run.version)
 
 
 def _follow(e: Engine, seen: str | None, stored: str | None) -> None:

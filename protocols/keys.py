@@ -8,8 +8,8 @@ picks the slot, so keys that must be touched together share it.
 - Run-tagged: `{p}run:{RUN}` (header, order, one field per cue), `{p}run:{RUN}:events`,
   `{p}run:{RUN}:context`. A run's state lives together, on any node.
 - Partition-tagged: `{p}hub:{pN}:leader`, `:fence`, `:commands`, `:commit:ID`, `:active`,
-  `:journal`, `:resources` (N > 0). The engine's fenced state of partition N stays together
-  (N=0 with one partition). A run's partition is `partition_of(run_id, count)`.
+  `:journal`, `:resources` (N > 0), `:served:ID`. The engine's fenced state of partition N
+  stays together (N=0 with one partition). A run's partition is `partition_of(run_id, count)`.
 - Slot-tagged (Redis Cluster only): `{p}hub:{TAG}:fence:pN`, `{p}hub:{TAG}:applied:ID`, where
   TAG is a short string hashing to one given slot (`slot_tag`): what the journaled commit
   keeps per slot it applies to (see hub/store/journal.py).
@@ -189,6 +189,11 @@ class Keys:
     def commit(self, commit_id: str, partition: int = 0) -> str:
         """Marks a fenced commit as applied, so a retried one is not applied twice."""
         return self._hub(partition, f"commit:{commit_id}")
+
+    def served(self, command_id: str, partition: int = 0) -> str:
+        """The answer to an operator command whose effect is written, filed by the step
+        that wrote it: the command, served again, is answered from it (hub.commands.server)."""
+        return self._hub(partition, f"served:{command_id}")
 
     def active_runs(self, partition: int = 0) -> str:
         """The ids of the partition's runs that are not finished (a set)."""

@@ -28,6 +28,7 @@ from hub.commands.models import (
     RetryReply,
     StartRun,
     StartRunReply,
+    answer_of,
 )
 from hub.commands.server import CommandServer, Handlers
 
@@ -57,4 +58,5 @@ __all__ = [
     "RetryReply",
     "StartRun",
     "StartRunReply",
+    "answer_of",
 ]

@@ -212,3 +212,8 @@ class Answer(BaseModel):
     result: dict[str, Any] | None = None
     error: ErrorCode | None = None
     detail: str = ""
+
+
+def answer_of(reply: Reply) -> bytes:
+    """The answer to a command served: its reply, as the asker reads it."""
+    return Answer(ok=True, result=reply.model_dump(mode="json")).model_dump_json().encode()

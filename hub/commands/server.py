@@ -1,5 +1,11 @@
 """Serving commands on the leading hub: read them in a consumer group, run each one's
-handler (engine steps), and file every answer in one round trip."""
+handler (engine steps), and file every answer in one round trip.
+
+A handler is given the command and its id. One whose engine step does what the command
+asks files its answer in that step's own fenced write (`CommandStore.served_op`): a command
+read again (its server's answer was lost: Redis refused or dropped it, the term ended
+first) is answered from that, not served twice, so an operator whose GO took effect is
+not told it failed."""
 
 from __future__ import annotations
 
@@ -13,7 +19,15 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from hub.commands.models import ASKER_PATTERN, Answer, Command, ErrorCode, Reply, Request
+from hub.commands.models import (
+    ASKER_PATTERN,
+    Answer,
+    Command,
+    ErrorCode,
+    Reply,
+    Request,
+    answer_of,
+)
 from hub.store.commands import Answered, CommandStore, QueuedCommand
 from protocols.errors import (
     CallboardError,
@@ -30,6 +44,8 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
 C = TypeVar("C", bound=Command[Any])
+# serves one command, given it and its id (under which its answer may be filed)
+Handler = Callable[[C, str], Awaitable[Reply]]
 
 
 class Handlers:
@@ -37,10 +53,10 @@ class Handlers:
     of them before any is served (`before`)."""
 
     def __init__(self) -> None:
-        self._by_kind: dict[type[Command[Any]], Callable[[Any], Awaitable[Reply]]] = {}
+        self._by_kind: dict[type[Command[Any]], Handler[Any]] = {}
         self.before: Callable[[Sequence[Command[Any]]], Awaitable[None]] | None = None
 
-    def on(self, kind: type[C], handler: Callable[[C], Awaitable[Reply]]) -> Handlers:
+    def on(self, kind: type[C], handler: Handler[C]) -> Handlers:
         self._by_kind[kind] = handler
         return self
 
@@ -48,7 +64,7 @@ class Handlers:
         self.before = before
         return self
 
-    def of(self, command: Command[Any]) -> Callable[[Any], Awaitable[Reply]] | None:
+    def of(self, command: Command[Any]) -> Handler[Any] | None:
         return self._by_kind.get(type(command))
 
 
@@ -90,6 +106,7 @@ class CommandServer:
                 block_ms = None if start == "0" else 500
                 queued = await self.store.read(self.consumer, start, 100, block_ms)
                 if queued and start == "0":
+                    queued = await self._answer_served(queued)
                     queued = await self._drop_failing(queued)
                 # a batch is served concurrently: its engine steps share fenced writes, and
                 # its answers go back in one round trip
@@ -102,6 +119,21 @@ class CommandServer:
                         *(self._serve(q, r) for q, r in zip(queued, requests, strict=True))
                     )
                     await self.store.answer([q.entry_id for q in queued], answers)
+
+    async def _answer_served(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
+        """Commands read again whose effect was written (the step filed their answer, then
+        their server's answer was lost) are answered as they were the first time, and not
+        served again: the rest are left to serve."""
+        requests = {q.entry_id: r for q in queued if isinstance(r := _parsed(q), Request)}
+        found = await self.store.served([r.id for r in requests.values()]) if requests else {}
+        if not found:
+            return queued
+        again = [r for r in requests.values() if r.id in found]
+        log.warning("%d command(s) served before their answers were lost: answered again "
+                    "from the answers their steps filed", len(again))  # fmt: skip
+        entry_ids = [e for e, r in requests.items() if r.id in found]
+        await self.store.answer(entry_ids, [(r.id, r.reply_to, found[r.id]) for r in again])
+        return [q for q in queued if q.entry_id not in entry_ids]
 
     async def _drop_failing(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
         """Commands read again after their server died (or its term ended) serving them:
@@ -129,8 +161,8 @@ class CommandServer:
         try:
             if handler is None:
                 raise NotFound(f"unknown command {request.command.op!r}")
-            reply = await handler(request.command)
-            answer = Answer(ok=True, result=reply.model_dump(mode="json"))
+            reply = await handler(request.command, request.id)
+            return request.id, request.reply_to, answer_of(reply)
         except StaleLeader:
             raise
         except NotFound as exc:

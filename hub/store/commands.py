@@ -1,12 +1,14 @@
-"""The commands stream in Redis: operator commands queued for the engine's leader, and the
+"""The commands stream in Redis: operator commands queued for the engine's leader, the
 filing of their answers: on the asking process's answer stream (hub.store.answers), or,
-for a request that names none, on a short-lived list of its own."""
+for a request that names none, on a short-lived list of its own; and the answers of the
+commands whose effect is written, kept until the command is answered (`served_op`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hub.store.answers import ANSWER, ANSWER_ID, ANSWERS_MAXLEN, REPLY_TTL_S, Answers
+from hub.store.layout import Op
 from protocols.batching import Coalescer
 from protocols.errors import TransportError
 from protocols.keys import Keys
@@ -15,6 +17,9 @@ from protocols.transport import Pipeline, Storage
 GROUP = "engine"  # the consumer group the leading hub reads commands in
 FIELD = "c"  # the one stream field holding a command (JSON)
 Answered = tuple[str, str | None, bytes]  # command id, its asker (Keys.answers), answer
+# A served command's answer is deleted with the command's XACK; the TTL only reclaims one
+# whose step was replayed (a cluster's journal) after its command was answered otherwise.
+SERVED_TTL_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,7 @@ class CommandStore:
     def __init__(self, db: Storage, keys: Keys, partition: int = 0) -> None:
         self.db = db
         self.keys = keys
+        self.partition = partition
         self.stream = keys.commands(partition)
         # commands queued at once (an API process's concurrent requests) share one XADD
         # pipeline: one round trip for the batch, in the order they were queued
@@ -78,6 +84,19 @@ class CommandStore:
         `consumer` at once; their delivery counts are kept (each read counts one try)."""
         return await self.db.claim_others(self.stream, GROUP, consumer)
 
+    def served_op(self, command_id: str, answer: bytes) -> Op:
+        """The operation that files `answer` as the answer of command `command_id`, to ride
+        in the fenced write of the step that did what the command asked: served again (its
+        answer was lost), the command is answered from it, not done twice. Its key shares
+        the commands stream's slot (the partition's, on a cluster)."""
+        return ["SET", self.keys.served(command_id, self.partition), answer, "PX", SERVED_TTL_MS]
+
+    async def served(self, command_ids: list[str]) -> dict[str, bytes]:
+        """The answers filed by `served_op` for these commands, by command id (one MGET,
+        in one slot)."""
+        found = await self.db.mget([self.keys.served(i, self.partition) for i in command_ids])
+        return {i: answer for i, answer in zip(command_ids, found, strict=True) if answer}
+
     async def tries(self, consumer: str) -> dict[str, int]:
         """How many times each command pending on `consumer` was read (served)."""
         return await self.db.xpending_counts(self.stream, GROUP, consumer)
@@ -89,7 +108,8 @@ class CommandStore:
         and the next term serves it again. On a Redis Cluster no transaction spans slots:
         the answers go first (one MULTI per slot), and the entries are done once every
         answer landed, so an answer refused in one slot leaves every command of the batch
-        to be served again. Both expire when no one reads them."""
+        to be served again. Both expire when no one reads them. The answers kept of served
+        commands (`served_op`) go with the entries: in their transaction, in their slot."""
 
         def filed(pipe: Pipeline) -> None:
             streams: set[str] = set()  # each asker's expires once a batch, after its answers
@@ -105,9 +125,13 @@ class CommandStore:
             for stream in streams:
                 pipe.expire(stream, REPLY_TTL_S)
 
+        served = [self.keys.served(i, self.partition) for i, _, _ in answers if i]
+
         def done(pipe: Pipeline) -> None:
             pipe.xack(self.stream, GROUP, *entry_ids)
             pipe.xdel(self.stream, *entry_ids)
+            if served:
+                pipe.delete(*served)
 
         def both(pipe: Pipeline) -> None:
             filed(pipe)

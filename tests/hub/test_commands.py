@@ -40,7 +40,7 @@ def test_each_command_names_its_reply_model() -> None:
     assert reply == GoReply(state="go", attempt=2)
 
 
-async def _go(cmd: Go) -> GoReply:
+async def _go(cmd: Go, command_id: str) -> GoReply:
     if cmd.cue_id == "missing":
         raise NotFound(f"run {cmd.run_id} has no cue {cmd.cue_id}")
     if cmd.cue_id == "busy":
@@ -48,7 +48,7 @@ async def _go(cmd: Go) -> GoReply:
     return GoReply(state="go", attempt=1)
 
 
-async def _cancel(cmd: Cancel) -> CancelReply:
+async def _cancel(cmd: Cancel, command_id: str) -> CancelReply:
     return CancelReply(status=f"cancelled: {cmd.reason}")
 
 
@@ -106,7 +106,7 @@ async def test_a_command_that_ends_every_term_is_answered_failing_after_its_trie
     store = CommandStore(Storage(real_redis), keys)
     served: list[str] = []
 
-    async def crash(cmd: Go) -> GoReply:
+    async def crash(cmd: Go, command_id: str) -> GoReply:
         served.append(cmd.run_id)
         raise RuntimeError("a bug that ends the term")
 
@@ -356,7 +356,7 @@ def _counting_gos() -> tuple[list[str], Handlers]:
     """Handlers that answer each Go with its count so far, and the cue ids served."""
     served: list[str] = []
 
-    async def go(cmd: Go) -> GoReply:
+    async def go(cmd: Go, command_id: str) -> GoReply:
         served.append(cmd.cue_id)
         return GoReply(state="go", attempt=len(served))
 

@@ -32,6 +32,7 @@ def test_the_layout_is_spelled_as_designed() -> None:
     assert K.commands() == "cb:hub:{p0}:commands"
     assert K.commit("c1") == "cb:hub:{p0}:commit:c1"
     assert K.active_runs() == "cb:hub:{p0}:active"
+    assert K.served("c1", 2) == "cb:hub:{p2}:served:c1"  # the slot of partition 2's commands
     assert K.run("R1") == "cb:run:{R1}"
     assert K.run_events("R1") == "cb:run:{R1}:events"
     assert K.run_context("R1") == "cb:run:{R1}:context"

@@ -1,0 +1,185 @@
+"""A command served again after its effect was written, its answer lost: answered as it
+was the first time (from the answer its step filed), never done twice; one refused is
+refused again. On a real hub, its answers failed for real (Redis out of memory, the
+connection lost) between the engine's commit and the answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from callboard.embedded_cluster import EmbeddedCluster
+from hub import commands as c
+from hub.service import Hub
+from protocols.canonical import canonical_json
+from protocols.errors import Conflict, Unreachable
+from protocols.ids import new_id
+from protocols.keys import Keys
+from protocols.settings import Settings
+from protocols.validation import load_cuelist
+from tests.helpers import eventually, run_out_of_memory
+from tests.hub.running import running_hub
+
+pytestmark = pytest.mark.redis
+AGENT = "served-nobody"  # never online: what the hub sends it stays in its inbox
+HELD = f"""
+cuelist: served-again
+budget: {{tokens: 100}}
+defaults: {{ack_timeout_s: 600}}
+cues:
+  - {{id: FIRST, target_agents: [{AGENT}], manual: true}}
+  - {{id: SECOND, target_agents: [{AGENT}], manual: true, depends_on: [FIRST]}}
+"""
+# how a test makes the hub's first answer fail, given the hub and what sends that answer
+Fault = Callable[[Hub, Callable[[], Awaitable[None]]], Awaitable[None]]
+
+
+async def _out_of_memory(hub: Hub, send: Callable[[], Awaitable[None]]) -> None:
+    """Redis out of memory while the answer is sent: refused, the term ends; the next term
+    (this hub, leading again) reads the command again."""
+    restore = await run_out_of_memory(hub.transport._client)
+    try:
+        await send()
+    finally:
+        await restore()
+
+
+async def _connection_lost(hub: Hub, send: Callable[[], Awaitable[None]]) -> None:
+    """The answer never reaches Redis (the connection dropped): the same term's server
+    reads the command again, its engine holding what the first serve did."""
+    raise Unreachable("answer: connection lost")
+
+
+def _first_answer_fails(hub: Hub, fault: Fault) -> list[int]:
+    """The hub's first answer (partition 0) fails by `fault`; the list counts answers."""
+    store = hub.partitions[0].own.commands
+    answer, sent = store.answer, []
+
+    async def failing(entry_ids: list[str], answers: list[Any]) -> None:
+        sent.append(len(answers))
+        if len(sent) > 1:
+            return await answer(entry_ids, answers)
+        await fault(hub, lambda: answer(entry_ids, answers))
+        raise AssertionError("the fault let the answer through")
+
+    store.answer = failing  # type: ignore[method-assign]
+    return sent
+
+
+@pytest.fixture
+async def hub(settings: Settings) -> AsyncIterator[Hub]:
+    """A hub leading on a short lease (a failed term is followed by the next at once)."""
+    async with running_hub(settings, lease_ms=1500) as hub:
+        yield hub
+
+
+async def _armed_run(hub: Hub) -> str:
+    """A run of HELD whose FIRST cue waits for its operator's GO."""
+    parsed, version = load_cuelist(HELD)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), HELD)
+    run_id = new_id()
+    await hub.commands.call(c.StartRun(cuelist="served-again", version=version, run_id=run_id))
+
+    async def armed() -> bool:
+        run = await hub.store.run(run_id)
+        return run is not None and run.cues["FIRST"].state.value == "armed"
+
+    await eventually(armed, 10, message="FIRST armed")
+    return run_id
+
+
+async def _sent_to_agent(hub: Hub, keys: Keys) -> int:
+    return int(await hub.transport._client.xlen(keys.inbox(AGENT)))
+
+
+async def _events(hub: Hub, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in await hub.store.events(run_id) if e.data["type"] == kind]
+
+
+async def _no_answers_kept(hub: Hub, keys: Keys) -> bool:
+    client = hub.transport._client
+    return not [k async for k in client.scan_iter(match=keys.served("*"))]
+
+
+@pytest.mark.parametrize("fault", [_out_of_memory, _connection_lost], ids=["new-term", "same-term"])
+async def test_a_go_served_again_after_its_answer_was_lost_is_answered_ok_and_done_once(
+    hub: Hub, keys: Keys, fault: Fault
+) -> None:
+    """The GO is written (its WARNING sent), then its answer fails. Read again (by the next
+    term, or by the same one), it was answered 409 `cue FIRST is not armed: it is warning`:
+    the operator was told the GO failed when it had taken effect."""
+    run_id = await _armed_run(hub)
+    sent = _first_answer_fails(hub, fault)
+    reply = await hub.commands.call(c.Go(run_id=run_id, cue_id="FIRST"), 20)
+    assert reply == c.GoReply(state="warning", attempt=1)
+    assert sent[0] == 1 and len(sent) >= 2  # its first answer failed; it was answered again
+    assert await _sent_to_agent(hub, keys) == 1  # one WARNING: the GO was done once
+    run = await hub.store.run(run_id)
+    assert run is not None and run.cues["FIRST"].attempt == 1
+    assert await _no_answers_kept(hub, keys)  # the kept answer went with the command
+
+
+@pytest.mark.parametrize("fault", [_out_of_memory, _connection_lost], ids=["new-term", "same-term"])
+async def test_a_budget_raise_served_again_is_answered_as_it_was_and_applied_once(
+    hub: Hub, keys: Keys, fault: Fault
+) -> None:
+    """Served again, the raise was applied a second time: a second `budget` event (and
+    its timers) for one operator's request."""
+    run_id = await _armed_run(hub)
+    sent = _first_answer_fails(hub, fault)
+    reply = await hub.commands.call(c.ChangeBudget(run_id=run_id, changes={"tokens": 500}), 20)
+    assert reply.budget["tokens"] == 500 and reply.status == "holding"  # on the GO of FIRST
+    assert len(sent) >= 2
+    assert [e["budget"]["tokens"] for e in await _events(hub, run_id, "budget")] == [500]
+    assert await _no_answers_kept(hub, keys)
+
+
+@pytest.mark.parametrize("fault", [_out_of_memory, _connection_lost], ids=["new-term", "same-term"])
+async def test_a_refused_command_served_again_is_refused_again(
+    hub: Hub, keys: Keys, fault: Fault
+) -> None:
+    """A GO refused (its cue waits for another) has no effect and files no answer: read
+    again, it is served again and refused again."""
+    run_id = await _armed_run(hub)
+    sent = _first_answer_fails(hub, fault)
+    with pytest.raises(Conflict, match="SECOND is not armed"):
+        await hub.commands.call(c.Go(run_id=run_id, cue_id="SECOND"), 20)
+    assert len(sent) >= 2
+    assert await _sent_to_agent(hub, keys) == 0
+    assert await _no_answers_kept(hub, keys)
+
+
+async def test_on_a_cluster_a_go_served_again_is_answered_ok_and_done_once(
+    settings: Settings, redis_cluster: EmbeddedCluster, cluster_redis: Any, keys: Keys
+) -> None:
+    """The GO's step is journaled and applied slot by slot; its answer, filed in the
+    partition's slot (beside the commands stream and the journal), is read by the next
+    term after the journal's replay, and deleted with the command's XACK there."""
+    on_cluster = Settings(**{**settings.model_dump(), "redis_url": redis_cluster.url})
+    async with running_hub(on_cluster, lease_ms=1500) as hub:
+        assert hub.partitions[0].store.db.is_cluster  # steps go through the journaled commit
+        run_id = await _armed_run(hub)
+        sent = _first_answer_fails(hub, _out_of_memory_on(cluster_redis, keys))
+        reply = await hub.commands.call(c.Go(run_id=run_id, cue_id="FIRST"), 20)
+        assert reply == c.GoReply(state="warning", attempt=1)
+        assert len(sent) >= 2
+        assert await cluster_redis.xlen(keys.inbox(AGENT)) == 1
+        assert not [k async for k in cluster_redis.scan_iter(match=keys.served("*"))]
+
+
+def _out_of_memory_on(cluster: Any, keys: Keys) -> Fault:
+    """Out of memory on the node of the commands stream's slot (where the answer's XACK
+    and XDEL go, and the asker's answers may)."""
+
+    async def fault(hub: Hub, send: Callable[[], Awaitable[None]]) -> None:
+        await cluster.initialize()
+        node = cluster.get_node_from_key(keys.commands())
+        restore = await run_out_of_memory(cluster.get_redis_connection(node))
+        try:
+            await send()
+        finally:
+            await restore()
+
+    return fault

@@ -12,11 +12,15 @@ import pytest
 
 from callboard.embedded_cluster import EmbeddedCluster
 from hub import commands as c
+from hub.engine.core import Engine
+from hub.engine.escalations import Escalation
 from hub.service import Hub
+from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.errors import Conflict, Unreachable
-from protocols.ids import new_id
+from protocols.ids import new_id, new_id_in
 from protocols.keys import Keys
+from protocols.messages import MessageType as T
 from protocols.settings import Settings
 from protocols.validation import load_cuelist
 from tests.helpers import eventually, run_out_of_memory
@@ -52,9 +56,10 @@ async def _connection_lost(hub: Hub, send: Callable[[], Awaitable[None]]) -> Non
     raise Unreachable("answer: connection lost")
 
 
-def _first_answer_fails(hub: Hub, fault: Fault) -> list[int]:
-    """The hub's first answer (partition 0) fails by `fault`; the list counts answers."""
-    store = hub.partitions[0].own.commands
+def _first_answer_fails(hub: Hub, fault: Fault, partition: int = 0) -> list[int]:
+    """The first answer of the hub's `partition` fails by `fault`; the list counts its
+    answers."""
+    store = hub.partitions[partition].own.commands
     answer, sent = store.answer, []
 
     async def failing(entry_ids: list[str], answers: list[Any]) -> None:
@@ -75,11 +80,11 @@ async def hub(settings: Settings) -> AsyncIterator[Hub]:
         yield hub
 
 
-async def _armed_run(hub: Hub) -> str:
+async def _armed_run(hub: Hub, run_id: str | None = None) -> str:
     """A run of HELD whose FIRST cue waits for its operator's GO."""
     parsed, version = load_cuelist(HELD)
     await hub.cuelists.put(parsed, version, canonical_json(parsed), HELD)
-    run_id = new_id()
+    run_id = run_id or new_id()
     await hub.commands.call(c.StartRun(cuelist="served-again", version=version, run_id=run_id))
 
     async def armed() -> bool:
@@ -183,3 +188,38 @@ def _out_of_memory_on(cluster: Any, keys: Keys) -> Fault:
             await restore()
 
     return fault
+
+
+async def test_with_partitions_each_partition_answers_from_its_own_filed_answers(
+    settings: Settings, keys: Keys
+) -> None:
+    """A resolve served by partition 1 (its run's), its answer lost: answered `resolved`
+    again (it was 409 `already resolved`). Then a pause, sent to both partitions as two
+    commands, partition 0's answer refused: each partition answers its own, and the
+    agents are told once."""
+    async with running_hub(settings, lease_ms=1500, partitions=2) as hub:
+        await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
+        run_id = await _armed_run(hub, new_id_in(1, 2))
+
+        def escalate(e: Engine) -> Escalation:
+            cause = p.EscalationError(cause="stuck")
+            return e.escalate(e.runs[run_id], "FIRST", T.ESCALATION_ERROR, cause)
+
+        esc = await hub.partitions[1].driver.step(escalate)
+        sent = _first_answer_fails(hub, _connection_lost, partition=1)
+        reply = await hub.commands.call(c.Resolve(id=esc.id, note="fine"), 20)
+        assert reply == c.ResolveReply(id=esc.id, status="resolved")
+        assert len(sent) >= 2
+        stored = await hub.store.escalation(esc.id)
+        assert stored is not None and stored.resolution is not None
+        assert stored.resolution["note"] == "fine"
+
+        sent = _first_answer_fails(hub, _out_of_memory, partition=0)
+        pause = c.Broadcast(message_type=T.BROADCAST_PAUSE.value, payload={"reason": "x"})
+        assert await hub.commands.call(pause, 20) == c.BroadcastReply(sent="broadcast.pause")
+        assert len(sent) >= 2
+        assert all(p.driver.engine.paused == "x" for p in hub.partitions)
+        client: Any = hub.transport._client
+        told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
+        assert len([m for m in told if b"broadcast.pause" in m]) == 1
+        assert await _no_answers_kept(hub, keys)

@@ -326,7 +326,7 @@ async def test_a_rerun_is_a_trace_of_its_own_linked_to_the_run_it_reruns(
     assert hub.tracer is not None
     text = "cuelist: again\ncues:\n  - {id: ONLY, target_agents: [specialist-deploy]}\n"
     assert (await _run(hub, text, "run-first"))["status"] == "success"
-    await hub.partitions[0]._rerun(c.Rerun(run_id="run-first", new_run_id="run-second"))
+    await hub.commands.call(c.Rerun(run_id="run-first", new_run_id="run-second"))
 
     async def second() -> Any:
         run = await hub.store.run("run-second")

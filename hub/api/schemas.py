@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocols.cuelist import MAX_TIMEOUT_S
 from protocols.ids import rfc3339
-from protocols.messages import Channel
-from protocols.payloads import COUNTERS_MAX, PAYLOAD_MODELS, CounterName
+from protocols.payloads import COUNTERS_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
@@ -369,53 +368,6 @@ class EscalationResolve(In):
         None, max_length=4000,
         description="the answer to an agent's question (cause input_required): sent to it",
     )  # fmt: skip
-
-
-def _inlined(schema: Any, defs: dict[str, Any] | None = None) -> Any:
-    """`schema` with each `$ref` to its own `$defs` put in place (a payload's enums), so it
-    can stand inside another schema."""
-    if defs is None and isinstance(schema, dict):
-        defs = schema.get("$defs", {})
-        schema = {k: v for k, v in schema.items() if k != "$defs"}
-    if isinstance(schema, list):
-        return [_inlined(item, defs) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    if "$ref" in schema:
-        rest = {k: v for k, v in schema.items() if k != "$ref"}
-        return {**_inlined((defs or {})[schema["$ref"].rsplit("/", 1)[1]], defs), **rest}
-    return {key: _inlined(value, defs) for key, value in schema.items()}
-
-
-def _broadcast_schema(schema: dict[str, Any]) -> None:
-    """One shape per broadcast type, its payload that type's (protocols.payloads): what the
-    route checks a payload against, said in the schema."""
-    options = []
-    for mt in sorted(PAYLOAD_MODELS, key=lambda t: t.value):
-        if mt.channel is not Channel.BROADCAST:
-            continue
-        payload = _inlined(PAYLOAD_MODELS[mt].model_json_schema())
-        needs = ["message_type", "payload"] if payload.get("required") else ["message_type"]
-        options.append({
-            "type": "object", "additionalProperties": False, "required": needs,
-            "properties": {"message_type": {"const": mt.value}, "payload": payload},
-        })  # fmt: skip
-    for key in ("properties", "required", "additionalProperties", "type"):
-        schema.pop(key, None)
-    schema["oneOf"] = options
-
-
-class BroadcastCreate(In):
-    """A broadcast.* type and its payload (`oneOf` in the schema, a shape per type)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_broadcast_schema)
-
-    message_type: str = Field(description="a broadcast.* type")
-    payload: dict[str, Any] = Field(default_factory=dict)
-
-
-class BroadcastPublic(BaseModel):
-    sent: str
 
 
 class DeadLetterPublic(BaseModel):

@@ -38,7 +38,7 @@ class Serving:
     def handlers(self) -> c.Handlers:
         return (
             c.Handlers()
-            .on(c.StartRun, self._start_run)
+            .on(c.StartRun, self._start_run, files=False)
             .on(c.Go, self._go)
             .on(c.Retry, self._retry)
             .on(c.Rerun, self._rerun)
@@ -97,18 +97,12 @@ class Serving:
             if held.run_id != cmd.run_id:  # the key expired and a retry took it since
                 raise Conflict(f"Idempotency-Key {cmd.idempotency_key!r} names another run")
             write.append(self.stores.idempotency.started(cmd.idempotency_key, held))
-        commands, answered = self.own.commands, []
-
-        def filed(run: RunState) -> list[list[Any]]:  # its answer, written with the run
-            answered.append(_started(run))
-            return [commands.served_op(command_id, c.answer_of(answered[-1]))]
-
+        # no answer filed: a start served again finds its run (above) and answers with it
         run = await self.driver.start_run(
             cmd.cuelist, cmd.version, cmd.run_id, cmd.params, cmd.dry, write=write,
-            budget=cmd.budget, filed=filed,
+            budget=cmd.budget,
         )  # fmt: skip
-        # the reply as filed: the run may have moved on while its write was in flight
-        return answered[-1] if answered else _started(run)
+        return _started(run)
 
     async def _step(self, command_id: str, fn: Callable[[Engine], RP]) -> RP:
         """Run `fn`, an engine step that serves a command and returns its reply, with the

@@ -54,11 +54,19 @@ class Handlers:
 
     def __init__(self) -> None:
         self._by_kind: dict[type[Command[Any]], Handler[Any]] = {}
+        self._files: set[type[Command[Any]]] = set()
         self.before: Callable[[Sequence[Command[Any]]], Awaitable[None]] | None = None
 
-    def on(self, kind: type[C], handler: Handler[C]) -> Handlers:
+    def on(self, kind: type[C], handler: Handler[C], *, files: bool = True) -> Handlers:
+        """`handler` serves `kind`; `files`: its step files the command's answer (a kind
+        that is idempotent by itself, as a start naming its run, need not)."""
         self._by_kind[kind] = handler
+        if files:
+            self._files.add(kind)
         return self
+
+    def files(self, command: Command[Any]) -> bool:
+        return type(command) in self._files
 
     def on_batch(self, before: Callable[[Sequence[Command[Any]]], Awaitable[None]]) -> Handlers:
         self.before = before
@@ -118,7 +126,11 @@ class CommandServer:
                     answers = await asyncio.gather(
                         *(self._serve(q, r) for q, r in zip(queued, requests, strict=True))
                     )
-                    await self.store.answer([q.entry_id for q in queued], answers)
+                    filed = [
+                        r.id for r in requests
+                        if isinstance(r, Request) and self.handlers.files(r.command)
+                    ]  # fmt: skip
+                    await self.store.answer([q.entry_id for q in queued], answers, filed)
 
     async def _answer_served(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
         """Commands read again whose effect was written (the step filed their answer, then
@@ -132,7 +144,8 @@ class CommandServer:
         log.warning("%d command(s) served before their answers were lost: answered again "
                     "from the answers their steps filed", len(again))  # fmt: skip
         entry_ids = [e for e, r in requests.items() if r.id in found]
-        await self.store.answer(entry_ids, [(r.id, r.reply_to, found[r.id]) for r in again])
+        answers = [(r.id, r.reply_to, found[r.id]) for r in again]
+        await self.store.answer(entry_ids, answers, [r.id for r in again])
         return [q for q in queued if q.entry_id not in entry_ids]
 
     async def _drop_failing(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:

@@ -288,10 +288,8 @@ class Driver:
     async def start_run(
         self, name: str, version: str | None, run_id: str, params: dict[str, Any], dry: bool,
         write: Sequence[list[Any]] = (), budget: dict[str, Any] | None = None,
-        filed: Callable[[RunState], list[list[Any]]] = lambda run: [],
     ) -> RunState:  # fmt: skip
-        """Start a run; `write` (raw one-key commands) lands in the same fenced write, and
-        so does what `filed` gives for the run started (the command's answer)."""
+        """Start a run; `write` (raw one-key commands) lands in the same fenced write."""
         version = version or await self.cuelists.latest(name)
         if version is None:
             raise NotFound(f"no cuelist named {name}")
@@ -302,7 +300,7 @@ class Driver:
             run, out = await asyncio.to_thread(
                 dry_run, plan, run_id, params, self.keys, self.online()
             )
-            out.raw.extend([*write, *filed(run)])
+            out.raw.extend(write)
             # The walk's events (a few per cue) follow the run in writes of their own, at
             # most DRY_EVENTS_PER_WRITE each: one write of a 10,000-cue walk's 30,000 events
             # held the event loop for half a second building and sending it (fault row 21).
@@ -324,9 +322,7 @@ class Driver:
             if (started := e.runs.get(run_id)) is not None:
                 return started  # the same start, served twice at once: started once
             e.write_with_step(list(write))
-            run = e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
-            e.write_with_step(filed(run))
-            return run
+            return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
 
         return await self.step(start)
 

@@ -5,6 +5,7 @@ commands whose effect is written, kept until the command is answered (`served_op
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hub.store.answers import ANSWER, ANSWER_ID, ANSWERS_MAXLEN, REPLY_TTL_S, Answers
@@ -101,7 +102,9 @@ class CommandStore:
         """How many times each command pending on `consumer` was read (served)."""
         return await self.db.xpending_counts(self.stream, GROUP, consumer)
 
-    async def answer(self, entry_ids: list[str], answers: list[Answered]) -> None:
+    async def answer(
+        self, entry_ids: list[str], answers: list[Answered], filed_ids: Sequence[str] = ()
+    ) -> None:
         """Each answer onto its asker's stream (or its own list), and the entries done, in
         one transaction: out of memory Redis refuses the answers but not the XACK and XDEL,
         so pipelined a command left its stream unanswered; refused whole, it stays pending
@@ -109,7 +112,8 @@ class CommandStore:
         the answers go first (one MULTI per slot), and the entries are done once every
         answer landed, so an answer refused in one slot leaves every command of the batch
         to be served again. Both expire when no one reads them. The answers kept of served
-        commands (`served_op`) go with the entries: in their transaction, in their slot."""
+        commands (`served_op`; `filed_ids`: the commands whose steps filed one) go with the
+        entries: in their transaction, in their slot."""
 
         def filed(pipe: Pipeline) -> None:
             streams: set[str] = set()  # each asker's expires once a batch, after its answers
@@ -125,7 +129,7 @@ class CommandStore:
             for stream in streams:
                 pipe.expire(stream, REPLY_TTL_S)
 
-        served = [self.keys.served(i, self.partition) for i, _, _ in answers if i]
+        served = [self.keys.served(i, self.partition) for i in filed_ids]
 
         def done(pipe: Pipeline) -> None:
             pipe.xack(self.stream, GROUP, *entry_ids)

@@ -62,11 +62,11 @@ def _first_answer_fails(hub: Hub, fault: Fault, partition: int = 0) -> list[int]
     store = hub.partitions[partition].own.commands
     answer, sent = store.answer, []
 
-    async def failing(entry_ids: list[str], answers: list[Any]) -> None:
+    async def failing(entry_ids: list[str], answers: list[Any], filed: Any = ()) -> None:
         sent.append(len(answers))
         if len(sent) > 1:
-            return await answer(entry_ids, answers)
-        await fault(hub, lambda: answer(entry_ids, answers))
+            return await answer(entry_ids, answers, filed)
+        await fault(hub, lambda: answer(entry_ids, answers, filed))
         raise AssertionError("the fault let the answer through")
 
     store.answer = failing  # type: ignore[method-assign]

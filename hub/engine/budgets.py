@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from hub.engine.base import PAUSED, EngineBase
 from hub.engine.outbox import Timer
-from hub.engine.state import USAGE_IDS_KEPT, CueRun, RunState
+from hub.engine.state import MESSAGE_IDS_KEPT, USAGE_IDS_KEPT, CueRun, RunState
 from protocols import payloads as p
 from protocols.cuelist import Budget
 from protocols.errors import Conflict, EngineError
@@ -61,6 +61,20 @@ def held_by_budget(cr: CueRun) -> bool:
 
 class BudgetMixin(EngineBase):
     """The engine's part that counts usage and enforces each run's budget."""
+
+    def count_message(self, run: RunState, cue_id: str, agent: str, message_id: str) -> None:
+        """A message `agent` sent for `cue_id`, counted against the run's `messages` once:
+        a copy (its XADD sent again after a lost reply, read by a leader that never saw
+        the first: the router skips one only within a term) names an id the cue keeps.
+        Only a copy is left out, never another message however alike, so the limit is not
+        overspent; an id the cue no longer keeps counts again (overstated, as before)."""
+        cr = run.cues[cue_id]
+        once = f"{agent} {message_id}"  # per sender, as the router's: none skips another's
+        if once in cr.message_ids:
+            return
+        cr.message_ids = [*cr.message_ids, once][-MESSAGE_IDS_KEPT:]
+        run.record.messages_in += 1
+        self.mark_dirty(run, cue_id)
 
     def count_usage(
         self, run: RunState, cue_id: str, agent: str, usage: p.Usage, message_id: str = ""

@@ -46,7 +46,7 @@ def handle(engine: Engine, msg: Envelope) -> None:
     run = guard.scope(engine, msg, cue_id)
     if run is None or cue_id is None:
         return
-    run.record.messages_in += 1
+    engine.count_message(run, cue_id, msg.from_agent, msg.message_id)
     engine.mark_dirty(run)
     if msg.message_type is T.TASK_CONTEXT:
         guard.context(engine, run, msg)

@@ -16,6 +16,7 @@ RESULT_BYTES = 4_096  # of one target's result kept on its cue (as JSON)
 RESULT_CUE_BYTES = 32_768  # of all the results kept on one cue
 RESULT_HEAD_BYTES = 512  # what is kept of a result over its bound
 USAGE_IDS_KEPT = 32  # context writes reporting usage remembered per cue (see usage_ids)
+MESSAGE_IDS_KEPT = 32  # messages counted against `messages` remembered per cue (message_ids)
 
 
 class CueRun(BaseModel):
@@ -60,6 +61,9 @@ class CueRun(BaseModel):
     # "agent message-id" of the context writes whose usage counted (the last USAGE_IDS_KEPT):
     # a copy read again by a leader that never saw the first is not counted twice
     usage_ids: list[str] = Field(default_factory=list)
+    # "agent message-id" of the messages its targets sent that counted against the run's
+    # `messages` (the last MESSAGE_IDS_KEPT): a copy read again counts once (see budgets)
+    message_ids: list[str] = Field(default_factory=list)
     # a cue with a `target:` (by capability): its spec, the agents it resolved to for the
     # current attempt, those of earlier attempts, and the trigger to fire with once enough
     # matching agents are online (set while it waits for them)

@@ -197,6 +197,35 @@ def test_messages_count_what_the_hub_sent_and_took_for_the_run() -> None:
     assert [m.cue_id for _, m in sim.take_sent(T.COORD_GO)] == ["B"]
 
 
+def test_a_copy_read_again_after_a_restart_counts_once_against_messages() -> None:
+    """A's target answers WARNING, STANDBY and GO; each XADD is sent again (its reply was
+    lost) and read by a leader that never saw the first (the router skips a copy only
+    within one term). Each copy once counted again: 13 messages, and B's GO was held at 11.
+    A copy counts once; another message alike (an id of its own) counts."""
+    sim = Sim(plan_of(MESSAGES.replace("messages: 6", "messages: 11")))
+    sim.start()
+    bodies = [
+        (T.ACK_WARNING, p.AckWarning(attempt=1)),
+        (T.ACK_STANDBY, p.AckStandby(attempt=1, ready=True)),
+        (T.STATUS_COMPLETED, p.StatusCompleted(attempt=1)),
+    ]
+    for mt, body in bodies:
+        reply = make(mt, body, from_agent="a", run_id="r1", cue_id="A")
+        inputs.handle(sim.engine, reply)
+        sim._drain()
+        sim.restart()  # a new leader, resumed from what the store holds
+        inputs.handle(sim.engine, reply)  # the same message, read again
+        sim._drain()
+    assert sim.cue("A").state is CueState.COMPLETED
+    assert sim.run().record.messages_in == 3
+    sim.ack_warning("a", "B")
+    sim.ack_standby("a", "B")
+    assert [m.cue_id for _, m in sim.take_sent(T.COORD_GO)] == ["A", "B"]  # 10 of 11
+    assert sim.run().messages() == 11
+    sim.ack_warning("a", "A")  # late, but a message of its own: it counts
+    assert sim.run().record.messages_in == 6
+
+
 def test_named_counters_and_context_metadata_usage_count_too() -> None:
     sim = Sim(plan_of(MESSAGES.replace("messages: 6, ", "")))
     sim.start()

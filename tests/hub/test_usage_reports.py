@@ -70,8 +70,9 @@ async def test_a_completion_read_again_by_the_next_leader_is_not_counted_twice(
     """ann completes reporting 60 tokens; her SDK's XADD is sent again (its reply was
     lost), and the hub that handled the first is gone: the next leader has not seen the
     message, and bob has not completed, so the cue is still in GO. The copy once counted
-    again (120 tokens for one report); a target that completed its attempt completes it
-    once, so its usage counts once."""
+    again (120 tokens for one report, and a third message against the run's `messages`);
+    a target that completed its attempt completes it once, so its usage and the message
+    count once."""
     parsed, version = load_cuelist(PAIR)
     keys, client = settings.keys, real_redis
     async with running_hub(settings, lease_ms=1000) as first:
@@ -107,6 +108,7 @@ async def test_a_completion_read_again_by_the_next_leader_is_not_counted_twice(
         assert run.usage.tokens == 65
         assert run.cues["BOTH"].usage.tokens == 65
         assert run.record.late_replies == 1
+        assert run.record.messages_in == 2  # the copy is not a message taken: once 3
 
 
 SPENT = """

@@ -14,21 +14,13 @@ from protocols.messages import MessageType as T
 if TYPE_CHECKING:
     from hub.engine.base import EngineBase
 
-HUB = "hub"
-
-
-def asks(esc: Escalation) -> bool:
-    """Whether `esc` is a specialist's question about one of its cues."""
-    cause = str(esc.payload.get("cause") or esc.cause)
-    return esc.raised_by != HUB and cause.startswith(p.ASKS_INPUT) and esc.cue_id is not None
-
 
 def forward(engine: EngineBase, esc: Escalation, answer: str) -> bool:
     """Send `answer` to the agent that asked, if its cue is still live; True when sent.
 
     The question's dedup slot is freed, so the next question about the cue (a remote
     agent may ask more than once) is raised anew instead of counted on this one."""
-    if not asks(esc):
+    if not esc.asks:
         return False
     engine.escalations.by_slot.pop(esc.slot, None)
     if not answer.strip():

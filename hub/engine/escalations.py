@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from protocols.ids import new_id
 from protocols.messages import MessageType
+from protocols.payloads import ASKS_INPUT
 from protocols.states import Severity
 
 OPEN = "open"
@@ -35,6 +36,13 @@ class Escalation(BaseModel):
     def slot(self) -> tuple[str | None, str | None, str]:
         return (self.run_id, self.cue_id, self.cause)
 
+    @property
+    def asks(self) -> bool:
+        """Whether this is a specialist's question about one of its cues (its slot is
+        freed once answered: hub.engine.answers)."""
+        cause = str(self.payload.get("cause") or self.cause)
+        return self.raised_by != "hub" and cause.startswith(ASKS_INPUT) and self.cue_id is not None
+
 
 class EscalationBook:
     """Open escalations by id and by dedup slot (run, cue, cause)."""
@@ -59,9 +67,11 @@ class EscalationBook:
 
     def take_in(self, esc: Escalation) -> None:
         """Hold an escalation read from the store (a term's start, or one resolved that
-        was too old for it), its slot kept by the first that claimed it."""
+        was too old for it), its slot kept by the first that claimed it; an answered
+        question's slot stays free (the next question is asked anew)."""
         self.by_id[esc.id] = esc
-        self.by_slot.setdefault(esc.slot, esc.id)
+        if not (esc.asks and esc.status == RESOLVED):
+            self.by_slot.setdefault(esc.slot, esc.id)
 
     def in_slot(self, slot: tuple[str | None, str | None, str]) -> Escalation | None:
         """The escalation that holds this dedup slot, if one does."""

@@ -89,6 +89,22 @@ def test_a_second_question_after_an_answer_is_raised_anew() -> None:
     ]
 
 
+def test_an_answered_question_taken_in_by_a_new_leader_leaves_its_slot_free() -> None:
+    """A new leader takes in the escalations of the runs it resumes (hub.engine.driver),
+    answered questions too: one claimed its slot again, so the next question about the
+    cue was counted on the answered one, never shown nor answered."""
+    sim = Sim(plan_of(ASK))
+    _at_go(sim)
+    first = _ask(sim, "remote", "input_required:task-1")
+    _resolve(sim, first, "blue")
+    held = list(sim.engine.escalations.by_id.values())
+    sim.restart()  # a new leader, resumed from what the store holds
+    for esc in held:
+        sim.engine.escalations.take_in(esc.model_copy(deep=True))
+    second = _ask(sim, "remote", "input_required:task-1", "and what size?")
+    assert second != first and sim.engine.escalations.by_id[first].count == 1
+
+
 def test_no_answer_for_other_escalations_a_note_alone_or_a_finished_cue() -> None:
     sim = Sim(plan_of(ASK))
     _at_go(sim)

@@ -258,6 +258,12 @@ class Keys:
         return f"{self.prefix}escs"
 
     @property
+    def open_escalations(self) -> str:
+        """The ids of the open escalations of no run (a set): each holds its dedup slot
+        for a new leader however many newer ones there are (a run's are named in its hash)."""
+        return f"{self.prefix}escs:open"
+
+    @property
     def agents(self) -> str:
         """The registry: one field per agent (contract, replicas)."""
         return f"{self.prefix}agents"

@@ -43,6 +43,9 @@ LINGER_S = 0.002  # how long a step that sends nothing may wait to share the nex
 # changes (an agent changing its contract on every batch, a fleet coming online) makes one
 # re-check at once and one more with the newest agents RECHECK_S later, not one per batch.
 RECHECK_S = 0.1
+# The newest escalations a term loads (the operator queue's); an older one that holds a
+# dedup slot (a running run's, or one of no run still open) is read by its id besides.
+ESCALATIONS_LOADED = 1_000
 R = TypeVar("R")
 
 
@@ -126,17 +129,29 @@ class Driver:
             if book is not None:
                 self.engine.book = book
             self.engine.paused = await self.store.paused()
-            runs = await self.store.runs(await self.store.active_run_ids())
+            found = await self.store.runs_and_escalations(await self.store.active_run_ids())
+            runs = [run for run, _ in found]
             for run in runs:
                 self.engine.adopt(run, await self.plan(run.cuelist, run.version))
             self._release_orphans()
             self.engine.agents_online(self.online())  # cues waiting for an agent re-check
-            for esc in await self.store.escalations(limit=1000):
-                if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
-                    self.engine.escalations.take_in(esc)
+            # the record's first escalations too: a run written before its hash named them
+            named = {i for run, ids in found for i in [*ids, *run.record.escalations]}
+            await self._load_escalations(named)
             await self._fail_lost(previous)
             await self._commit(self.engine.take())
             return len(runs)
+
+    async def _load_escalations(self, of_runs: set[str]) -> None:
+        """The escalations holding a dedup slot: the newest ESCALATIONS_LOADED, then the
+        older ones the runs' hashes name (`of_runs`) or the open set of no run names, so
+        a cause raised again counts on its escalation, not a second one."""
+        newest = await self.store.escalations(limit=ESCALATIONS_LOADED)
+        older = of_runs | await self.store.open_escalation_ids()
+        older -= {esc.id for esc in newest}
+        for esc in [*newest, *await self.store.escalations_named(sorted(older))]:
+            if esc.run_id in self.engine.runs or (esc.run_id is None and esc.status == OPEN):
+                self.engine.escalations.take_in(esc)
 
     def _release_orphans(self) -> None:
         """Leases die with the hub that held them: a claim whose run is no longer being run

@@ -27,11 +27,12 @@ from typing import Protocol
 
 from pydantic_core import to_json
 
+from hub.engine.escalations import OPEN, Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
 from hub.store.journal import JournaledCommit
-from hub.store.layout import Op, owner_fields, run_fields
+from hub.store.layout import Op, escalation_field, owner_fields, run_fields
 from hub.store.ops import COMMIT_ID_TTL_MS, COMMIT_RETRY_S, OPS_LUA, flat
 from protocols.codec import encode
 from protocols.ids import new_id
@@ -66,6 +67,19 @@ def _json(value: object) -> bytes:
     """A run event's or context entry's JSON, as the run's record is written: what JSON has
     no number for (NaN, infinities a specialist sent) as null, anything else as its str."""
     return to_json(value, fallback=str, inf_nan_mode="null")
+
+
+def _slot_held(keys: Keys, esc: Escalation, engine: EngineState) -> list[Op]:
+    """Where a new leader finds an escalation that holds its dedup slot, past the newest
+    it loads: a run's (every one, as in memory) in the run's hash, which expires with the
+    run (never for a run no longer being run: its keys are not made again); one of no
+    run in the set of open ones while it is open (left once resolved)."""
+    if esc.run_id is None:
+        verb = "SADD" if esc.status == OPEN else "SREM"
+        return [[verb, keys.open_escalations, esc.id]]
+    if esc.run_id in engine.runs:
+        return [["HSET", keys.run(esc.run_id), escalation_field(esc.id), "1"]]
+    return []
 
 
 class EngineState(Protocol):
@@ -169,6 +183,7 @@ class FencedCommit:
         for esc in out.escalations.values():
             ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])
+            ops.extend(_slot_held(keys, esc, engine))
         for run_id, key, entry in out.context:
             ops.append(["HSET", keys.run_context(run_id), key, _json(entry)])
         owned: dict[str, list[str]] = {}

@@ -1,7 +1,9 @@
 """How a run is laid out in its hash: a header, the cue order, one field per cue.
 
 A step writes only the header and the cues it touched, so a 10,000-cue run costs what it
-changed; the order (which never changes) is written when the run is new or adopted.
+changed; the order (which never changes) is written when the run is new or adopted. The
+hash also names every escalation raised in the run (a field each, written with it), so a
+new leader finds each one's dedup slot however many newer escalations there are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from hub.store.dump import dump_changed
 
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
 OWNER = "w:"  # ...and one field per context key: the agent that wrote it (written once)
+ESCALATION = "x:"  # ...and one field per escalation raised in the run (its id; value unused)
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
@@ -38,6 +41,17 @@ def owner_fields(key: str, run: RunState, context_keys: Iterable[str]) -> list[O
     for context_key in context_keys:
         fields += [OWNER + context_key, run.context_owners[context_key]]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+
+
+def escalation_field(esc_id: str) -> str:
+    """The run hash's field naming an escalation raised in the run."""
+    return ESCALATION + esc_id
+
+
+def escalation_ids(fields: dict[bytes, bytes]) -> list[str]:
+    """The escalations a run's hash names (see `escalation_field`)."""
+    head = ESCALATION.encode()
+    return [name[len(head) :].decode() for name in fields if name.startswith(head)]
 
 
 def read_run(fields: dict[bytes, bytes]) -> RunState | None:

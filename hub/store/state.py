@@ -16,7 +16,7 @@ from hub.engine.outbox import Outbox
 from hub.engine.resources import BookDump, ResourceBook
 from hub.engine.state import RunState
 from hub.store.commit import EngineState, FencedCommit
-from hub.store.layout import read_run, run_fields
+from hub.store.layout import escalation_ids, read_run, run_fields
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -92,10 +92,19 @@ class StateStore:
 
     async def runs(self, run_ids: list[str]) -> list[RunState]:
         """The runs that exist of these, in one round trip."""
+        return [run for run, _ in await self.runs_and_escalations(run_ids)]
+
+    async def runs_and_escalations(self, run_ids: list[str]) -> list[tuple[RunState, list[str]]]:
+        """The runs that exist of these, each with the ids of the escalations raised in
+        it (a new leader's: see hub.store.layout), in one round trip."""
         if not run_ids:
             return []
         found = await self.db.hgetall_each([self.keys.run(r) for r in run_ids])
-        return [run for fields in found if (run := read_run(fields)) is not None]
+        return [
+            (run, escalation_ids(fields))
+            for fields in found
+            if (run := read_run(fields)) is not None
+        ]
 
     async def missing_runs(self, run_ids: list[str]) -> list[str]:
         """Which of these runs Redis no longer holds (one pipelined EXISTS)."""
@@ -178,8 +187,16 @@ class StateStore:
     async def escalations(self, limit: int = 200) -> list[Escalation]:
         """The newest `limit` escalations, newest first."""
         ids = await self.db.zrange(self.keys.escalations, 0, limit - 1, desc=True)
-        raws = await self.db.mget([self.keys.escalation(i.decode()) for i in ids])
+        return await self.escalations_named([i.decode() for i in ids])
+
+    async def escalations_named(self, esc_ids: Sequence[str]) -> list[Escalation]:
+        """These escalations, those Redis holds (one MGET; one per slot on a cluster)."""
+        raws = await self.db.mget([self.keys.escalation(i) for i in esc_ids])
         return [Escalation.model_validate_json(r) for r in raws if r]
+
+    async def open_escalation_ids(self) -> set[str]:
+        """The open escalations of no run (see Keys.open_escalations)."""
+        return {m.decode() for m in await self.db.smembers(self.keys.open_escalations)}
 
     async def resources(self) -> ResourceBook | None:
         raw = await self.db.get(self.keys.resources(self.partition))

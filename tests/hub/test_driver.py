@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from hub.engine import driver as driver_module
-from hub.engine import inputs
+from hub.engine import guard, inputs
 from hub.engine.driver import BACKLOG_CHUNK, Driver
+from hub.engine.escalations import Escalation
 from hub.engine.resources import Claim, ResourceBook
 from hub.store import CuelistStore, StateStore
 from protocols import payloads as p
@@ -20,8 +22,8 @@ from protocols.canonical import canonical_json
 from protocols.codec import make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
-from protocols.states import ConflictStrategy
-from protocols.transport import Storage
+from protocols.states import ConflictStrategy, Severity
+from protocols.transport import Storage, connect
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 
@@ -276,3 +278,69 @@ async def test_a_cue_waiting_for_an_agent_fires_when_one_comes_online_or_a_term_
     driver.online = lambda: {"rev-1": reviewer}
     await driver.load()
     assert (await driver.store.runs(["r3"]))[0].cues["R"].state.value == "warning"
+
+
+ONE = {"cuelist": "one", "cues": [{"id": "A", "target_agents": ["a"], "coordination": "direct"}]}
+
+
+@pytest.fixture(params=["server", "cluster"])
+async def server_or_cluster(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Any]:
+    """A client on the real server, then on the session's Redis Cluster; deletes this
+    test's keys afterwards."""
+    name = "redis_cluster" if request.param == "cluster" else "redis_server"
+    client: Any = connect(request.getfixturevalue(name).url)
+    yield client
+    async for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        await client.delete(key)
+    await client.aclose()
+
+
+async def test_a_cause_again_after_a_failover_past_the_newest_loaded_counts_on_its_escalation(
+    server_or_cluster: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target escalates about its cue, and a message naming no run it knows makes a
+    violation of no run; then 5 newer escalations, and a new leader that loads the newest
+    5 (1,000 outside this test). Its book lacked both, so the same causes again raised a
+    second escalation each. They count on the first now: the run's hash names its
+    escalations, and a set the open ones of no run (one slot or many, on a cluster)."""
+    redis = server_or_cluster
+    monkeypatch.setattr(driver_module, "ESCALATIONS_LOADED", 5)
+    cuelists = CuelistStore(Storage(redis), keys)
+    model, version = load_cuelist(ONE)
+    await cuelists.put(model, version, canonical_json(model), None)
+
+    def leader(value: str) -> Driver:
+        return Driver(StateStore(Storage(redis), keys), cuelists, keys, lambda: value)
+
+    def causes(driver: Driver) -> Any:
+        """A step: the target escalates again, and the stray message comes again."""
+        body = p.EscalationError(severity=Severity.MEDIUM, cause="disk full", detail="full")
+        said = make(T.ESCALATION_ERROR, body, from_agent="a", run_id="r1", cue_id="A")
+        stray = make(T.ACK_WARNING, p.AckWarning(attempt=1), from_agent="a", run_id="gone")
+
+        def both(e: Any) -> None:
+            guard.specialist_escalation(e, said, Severity.HIGH)
+            inputs.handle(e, stray)
+
+        return driver.step(both)
+
+    await redis.set(keys.leader(), "hub-a:1")
+    old = leader("hub-a:1")
+    await old.load()
+    await old.start_run("one", None, "r1", {}, False)
+    await causes(old)
+    first = {(e.run_id, e.cause): e for e in await old.store.escalations(10)}
+    assert set(first) == {("r1", "escalation.error:a"), (None, "unknown_run:a")}
+    for n in range(5):  # newer ones, of other runs
+        later = time.time() + 1 + n
+        other = Escalation(type=T.ESCALATION_ERROR, severity=Severity.MEDIUM, run_id=f"o{n}",
+                           cause="elsewhere", created_at=later, updated_at=later)  # fmt: skip
+        await redis.set(keys.escalation(other.id), other.model_dump_json())
+        await redis.zadd(keys.escalations, {other.id: other.created_at})
+
+    await redis.set(keys.leader(), "hub-b:2")
+    new = leader("hub-b:2")
+    await new.load()
+    await causes(new)
+    found = [e for e in await new.store.escalations(20) if e.cause != "elsewhere"]
+    assert sorted((e.id, e.count) for e in found) == sorted((e.id, 2) for e in first.values())

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from hub.commands import Resolve
+from hub.engine import driver as driver_module
 from hub.engine.escalations import Escalation
 from hub.service import Hub
 from protocols import payloads as p
@@ -162,6 +163,49 @@ async def test_a_budget_warning_is_resolved_after_a_failover_past_1000_newer_esc
         assert reply.status == "resolved"
         stored = await second.store.escalation(warning.id)
         assert stored is not None and stored.status == "resolved"
+
+
+async def test_a_cause_again_after_a_failover_past_the_newest_loaded_is_not_a_second_escalation(
+    settings: Settings, real_redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ann escalates about her cue, then 5 escalations of other runs, then a new leader
+    that loads the newest 5 (1,000 outside this test), then ann escalates again. Her first
+    escalation was not in the new leader's book, so a second one was raised for the same
+    cause; it is counted on the first now (two real hubs, one after the other)."""
+    monkeypatch.setattr(driver_module, "ESCALATIONS_LOADED", 5)
+    parsed, version = load_cuelist(PAIR)
+    keys, client = settings.keys, real_redis
+    body = p.EscalationError(severity=Severity.MEDIUM, cause="disk full", detail="full")
+
+    async def escalate(task: Envelope) -> None:
+        said = task.reply(T.ESCALATION_ERROR, body).model_copy(update={"from_agent": "ann"})
+        await client.xadd(keys.out("ann"), {STREAM_FIELD: encode(said)})
+
+    async def hers(hub: Hub) -> list[Escalation]:
+        return [e for e in await hub.store.escalations(limit=20) if e.raised_by == "ann"]
+
+    async with running_hub(settings, lease_ms=1000) as first:
+        await first.cuelists.put(parsed, version, canonical_json(parsed), PAIR)
+        await first.driver.start_run("pair", version, "run-pair", {}, False)
+        entries = await eventually(lambda: client.xrange(keys.inbox("ann")), 10)
+        task = decode(entries[0][1][STREAM_FIELD.encode()])
+        await escalate(task)
+        (raised,) = await eventually(lambda: hers(first), 10)
+    for n in range(5):
+        later = raised.created_at + 1 + n
+        other = Escalation(type=T.ESCALATION_ERROR, severity=Severity.MEDIUM, run_id=f"o{n}",
+                           cause="elsewhere", created_at=later, updated_at=later)  # fmt: skip
+        await client.set(keys.escalation(other.id), other.model_dump_json())
+        await client.zadd(keys.escalations, {other.id: other.created_at})
+    async with running_hub(settings, lease_ms=1000) as second:
+        await escalate(task)
+
+        async def counted() -> list[Escalation]:
+            found = await hers(second)
+            return found if len(found) > 1 or found[0].count > 1 else []
+
+        found = await eventually(counted, 10)
+        assert [(e.id, e.count) for e in found] == [(raised.id, 2)]
 
 
 async def _finished(hub: Hub, run_id: str) -> Any:

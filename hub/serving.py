@@ -1,10 +1,13 @@
 """How a partition's leader serves each operator command: one engine step each, whose fenced
 write also files the command's answer (`Serving._step`), so a command read again after its
-answer was lost is answered from it (hub.commands.server), never done twice."""
+answer was lost is answered from it (hub.commands.server), never done twice. A command sent
+with an `Idempotency-Key` keeps its reply under the key in the same write (`Serving._keyed`):
+the same request again, as a new command, is answered from it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from hub import commands as c
@@ -14,13 +17,14 @@ from hub.engine.escalations import RESOLVED, Escalation
 from hub.engine.plan import Plan
 from hub.engine.state import RunState
 from hub.store import PartitionStores, Stores
-from hub.store.idempotency import IdempotencyHold
+from hub.store.idempotency import CommandHold, IdempotencyHold
 from protocols.errors import Conflict, EngineError, NotFound
 from protocols.keys import RESOURCE_PARTITION, partition_of
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
 
 RP = TypeVar("RP", bound=c.Reply)
+C = TypeVar("C", bound=c.Command[Any])
 
 
 class Serving:
@@ -34,21 +38,63 @@ class Serving:
         self.stores, self.own = stores, own
         self.store = own.state
         self._absent: set[str] = set()  # runs a batch of starts found not in Redis
+        # Idempotency-Keys being served, and how many commands wait on each: one served at
+        # a time (a batch is served concurrently); the key and request of each such command
+        self._serving: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._keyed_ids: dict[str, tuple[str, str]] = {}
 
     def handlers(self) -> c.Handlers:
         return (
             c.Handlers()
             .on(c.StartRun, self._start_run, files=False)
-            .on(c.Go, self._go)
-            .on(c.Retry, self._retry)
-            .on(c.Rerun, self._rerun)
-            .on(c.RaiseCondition, self._raise_condition)
-            .on(c.Cancel, self._cancel)
-            .on(c.ChangeBudget, self._change_budget)
-            .on(c.Resolve, self._resolve)
-            .on(c.Broadcast, self._broadcast)
+            .on(c.Go, self._keyed(self._go))
+            .on(c.Retry, self._keyed(self._retry))
+            .on(c.Rerun, self._keyed(self._rerun))
+            .on(c.RaiseCondition, self._keyed(self._raise_condition))
+            .on(c.Cancel, self._keyed(self._cancel))
+            .on(c.ChangeBudget, self._keyed(self._change_budget))
+            .on(c.Resolve, self._keyed(self._resolve))
+            .on(c.Broadcast, self._keyed(self._broadcast))
             .on_batch(self._look_up_starts)
         )
+
+    def _keyed(
+        self, handler: Callable[[C, str], Awaitable[RP]]
+    ) -> Callable[[C, str], Awaitable[RP]]:
+        """`handler`, honouring the command's Idempotency-Key: a key whose command's step was
+        written answers with the reply it kept, and does nothing again; the same key with
+        another request is refused (409); else the command is served, its step keeping the
+        reply under the key for a day (`_step`). Two commands with one key (a retry sent
+        after the API's claim expired, both queued) are served one after the other."""
+
+        async def serve(cmd: C, command_id: str) -> RP:
+            key = cmd.idempotency_key
+            if key is None:
+                return await handler(cmd, command_id)
+            lock, waiting = self._serving.get(key) or (asyncio.Lock(), 0)
+            self._serving[key] = (lock, waiting + 1)
+            try:
+                async with lock:
+                    hold = CommandHold(request=cmd.request)
+                    held = await self.stores.command_keys.holder(key, hold, self.index)
+                    if held.request != cmd.request:
+                        raise Conflict(f"Idempotency-Key {key!r} was used with another request")
+                    if held.reply is not None:
+                        reply: RP = cmd.read_reply(held.reply)
+                        return reply
+                    self._keyed_ids[command_id] = (key, cmd.request)
+                    try:
+                        return await handler(cmd, command_id)
+                    finally:
+                        self._keyed_ids.pop(command_id, None)
+            finally:
+                lock, waiting = self._serving[key]
+                if waiting > 1:
+                    self._serving[key] = (lock, waiting - 1)
+                else:
+                    del self._serving[key]
+
+        return serve
 
     async def _look_up_starts(self, commands: Sequence[c.Command[Any]]) -> None:
         """Which runs a batch's starts name are in Redis already, in one round trip (not one
@@ -108,12 +154,18 @@ class Serving:
         """Run `fn`, an engine step that serves a command and returns its reply, with the
         command's answer filed in the step's own fenced write: served again (the answer
         sent after it was lost), the command is answered from it (hub.commands.server),
-        not done twice. A refusal files nothing: served again, it is refused again."""
+        not done twice; with an Idempotency-Key, its reply is kept under the key too. A
+        refusal files nothing: served again, it is refused again."""
         commands = self.own.commands
+        keyed = self._keyed_ids.get(command_id)
 
         def step(e: Engine) -> RP:
             reply = fn(e)
-            e.write_with_step([commands.served_op(command_id, c.answer_of(reply))])
+            ops = [commands.served_op(command_id, c.answer_of(reply))]
+            if keyed is not None:
+                kept = reply.model_dump(mode="json")
+                ops.append(self.stores.command_keys.answered(*keyed, kept, self.index))
+            e.write_with_step(ops)
             return reply
 
         return await self.driver.step(step)

@@ -288,7 +288,14 @@ class Keys:
         return f"{self.prefix}cuelists:deleted"
 
     def idempotency(self, key: str) -> str:
+        """What a run start's `Idempotency-Key` stands for (hub.store.idempotency)."""
         return f"{self.prefix}idem:{key}"
+
+    def command_idempotency(self, key: str, partition: int = 0) -> str:
+        """What an operator command's `Idempotency-Key` stands for, as one partition served
+        it (a pause reaches every partition: each keeps its own)."""
+        where = f"@{partition}" if partition else ""
+        return f"{self.prefix}idemop{where}:{key}"
 
     def schedule(self, name: str) -> str:
         return f"{self.prefix}schedule:{name}"

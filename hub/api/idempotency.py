@@ -1,4 +1,5 @@
-"""`Idempotency-Key` for POST /v1/runs: SET NX claims the key; every later request gets its run.
+"""`Idempotency-Key`: on POST /v1/runs, SET NX claims the key and every later request gets
+its run; on every other operator command, the key keeps the command's reply.
 
 The first request stores `{run_id, request fingerprint}` under the key (for PENDING_TTL_S)
 before it asks for the run; the leader makes the key name the run for a day in the run's
@@ -7,6 +8,12 @@ exists and answers with its id; the same key with another body is a 409. The key
 only when the engine refused the start (the run certainly does not exist); after a 503
 (no leader, Redis refusing writes) it stays, so a retry gets the same run once the queued
 command lands, and a command that was lost frees the key when PENDING_TTL_S runs out.
+
+An operator command (GO, retry, rerun, a condition, cancel, a budget, a resolve, a
+broadcast) with a key works the same way (`call`): the first request claims the key and
+sends the command; the leader keeps the command's reply under the key for a day, in the
+step that does what it asks (hub.serving); the same request again, at once or after a 503,
+is answered with that reply and does nothing twice. A refusal lets the key go.
 """
 
 from __future__ import annotations
@@ -14,12 +21,41 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, cast
 
+from fastapi import Depends, Header, Request
+from pydantic import BaseModel
+
+from hub.commands import Command
+from hub.commands.models import R
 from hub.service import Hub
-from hub.store.idempotency import IdempotencyHold
-from protocols.errors import Conflict, TransportError
+from hub.store.idempotency import CommandHold, IdempotencyHold
+from protocols.errors import Conflict, EngineError, TransportError
 
 POLL_S = 0.02
+KeyHeader = Annotated[
+    str | None,
+    Header(
+        min_length=1, max_length=200,
+        description="the same key and request again get the first one's answer, and do "
+        "nothing twice (kept a day)",
+    ),
+]  # fmt: skip
+
+
+class Asked(BaseModel):
+    """An operator request that carried an `Idempotency-Key`: the key and the route asked."""
+
+    key: str
+    path: str
+
+
+def asked(request: Request, idempotency_key: KeyHeader = None) -> Asked | None:
+    return None if idempotency_key is None else Asked(key=idempotency_key, path=request.url.path)
+
+
+AskedDep = Annotated[Asked | None, Depends(asked)]
 
 
 def fingerprint(body: str) -> str:
@@ -56,3 +92,49 @@ async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> boo
             return False
         await asyncio.sleep(POLL_S)
     raise TransportError(f"run {run_id} for Idempotency-Key {key!r} did not start in time")
+
+
+async def call(
+    hub: Hub,
+    key: Asked | None,
+    kind: type[Command[R]],
+    command: Callable[[], Awaitable[Command[R]]],
+    body: BaseModel | None = None,
+) -> R:
+    """The reply to the command of `kind` that `command` makes (after the route's checks,
+    which may refuse it), sent once per `key` (see above): a request whose key holds a
+    reply gets that reply before any check (a GO's retry after its cue went on is answered
+    as the GO was); one whose key's command is being served waits for its reply (503 when
+    it does not come in time, the key kept for a retry); the same key with another route
+    or body is a 409."""
+    timeout_s = hub.settings.command_timeout_s
+    if key is None:
+        return await hub.commands.call(await command(), timeout_s=timeout_s)
+    request = fingerprint(f"{key.path}\n{body.model_dump_json() if body is not None else ''}")
+    keys = hub.stores.command_keys
+    deadline = time.monotonic() + timeout_s
+    made: Command[R] | None = None
+    while True:
+        held = await keys.get(key.key)
+        if held is not None:
+            if held.request != request:
+                raise Conflict(f"Idempotency-Key {key.key!r} was used with a different request")
+            if held.reply is not None:
+                return cast(R, kind.reply_model.model_validate(held.reply))
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"the request with Idempotency-Key {key.key!r} is still being served: "
+                    "try again with the same key"
+                )
+            await asyncio.sleep(POLL_S)
+            continue
+        if made is None:
+            made = (await command()).model_copy(
+                update={"idempotency_key": key.key, "request": request}
+            )
+        if await keys.claim(key.key, CommandHold(request=request)):
+            try:
+                return await hub.commands.call(made, timeout_s=timeout_s)
+            except EngineError:  # refused: nothing was done, the key is free for another try
+                await keys.release(key.key, request)
+                raise

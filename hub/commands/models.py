@@ -38,6 +38,11 @@ class Command(BaseModel, Generic[R]):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     reply_model: ClassVar[type[Reply]] = Reply
+    # the request's Idempotency-Key and the fingerprint of what it asked: a start's key
+    # names its run (hub.store.idempotency.IdempotencyHold); any other command's keeps its
+    # reply (CommandHold), written in the step that does what it asks
+    idempotency_key: str | None = None
+    request: str = ""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -65,10 +70,8 @@ class StartRun(Command[StartRunReply]):
     params: dict[str, Any] = Field(default_factory=dict)
     dry: bool = False
     budget: dict[str, Any] | None = None  # limits merged over the cuelist's `budget:`
-    # the request's Idempotency-Key and the fingerprint of its body: the leader starts the
-    # run only while the key names it, and makes the key name it for a day in the same write
-    idempotency_key: str | None = None
-    request: str = ""
+    # with an Idempotency-Key, the leader starts the run only while the key names it, and
+    # makes the key name it for a day in the same write
 
 
 class GoReply(Reply):

@@ -12,7 +12,7 @@ protocols.errors once). No other hub module touches Redis except through the Tra
     cuelists.CuelistStore cuelist versions by content hash
     agents.AgentStore     the registry's records
     commands.CommandStore operator commands for the leader, and their answers
-    idempotency           Idempotency-Key holds
+    idempotency           Idempotency-Key holds: a run start's, an operator command's
     lease.LeaseStore      the leader lease and its fencing counter
     schedules             cron schedule state
     members.MemberStore   the hubs alive, and the partition count they agree on
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from hub.store.agents import AgentStore
 from hub.store.commands import CommandStore
 from hub.store.cuelists import CuelistStore
-from hub.store.idempotency import IdempotencyStore
+from hub.store.idempotency import CommandKeys, IdempotencyStore
 from hub.store.lease import LeaseStore
 from hub.store.members import MemberStore
 from hub.store.schedules import ScheduleStore
@@ -43,6 +43,7 @@ class Stores:
     agents: AgentStore
     commands: CommandStore
     idempotency: IdempotencyStore
+    command_keys: CommandKeys
     lease: LeaseStore
     schedules: ScheduleStore
     members: MemberStore
@@ -60,6 +61,7 @@ class Stores:
             agents=AgentStore(db, keys),
             commands=CommandStore(db, keys),
             idempotency=IdempotencyStore(db, keys),
+            command_keys=CommandKeys(db, keys),
             lease=LeaseStore(db, keys),
             schedules=ScheduleStore(db, keys),
             members=MemberStore(db, keys),
@@ -86,6 +88,7 @@ class PartitionStores:
 
 __all__ = [
     "AgentStore",
+    "CommandKeys",
     "CommandStore",
     "CuelistStore",
     "IdempotencyStore",

@@ -1,5 +1,6 @@
-"""Idempotency keys in Redis: which run a key stands for, with which request, and whether
-that run is known to have started.
+"""Idempotency keys in Redis: which run a start's key stands for, with which request, and
+whether that run is known to have started; what an operator command's key stands for, and
+the reply it got.
 
 A key lives PENDING_TTL_S while its run's start is not known to have been written (the API
 claimed it, the command may be queued or lost), and DONE_TTL_S once the leader wrote the
@@ -9,6 +10,8 @@ PENDING_TTL_S.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -63,3 +66,52 @@ class IdempotencyStore:
         held = await self.get(key)
         if held is not None and held.run_id == run_id:
             await self.db.delete(self.keys.idempotency(key))
+
+
+class CommandHold(BaseModel):
+    """What an operator command's `Idempotency-Key` stands for: the request's fingerprint
+    and, once the command's step is written, its reply (kept DONE_TTL_S)."""
+
+    request: str
+    reply: dict[str, Any] | None = None
+
+
+class CommandKeys:
+    """The holds of operator commands' keys, one per key and partition (Keys.command_idempotency):
+    claimed by the API before it sends the command (PENDING_TTL_S), answered by the step
+    that does what the command asks (`answered`, in that step's own fenced write)."""
+
+    def __init__(self, db: Storage, keys: Keys) -> None:
+        self.db = db
+        self.keys = keys
+
+    async def claim(self, key: str, hold: CommandHold, partition: int = 0) -> bool:
+        """Take `key` for `hold` (SET NX with PENDING_TTL_S); False when someone holds it."""
+        name = self.keys.command_idempotency(key, partition)
+        return await self.db.set(name, hold.model_dump_json(), nx=True, ex_s=PENDING_TTL_S)
+
+    async def get(self, key: str, partition: int = 0) -> CommandHold | None:
+        raw = await self.db.get(self.keys.command_idempotency(key, partition))
+        return CommandHold.model_validate_json(raw) if raw is not None else None
+
+    async def holder(self, key: str, hold: CommandHold, partition: int = 0) -> CommandHold:
+        """Who holds `key` now; taken for `hold` when no one does (the API's claim expired
+        while the command waited, or another partition's API claimed it)."""
+        while True:
+            held = await self.get(key, partition)
+            if held is not None:
+                return held
+            if await self.claim(key, hold, partition):
+                return hold
+
+    def answered(self, key: str, request: str, reply: dict[str, Any], partition: int = 0) -> Op:
+        """The write (for the command's own step) that keeps its reply under `key` a day."""
+        done = CommandHold(request=request, reply=reply).model_dump_json()
+        return ["SET", self.keys.command_idempotency(key, partition), done, "EX", str(DONE_TTL_S)]
+
+    async def release(self, key: str, request: str) -> None:
+        """Let go of `key` after its command was refused (nothing done, no reply kept), only
+        while it still holds this request unanswered."""
+        held = await self.get(key)
+        if held is not None and held.request == request and held.reply is None:
+            await self.db.delete(self.keys.command_idempotency(key))

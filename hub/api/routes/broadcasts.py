@@ -9,7 +9,9 @@ from fastapi import APIRouter, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hub.api import idempotency
 from hub.api.deps import HubDep
+from hub.api.idempotency import AskedDep
 from hub.api.schemas import ErrorPublic, In
 from hub.commands import Broadcast
 from protocols.messages import Channel, MessageType
@@ -70,9 +72,11 @@ class BroadcastPublic(BaseModel):
     "",
     response_model=BroadcastPublic,
     status_code=status.HTTP_202_ACCEPTED,
-    responses={422: {"model": ErrorPublic}},
+    responses={409: {"model": ErrorPublic}, 422: {"model": ErrorPublic}},
 )
-async def send_broadcast(body: BroadcastCreate, hub: HubDep) -> BroadcastPublic:
+async def send_broadcast(
+    body: BroadcastCreate, hub: HubDep, key: AskedDep = None
+) -> BroadcastPublic:
     if body.message_type not in BROADCAST_TYPES:
         allowed = ", ".join(BROADCAST_TYPES)
         raise RequestValidationError([{
@@ -85,6 +89,9 @@ async def send_broadcast(body: BroadcastCreate, hub: HubDep) -> BroadcastPublic:
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", "payload", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
-    command = Broadcast(message_type=mt.value, payload=body.payload)
-    reply = await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
+
+    async def command() -> Broadcast:
+        return Broadcast(message_type=mt.value, payload=body.payload)
+
+    reply = await idempotency.call(hub, key, Broadcast, command, body)
     return BroadcastPublic(sent=reply.sent)

@@ -8,7 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import ValidationError
 
+from hub.api import idempotency
 from hub.api.deps import HubDep, RunDep
+from hub.api.idempotency import AskedDep
 from hub.api.schemas import BudgetChange, BudgetPublic, ErrorPublic
 from hub.api.views import usage_public
 from hub.commands import ChangeBudget
@@ -45,14 +47,18 @@ def budget_changes(body: BudgetChange, base: Budget | None) -> dict[str, Any]:
 
 
 @router.post("/{run_id}/budget", response_model=BudgetPublic, responses=REFUSED)
-async def change_budget(run: RunDep, body: BudgetChange, hub: HubDep) -> BudgetPublic:
+async def change_budget(
+    run: RunDep, body: BudgetChange, hub: HubDep, key: AskedDep = None
+) -> BudgetPublic:
     """Set the run's limits (a key left out keeps its limit, null removes it); a run held
     by a spent budget goes on when the new one allows. 409 for a run that ended."""
-    if run.status.done:
-        raise Conflict(f"run {run.run_id} is already {run.status.value}")
-    changes = budget_changes(body, run.budget)
-    command = ChangeBudget(run_id=run.run_id, changes=changes)
-    reply = await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
+
+    async def command() -> ChangeBudget:
+        if run.status.done:
+            raise Conflict(f"run {run.run_id} is already {run.status.value}")
+        return ChangeBudget(run_id=run.run_id, changes=budget_changes(body, run.budget))
+
+    reply = await idempotency.call(hub, key, ChangeBudget, command, body)
     now = await hub.store.run(run.run_id) or run  # the held GOs that went count messages
     return BudgetPublic(
         run_id=run.run_id, status=reply.status, hold_reason=reply.hold_reason,

@@ -6,7 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from hub.api import idempotency
 from hub.api.deps import HubDep
+from hub.api.idempotency import AskedDep
 from hub.api.schemas import (
     ErrorPublic,
     EscalationPublic,
@@ -54,12 +56,16 @@ async def resolve_escalation(
     hub: HubDep,
     esc_id: Annotated[str, Path(min_length=1, max_length=200)],
     body: EscalationResolve | None = None,
+    key: AskedDep = None,
 ) -> EscalationPublic:
-    if await hub.store.escalation(esc_id) is None:
-        raise NotFound(f"no escalation {esc_id}")
-    body = body or EscalationResolve()
-    command = Resolve(id=esc_id, winner=body.winner, note=body.note or "", answer=body.answer or "")
-    await hub.commands.call(command, timeout_s=hub.settings.command_timeout_s)
+    async def command() -> Resolve:
+        if await hub.store.escalation(esc_id) is None:
+            raise NotFound(f"no escalation {esc_id}")
+        asked = body or EscalationResolve()
+        note, answer = asked.note or "", asked.answer or ""
+        return Resolve(id=esc_id, winner=asked.winner, note=note, answer=answer)
+
+    await idempotency.call(hub, key, Resolve, command, body)
     esc = await hub.store.escalation(esc_id)
     if esc is None:
         raise NotFound(f"no escalation {esc_id}")

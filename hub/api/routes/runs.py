@@ -13,6 +13,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from hub.api import idempotency, sse
 from hub.api.deps import EventSlotDep, HubDep, RunDep, StoppingDep
+from hub.api.idempotency import AskedDep
 from hub.api.offload import off_the_loop_if
 from hub.api.routes.budgets import budget_changes
 from hub.api.schemas import (
@@ -156,22 +157,29 @@ async def run_view(run: RunState) -> RunPublic:
 
 
 @router.post("/{run_id}/cues/{cue_id}/go", response_model=GoPublic, responses=REFUSED)
-async def go(run: RunDep, cue_id: Name, hub: HubDep) -> GoPublic:
-    if cue_id not in run.cues:
-        raise NotFound(f"run {run.run_id} has no cue {cue_id}")
-    _must_be_live(run)
-    reply = await _call(hub, Go(run_id=run.run_id, cue_id=cue_id))
+async def go(run: RunDep, cue_id: Name, hub: HubDep, key: AskedDep = None) -> GoPublic:
+    async def command() -> Go:
+        if cue_id not in run.cues:
+            raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+        _must_be_live(run)
+        return Go(run_id=run.run_id, cue_id=cue_id)
+
+    reply = await idempotency.call(hub, key, Go, command)
     return GoPublic(run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt)
 
 
 @router.post("/{run_id}/cues/{cue_id}/retry", response_model=RetryPublic, responses=REFUSED)
-async def retry(run: RunDep, cue_id: Name, hub: HubDep) -> RetryPublic:
+async def retry(run: RunDep, cue_id: Name, hub: HubDep, key: AskedDep = None) -> RetryPublic:
     """Try a failed cue again (a new attempt; the cues it blocked wait again), or the failed
     cue a blocked one waits on; a run that ended failed or partial runs again. 409 with the
     reason for any other cue."""
-    if cue_id not in run.cues:
-        raise NotFound(f"run {run.run_id} has no cue {cue_id}")
-    reply = await _call(hub, Retry(run_id=run.run_id, cue_id=cue_id))
+
+    async def command() -> Retry:
+        if cue_id not in run.cues:
+            raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+        return Retry(run_id=run.run_id, cue_id=cue_id)
+
+    reply = await idempotency.call(hub, key, Retry, command)
     return RetryPublic(
         run_id=run.run_id, cue=cue_id, state=reply.state, attempt=reply.attempt,
         retried=reply.retried,
@@ -182,18 +190,23 @@ async def retry(run: RunDep, cue_id: Name, hub: HubDep) -> RetryPublic:
     "/{run_id}/rerun", response_model=RerunCreated, status_code=status.HTTP_201_CREATED,
     responses=REFUSED,
 )  # fmt: skip
-async def rerun(run: RunDep, hub: HubDep, body: RerunCreate | None = None) -> RerunCreated:
+async def rerun(
+    run: RunDep, hub: HubDep, body: RerunCreate | None = None, key: AskedDep = None
+) -> RerunCreated:
     """A new run of the same cuelist version, linked both ways (`rerun_of`, `reruns`);
-    `from_failure` skips the cues that completed, carrying their results and context."""
-    if run.dry:
-        raise Conflict(f"run {run.run_id} is a dry run: start a new one")
-    if not await hub.cuelists.listed(run.cuelist, run.version):
-        raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
-    from_failure = bool(body and body.from_failure)
-    command = Rerun(
-        run_id=run.run_id, new_run_id=hub.new_run_id(beside=run.run_id), from_failure=from_failure
-    )
-    reply = await _call(hub, command)
+    `from_failure` skips the cues that completed, carrying their results and context. With
+    an Idempotency-Key, the same request again answers with the same new run."""
+
+    async def command() -> Rerun:
+        if run.dry:
+            raise Conflict(f"run {run.run_id} is a dry run: start a new one")
+        if not await hub.cuelists.listed(run.cuelist, run.version):
+            raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
+        new_run_id = hub.new_run_id(beside=run.run_id)
+        from_failure = bool(body and body.from_failure)
+        return Rerun(run_id=run.run_id, new_run_id=new_run_id, from_failure=from_failure)
+
+    reply = await idempotency.call(hub, key, Rerun, command, body)
     return RerunCreated(run_id=reply.run_id, rerun_of=run.run_id)
 
 
@@ -201,21 +214,32 @@ async def rerun(run: RunDep, hub: HubDep, body: RerunCreate | None = None) -> Re
     "/{run_id}/conditions/{name}", response_model=ConditionPublic,
     responses={**REFUSED, 422: {"model": ConditionRefused}},
 )  # fmt: skip
-async def raise_condition(run: RunDep, name: Name, hub: HubDep) -> ConditionPublic:
+async def raise_condition(
+    run: RunDep, name: Name, hub: HubDep, key: AskedDep = None
+) -> ConditionPublic:
     """Raise a flag a cue of the run waits for (422, naming those, for any other)."""
-    _must_be_live(run)
-    wanted = waited_for(await hub.cuelists.get(run.cuelist, run.version))
-    if name not in wanted:
-        raise unwanted_condition(run.run_id, name, wanted)
-    reply = await _call(hub, RaiseCondition(run_id=run.run_id, name=name))
+
+    async def command() -> RaiseCondition:
+        _must_be_live(run)
+        wanted = waited_for(await hub.cuelists.get(run.cuelist, run.version))
+        if name not in wanted:
+            raise unwanted_condition(run.run_id, name, wanted)
+        return RaiseCondition(run_id=run.run_id, name=name)
+
+    reply = await idempotency.call(hub, key, RaiseCondition, command)
     return ConditionPublic(run_id=run.run_id, condition=name, conditions=reply.conditions)
 
 
 @router.post("/{run_id}/cancel", response_model=CancelPublic, responses=REFUSED)
-async def cancel(run: RunDep, hub: HubDep, body: CancelCreate | None = None) -> CancelPublic:
-    _must_be_live(run)
-    reason = (body.reason if body else None) or "cancelled by operator"
-    reply = await _call(hub, Cancel(run_id=run.run_id, reason=reason))
+async def cancel(
+    run: RunDep, hub: HubDep, body: CancelCreate | None = None, key: AskedDep = None
+) -> CancelPublic:
+    async def command() -> Cancel:
+        _must_be_live(run)
+        reason = (body.reason if body else None) or "cancelled by operator"
+        return Cancel(run_id=run.run_id, reason=reason)
+
+    reply = await idempotency.call(hub, key, Cancel, command, body)
     return CancelPublic(run_id=run.run_id, status=reply.status)
 
 

@@ -1,0 +1,206 @@
+"""`Idempotency-Key` on the operator commands (GO, retry, rerun, conditions, cancel, budget,
+resolve, broadcast): the same request again is answered as the first was and does nothing
+twice, across a 503 whose command landed later; another request with the key is a 409; a
+refusal lets the key go. An API process of its own (a hub that does not lead, as a
+second API process is) in front of a real leading hub, on a real server and a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from callboard.embedded_cluster import EmbeddedCluster
+from hub import commands as c
+from hub.api import create_app
+from hub.service import Hub, HubSettings
+from protocols.canonical import canonical_json
+from protocols.errors import Conflict
+from protocols.ids import new_id
+from protocols.keys import Keys
+from protocols.settings import Settings
+from protocols.validation import load_cuelist
+from tests.helpers import eventually
+from tests.hub.running import running_hub
+
+pytestmark = pytest.mark.redis
+AGENT = "keyed-nobody"  # never online: what the hub sends it stays in its inbox
+HELD = f"""
+cuelist: keyed
+defaults: {{ack_timeout_s: 600}}
+cues:
+  - {{id: FIRST, target_agents: [{AGENT}], manual: true}}
+  - {{id: SECOND, target_agents: [{AGENT}], manual: true, depends_on: [FIRST]}}
+"""
+
+
+@contextlib.asynccontextmanager
+async def api_process(settings: Settings, **extra: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The API of a hub that runs no engine (an API process beside the leader), in this
+    test's loop: the lifespan's state handed to each request as a server hands it."""
+    hub = Hub(HubSettings(**{**settings.model_dump(), **extra}))
+    app = create_app(hub, run_hub=False)
+    async with app.router.lifespan_context(app) as state:
+
+        async def served(scope: Any, receive: Any, send: Any) -> None:
+            scope["state"] = dict(state or {})
+            await app(scope, receive, send)
+
+        transport = httpx.ASGITransport(app=served)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as client:
+            yield client
+
+
+async def _armed_run(hub: Hub) -> str:
+    """A run of HELD whose FIRST cue waits for its operator's GO."""
+    parsed, version = load_cuelist(HELD)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), HELD)
+    run_id = new_id()
+    await hub.commands.call(c.StartRun(cuelist="keyed", version=version, run_id=run_id))
+
+    async def armed() -> bool:
+        run = await hub.store.run(run_id)
+        return run is not None and run.cues["FIRST"].state.value == "armed"
+
+    await eventually(armed, 10, message="FIRST armed")
+    return run_id
+
+
+async def _sent(hub: Hub, keys: Keys) -> int:
+    return int(await hub.transport._client.xlen(keys.inbox(AGENT)))
+
+
+def _key(name: str) -> dict[str, str]:
+    return {"Idempotency-Key": name}
+
+
+async def test_a_go_answered_503_then_sent_again_with_its_key_is_answered_ok_and_done_once(
+    settings: Settings, keys: Keys
+) -> None:
+    """No hub leads: the GO is queued and answered 503. A leader comes and serves it. The
+    operator sends it again with the same key: 200 as the GO was answered (without the
+    key it is 409 `not armed: it is warning`), and one WARNING went."""
+    async with running_hub(settings, lease_ms=1500) as hub:
+        run_id = await _armed_run(hub)
+    go = f"/v1/runs/{run_id}/cues/FIRST/go"
+    async with api_process(settings, command_timeout_s=0.5) as api:
+        first = await api.post(go, headers=_key("go-1"))
+        assert first.status_code == 503, first.text
+        async with running_hub(settings, lease_ms=1500) as hub:
+
+            async def warned() -> bool:
+                run = await hub.store.run(run_id)
+                return run is not None and run.cues["FIRST"].state.value == "warning"
+
+            await eventually(warned, 10, message="the queued GO served by the new leader")
+            again = await api.post(go, headers=_key("go-1"))
+            assert again.status_code == 200, again.text
+            assert again.json() == {"run_id": run_id, "cue": "FIRST", "state": "warning",
+                                    "attempt": 1}  # fmt: skip
+            unkeyed = await api.post(go)
+            assert unkeyed.status_code == 409 and "not armed" in unkeyed.json()["detail"]
+            assert await _sent(hub, keys) == 1
+            run = await hub.store.run(run_id)
+            assert run is not None and run.cues["FIRST"].attempt == 1
+
+
+async def test_a_rerun_sent_many_times_at_once_with_one_key_makes_one_run(
+    settings: Settings, keys: Keys
+) -> None:
+    async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
+        run_id = await _armed_run(hub)
+        cancelled = await api.post(f"/v1/runs/{run_id}/cancel", headers=_key("cancel-1"))
+        assert cancelled.status_code == 200, cancelled.text
+        rerun = f"/v1/runs/{run_id}/rerun"
+        answers = await asyncio.gather(
+            *(api.post(rerun, json={}, headers=_key("rerun-1")) for _ in range(8))
+        )
+        assert [a.status_code for a in answers] == [201] * 8, [a.text for a in answers]
+        assert len({a.json()["run_id"] for a in answers}) == 1
+        later = await api.post(rerun, json={}, headers=_key("rerun-1"))
+        assert later.json() == answers[0].json()
+        source = (await api.get(f"/v1/runs/{run_id}")).json()
+        assert source["reruns"] == [answers[0].json()["run_id"]]
+        # the cancel's key answers as the cancel did, though the run is cancelled now
+        again = await api.post(f"/v1/runs/{run_id}/cancel", headers=_key("cancel-1"))
+        assert again.status_code == 200 and again.json() == cancelled.json()
+        assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 409
+
+
+async def test_a_key_used_with_another_request_is_a_409_and_does_nothing(
+    settings: Settings, keys: Keys
+) -> None:
+    async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
+        run_id = await _armed_run(hub)
+        budget = f"/v1/runs/{run_id}/budget"
+        first = await api.post(budget, json={"tokens": 100}, headers=_key("k"))
+        assert first.status_code == 200, first.text
+        other_body = await api.post(budget, json={"tokens": 500}, headers=_key("k"))
+        assert other_body.status_code == 409, other_body.text
+        assert "different request" in other_body.json()["detail"]
+        other_route = await api.post(f"/v1/runs/{run_id}/cues/FIRST/go", headers=_key("k"))
+        assert other_route.status_code == 409, other_route.text
+        run = await hub.store.run(run_id)
+        assert run is not None and run.budget is not None and run.budget.tokens == 100
+        assert run.cues["FIRST"].state.value == "armed"  # the GO was not done
+        assert await _sent(hub, keys) == 0
+
+
+async def test_a_refused_command_lets_its_key_go(settings: Settings, keys: Keys) -> None:
+    """SECOND is not armed (it waits on FIRST): 409, and the key holds nothing, so the same
+    key is free for another try; a command that did what it asked keeps its reply a day."""
+    async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
+        run_id = await _armed_run(hub)
+        client = hub.transport._client
+        refused = await api.post(f"/v1/runs/{run_id}/cues/SECOND/go", headers=_key("early"))
+        assert refused.status_code == 409, refused.text
+        assert await client.get(keys.command_idempotency("early")) is None
+        went = await api.post(f"/v1/runs/{run_id}/cues/FIRST/go", headers=_key("early"))
+        assert went.status_code == 200, went.text
+        held = json.loads(await client.get(keys.command_idempotency("early")))
+        assert held["reply"] == {"state": "warning", "attempt": 1}
+        assert await client.ttl(keys.command_idempotency("early")) > 3600
+
+
+async def _two_with_one_key(settings: Settings, keys: Keys) -> None:
+    """Both queued while no hub leads, so the next leader reads them in one batch."""
+    async with running_hub(settings, lease_ms=1500) as hub:
+        run_id = await _armed_run(hub)
+    asker = Hub(HubSettings(**settings.model_dump()))
+    try:
+        go = c.Go(run_id=run_id, cue_id="FIRST", idempotency_key="twice", request="same")
+        other = go.model_copy(update={"request": "another"})
+        sent = [await asker.commands.send(command) for command in (go, go, other)]
+        async with running_hub(settings, lease_ms=1500) as hub:
+            replies = [await asker.commands.answer(go, command_id, 10) for command_id in sent[:2]]
+            assert replies == [c.GoReply(state="warning", attempt=1)] * 2
+            with pytest.raises(Conflict, match="another request"):
+                await asker.commands.answer(other, sent[2], 10)
+            assert await _sent(hub, keys) == 1
+    finally:
+        await asker.close()
+
+
+async def test_two_commands_with_one_key_queued_together_are_served_once(
+    settings: Settings, keys: Keys
+) -> None:
+    """The API's claim expired while its command waited, and a retry sent a second: both
+    reach the leader in one batch (with a third: the key, another request). The first does
+    what it asks and keeps its reply under the key; the second is answered with that reply
+    and does nothing; the third is a 409."""
+    await _two_with_one_key(settings, keys)
+
+
+async def test_on_a_cluster_two_commands_with_one_key_are_served_once(
+    settings: Settings, keys: Keys, redis_cluster: EmbeddedCluster, cluster_redis: Any
+) -> None:
+    """The same, the reply kept in another slot than the partition's (the journaled
+    commit applies it slot by slot)."""
+    await _two_with_one_key(
+        Settings(**{**settings.model_dump(), "redis_url": redis_cluster.url}), keys
+    )

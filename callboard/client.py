@@ -1,12 +1,17 @@
 """A small client of the hub's REST API for the CLI: JSON in and out, server-sent events.
 
 Refusals (4xx/5xx) raise ApiError with the hub's `detail`; a hub that cannot be reached
-raises Unreachable.
+raises Unreachable. Every request that changes a run, an escalation or the agents (a start,
+GO, retry, rerun, condition, cancel, budget, resolve, broadcast) carries an
+`Idempotency-Key` of its own and is sent again with it, up to TRIES times, when the hub
+answers 503 or the connection fails: the hub does it once however many times it is sent.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -14,6 +19,10 @@ from urllib.parse import quote
 import httpx
 
 from callboard.profiles import DEFAULT_URL
+
+TRIES = 3  # sends of one keyed request: the first and two more after a 503 or a lost link
+WAIT_S = 1.0  # between sends, unless the hub's Retry-After says (capped at MAX_WAIT_S)
+MAX_WAIT_S = 5.0
 
 
 class ApiError(Exception):
@@ -58,6 +67,24 @@ class Client:
         except httpx.TransportError as exc:
             raise Unreachable(f"no hub at {self.url}: {exc}") from None
         return _answer(response)
+
+    def command(self, path: str, key: str | None = None, **kwargs: Any) -> Any:
+        """POST a request that changes state, with an Idempotency-Key (`key`, or a new one):
+        sent again with the same key after a 503 or a failed connection, up to TRIES."""
+        headers = {**kwargs.pop("headers", {}), "Idempotency-Key": key or uuid.uuid4().hex}
+        for sent in range(1, TRIES + 1):
+            try:
+                response = self.http.post(path, headers=headers, **kwargs)
+            except httpx.TransportError as exc:
+                if sent == TRIES:
+                    raise Unreachable(f"no hub at {self.url}: {exc}") from None
+                wait_s = WAIT_S
+            else:
+                if response.status_code != 503 or sent == TRIES:
+                    return _answer(response)
+                wait_s = _retry_after(response)
+            time.sleep(wait_s)
+        raise AssertionError("unreachable: the last send returns or raises")
 
     # -- cuelists --------------------------------------------------------------------------
     def submit(self, text: str, content_type: str = "application/yaml") -> dict[str, Any]:
@@ -107,8 +134,7 @@ class Client:
         body = {"cuelist": cuelist, "version": version, "params": params or {}, "dry": dry}
         if budget:
             body["budget"] = budget
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return str(self.request("POST", "/v1/runs", json=body, headers=headers)["run_id"])
+        return str(self.command("/v1/runs", idempotency_key, json=body)["run_id"])
 
     def run(self, run_id: str) -> dict[str, Any]:
         return _dict(self.request("GET", f"/v1/runs/{_seg(run_id)}"))
@@ -128,26 +154,24 @@ class Client:
         return runs
 
     def go(self, run_id: str, cue_id: str) -> dict[str, Any]:
-        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/go"))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/go"))
 
     def retry(self, run_id: str, cue_id: str) -> dict[str, Any]:
-        path = f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/retry"
-        return _dict(self.request("POST", path))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/cues/{_seg(cue_id)}/retry"))
 
     def rerun(self, run_id: str, from_failure: bool = False) -> dict[str, Any]:
         body = {"from_failure": from_failure}
-        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/rerun", json=body))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/rerun", json=body))
 
     def condition(self, run_id: str, name: str) -> dict[str, Any]:
-        path = f"/v1/runs/{_seg(run_id)}/conditions/{_seg(name)}"
-        return _dict(self.request("POST", path))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/conditions/{_seg(name)}"))
 
     def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         body = {"reason": reason} if reason else None
-        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/cancel", json=body))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/cancel", json=body))
 
     def budget(self, run_id: str, limits: dict[str, Any]) -> dict[str, Any]:
-        return _dict(self.request("POST", f"/v1/runs/{_seg(run_id)}/budget", json=limits))
+        return _dict(self.command(f"/v1/runs/{_seg(run_id)}/budget", json=limits))
 
     def context(
         self, run_id: str, tag: str | None = None, source: str | None = None
@@ -182,11 +206,11 @@ class Client:
     ) -> dict[str, Any]:  # fmt: skip
         pairs = (("winner", winner), ("note", note), ("answer", answer))
         body = {k: v for k, v in pairs if v}
-        return _dict(self.request("POST", f"/v1/escalations/{_seg(esc_id)}/resolve", json=body))
+        return _dict(self.command(f"/v1/escalations/{_seg(esc_id)}/resolve", json=body))
 
     def broadcast(self, message_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         body = {"message_type": message_type, "payload": payload}
-        return _dict(self.request("POST", "/v1/broadcasts", json=body))
+        return _dict(self.command("/v1/broadcasts", json=body))
 
     def wiring(self) -> dict[str, Any]:
         return _dict(self.request("GET", "/v1/wiring"))
@@ -251,6 +275,14 @@ class Client:
                 yield from parse_sse_entries(response.iter_lines())
         except httpx.TransportError as exc:
             raise Unreachable(f"event stream from {self.url} broke: {exc}") from None
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """How long the hub asked to wait before the next send (Retry-After, in seconds)."""
+    try:
+        return min(max(float(response.headers.get("Retry-After", WAIT_S)), 0.0), MAX_WAIT_S)
+    except ValueError:  # an HTTP date, or nonsense: the default
+        return WAIT_S
 
 
 def _seg(value: str) -> str:

@@ -28,18 +28,50 @@ function summary(body) {
   return parts.join(", ");
 }
 
+// As the CLI does: a request that changes state carries an Idempotency-Key of its own and
+// is sent again with it after a 503 (waiting the hub's Retry-After, at most 5 s) or a lost
+// connection, up to SENDS times; the hub does it once however many times it arrives.
+const SENDS = 3;
+
+function newKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16)); // randomUUID needs https
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function retryAfter(response) {
+  const header = response.headers.get("Retry-After");
+  const seconds = header === null ? NaN : Number(header);
+  return Number.isFinite(seconds) ? Math.min(Math.max(seconds, 0), 5) : 1;
+}
+
+async function send(url, init) {
+  for (let sent = 1; ; sent++) {
+    let wait;
+    try {
+      const response = await fetch(url, init);
+      if (response.status !== 503 || sent >= SENDS) return response;
+      wait = retryAfter(response);
+    } catch (err) {
+      if (sent >= SENDS) throw err;
+      wait = 1;
+    }
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+  }
+}
+
 // Call one REST route as the CLI would; show what came back next to `where` and in #flash.
 async function call(method, url, body, label, where) {
   const out = where && where.querySelector("output.outcome");
   if (out) out.textContent = "…";
   const init = { method, headers: { ...CSRF }, credentials: "same-origin" };
+  if (method === "POST") init.headers["Idempotency-Key"] = newKey();
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = body;
   }
   let response, data = null;
   try {
-    response = await fetch(url, init);
+    response = await send(url, init);
     data = await response.json().catch(() => null);
   } catch (err) {
     const text = `${label}: the hub did not answer (${err})`;

@@ -310,6 +310,31 @@ def test_retry_a_failed_cue_of_a_failed_run(stage: Stage, watched: Watched) -> N
     assert run["cues"]["BUILD-100"]["fired_by"] == "operator"
 
 
+def test_an_action_answered_503_is_sent_again_with_its_key(stage: Stage, page: Page) -> None:
+    """The hub's first answer to the budget's raise is a 503 (no leader in time): the desk
+    sends the same request again, with the same Idempotency-Key, and it is done."""
+    run_id = stage.start("desk-budget")
+    eventually_sync(lambda: stage.run(run_id)["status"] == "holding", 20)
+    sent: list[str | None] = []
+
+    def first_unavailable(route: Route) -> None:
+        sent.append(route.request.headers.get("idempotency-key"))
+        if len(sent) == 1:
+            body = '{"detail": "no leading hub answered ChangeBudget within 10s"}'
+            route.fulfill(status=503, body=body, headers={"Retry-After": "0"},
+                          content_type="application/json")  # fmt: skip
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/v1/runs/[^/]+/budget$"), first_unavailable)
+    page.goto(f"{stage.url}/runs/{run_id}")
+    page.locator("#budget-tokens").fill("1000")
+    page.locator("form.budget-form").get_by_role("button", name="Raise").click()
+    expect(page.locator("#flash")).to_contain_text("done (200")
+    assert len(sent) == 2 and sent[0] and sent[0] == sent[1]
+    assert wait_done(stage.api, run_id)["budget"]["tokens"] == 1000
+
+
 def test_cancel_a_run(stage: Stage, page: Page) -> None:
     run_id = stage.start("desk-slow")
     page.goto(f"{stage.url}/runs/{run_id}")

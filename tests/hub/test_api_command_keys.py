@@ -19,24 +19,14 @@ from callboard.embedded_cluster import EmbeddedCluster
 from hub import commands as c
 from hub.api import create_app
 from hub.service import Hub, HubSettings
-from protocols.canonical import canonical_json
 from protocols.errors import Conflict
-from protocols.ids import new_id
 from protocols.keys import Keys
 from protocols.settings import Settings
-from protocols.validation import load_cuelist
 from tests.helpers import eventually
+from tests.hub.armed import armed_run, sent_to_agent
 from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
-AGENT = "keyed-nobody"  # never online: what the hub sends it stays in its inbox
-HELD = f"""
-cuelist: keyed
-defaults: {{ack_timeout_s: 600}}
-cues:
-  - {{id: FIRST, target_agents: [{AGENT}], manual: true}}
-  - {{id: SECOND, target_agents: [{AGENT}], manual: true, depends_on: [FIRST]}}
-"""
 
 
 @contextlib.asynccontextmanager
@@ -56,25 +46,6 @@ async def api_process(settings: Settings, **extra: Any) -> AsyncIterator[httpx.A
             yield client
 
 
-async def _armed_run(hub: Hub) -> str:
-    """A run of HELD whose FIRST cue waits for its operator's GO."""
-    parsed, version = load_cuelist(HELD)
-    await hub.cuelists.put(parsed, version, canonical_json(parsed), HELD)
-    run_id = new_id()
-    await hub.commands.call(c.StartRun(cuelist="keyed", version=version, run_id=run_id))
-
-    async def armed() -> bool:
-        run = await hub.store.run(run_id)
-        return run is not None and run.cues["FIRST"].state.value == "armed"
-
-    await eventually(armed, 10, message="FIRST armed")
-    return run_id
-
-
-async def _sent(hub: Hub, keys: Keys) -> int:
-    return int(await hub.transport._client.xlen(keys.inbox(AGENT)))
-
-
 def _key(name: str) -> dict[str, str]:
     return {"Idempotency-Key": name}
 
@@ -86,7 +57,7 @@ async def test_a_go_answered_503_then_sent_again_with_its_key_is_answered_ok_and
     operator sends it again with the same key: 200 as the GO was answered (without the
     key it is 409 `not armed: it is warning`), and one WARNING went."""
     async with running_hub(settings, lease_ms=1500) as hub:
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
     go = f"/v1/runs/{run_id}/cues/FIRST/go"
     async with api_process(settings, command_timeout_s=0.5) as api:
         first = await api.post(go, headers=_key("go-1"))
@@ -104,7 +75,7 @@ async def test_a_go_answered_503_then_sent_again_with_its_key_is_answered_ok_and
                                     "attempt": 1}  # fmt: skip
             unkeyed = await api.post(go)
             assert unkeyed.status_code == 409 and "not armed" in unkeyed.json()["detail"]
-            assert await _sent(hub, keys) == 1
+            assert await sent_to_agent(hub, keys) == 1
             run = await hub.store.run(run_id)
             assert run is not None and run.cues["FIRST"].attempt == 1
 
@@ -113,7 +84,7 @@ async def test_a_rerun_sent_many_times_at_once_with_one_key_makes_one_run(
     settings: Settings, keys: Keys
 ) -> None:
     async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
         cancelled = await api.post(f"/v1/runs/{run_id}/cancel", headers=_key("cancel-1"))
         assert cancelled.status_code == 200, cancelled.text
         rerun = f"/v1/runs/{run_id}/rerun"
@@ -136,9 +107,9 @@ async def test_a_key_used_with_another_request_is_a_409_and_does_nothing(
     settings: Settings, keys: Keys
 ) -> None:
     async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
         budget = f"/v1/runs/{run_id}/budget"
-        first = await api.post(budget, json={"tokens": 100}, headers=_key("k"))
+        first = await api.post(budget, json={"tokens": 200}, headers=_key("k"))
         assert first.status_code == 200, first.text
         other_body = await api.post(budget, json={"tokens": 500}, headers=_key("k"))
         assert other_body.status_code == 409, other_body.text
@@ -146,16 +117,16 @@ async def test_a_key_used_with_another_request_is_a_409_and_does_nothing(
         other_route = await api.post(f"/v1/runs/{run_id}/cues/FIRST/go", headers=_key("k"))
         assert other_route.status_code == 409, other_route.text
         run = await hub.store.run(run_id)
-        assert run is not None and run.budget is not None and run.budget.tokens == 100
+        assert run is not None and run.budget is not None and run.budget.tokens == 200
         assert run.cues["FIRST"].state.value == "armed"  # the GO was not done
-        assert await _sent(hub, keys) == 0
+        assert await sent_to_agent(hub, keys) == 0
 
 
 async def test_a_refused_command_lets_its_key_go(settings: Settings, keys: Keys) -> None:
     """SECOND is not armed (it waits on FIRST): 409, and the key holds nothing, so the same
     key is free for another try; a command that did what it asked keeps its reply a day."""
     async with running_hub(settings, lease_ms=1500) as hub, api_process(settings) as api:
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
         client = hub.transport._client
         refused = await api.post(f"/v1/runs/{run_id}/cues/SECOND/go", headers=_key("early"))
         assert refused.status_code == 409, refused.text
@@ -170,7 +141,7 @@ async def test_a_refused_command_lets_its_key_go(settings: Settings, keys: Keys)
 async def _two_with_one_key(settings: Settings, keys: Keys) -> None:
     """Both queued while no hub leads, so the next leader reads them in one batch."""
     async with running_hub(settings, lease_ms=1500) as hub:
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
     asker = Hub(HubSettings(**settings.model_dump()))
     try:
         go = c.Go(run_id=run_id, cue_id="FIRST", idempotency_key="twice", request="same")
@@ -181,7 +152,7 @@ async def _two_with_one_key(settings: Settings, keys: Keys) -> None:
             assert replies == [c.GoReply(state="warning", attempt=1)] * 2
             with pytest.raises(Conflict, match="another request"):
                 await asker.commands.answer(other, sent[2], 10)
-            assert await _sent(hub, keys) == 1
+            assert await sent_to_agent(hub, keys) == 1
     finally:
         await asker.close()
 

@@ -16,26 +16,16 @@ from hub.engine.core import Engine
 from hub.engine.escalations import Escalation
 from hub.service import Hub
 from protocols import payloads as p
-from protocols.canonical import canonical_json
 from protocols.errors import Conflict, Unreachable
-from protocols.ids import new_id, new_id_in
+from protocols.ids import new_id_in
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
-from protocols.validation import load_cuelist
 from tests.helpers import eventually, run_out_of_memory
+from tests.hub.armed import AGENT, armed_run, sent_to_agent
 from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
-AGENT = "served-nobody"  # never online: what the hub sends it stays in its inbox
-HELD = f"""
-cuelist: served-again
-budget: {{tokens: 100}}
-defaults: {{ack_timeout_s: 600}}
-cues:
-  - {{id: FIRST, target_agents: [{AGENT}], manual: true}}
-  - {{id: SECOND, target_agents: [{AGENT}], manual: true, depends_on: [FIRST]}}
-"""
 # how a test makes the hub's first answer fail, given the hub and what sends that answer
 Fault = Callable[[Hub, Callable[[], Awaitable[None]]], Awaitable[None]]
 
@@ -80,25 +70,6 @@ async def hub(settings: Settings) -> AsyncIterator[Hub]:
         yield hub
 
 
-async def _armed_run(hub: Hub, run_id: str | None = None) -> str:
-    """A run of HELD whose FIRST cue waits for its operator's GO."""
-    parsed, version = load_cuelist(HELD)
-    await hub.cuelists.put(parsed, version, canonical_json(parsed), HELD)
-    run_id = run_id or new_id()
-    await hub.commands.call(c.StartRun(cuelist="served-again", version=version, run_id=run_id))
-
-    async def armed() -> bool:
-        run = await hub.store.run(run_id)
-        return run is not None and run.cues["FIRST"].state.value == "armed"
-
-    await eventually(armed, 10, message="FIRST armed")
-    return run_id
-
-
-async def _sent_to_agent(hub: Hub, keys: Keys) -> int:
-    return int(await hub.transport._client.xlen(keys.inbox(AGENT)))
-
-
 async def _events(hub: Hub, run_id: str, kind: str) -> list[dict[str, Any]]:
     return [e.data for e in await hub.store.events(run_id) if e.data["type"] == kind]
 
@@ -115,12 +86,12 @@ async def test_a_go_served_again_after_its_answer_was_lost_is_answered_ok_and_do
     """The GO is written (its WARNING sent), then its answer fails. Read again (by the next
     term, or by the same one), it was answered 409 `cue FIRST is not armed: it is warning`:
     the operator was told the GO failed when it had taken effect."""
-    run_id = await _armed_run(hub)
+    run_id = await armed_run(hub)
     sent = _first_answer_fails(hub, fault)
     reply = await hub.commands.call(c.Go(run_id=run_id, cue_id="FIRST"), 20)
     assert reply == c.GoReply(state="warning", attempt=1)
     assert sent[0] == 1 and len(sent) >= 2  # its first answer failed; it was answered again
-    assert await _sent_to_agent(hub, keys) == 1  # one WARNING: the GO was done once
+    assert await sent_to_agent(hub, keys) == 1  # one WARNING: the GO was done once
     run = await hub.store.run(run_id)
     assert run is not None and run.cues["FIRST"].attempt == 1
     assert await _no_answers_kept(hub, keys)  # the kept answer went with the command
@@ -132,7 +103,7 @@ async def test_a_budget_raise_served_again_is_answered_as_it_was_and_applied_onc
 ) -> None:
     """Served again, the raise was applied a second time: a second `budget` event (and
     its timers) for one operator's request."""
-    run_id = await _armed_run(hub)
+    run_id = await armed_run(hub)
     sent = _first_answer_fails(hub, fault)
     reply = await hub.commands.call(c.ChangeBudget(run_id=run_id, changes={"tokens": 500}), 20)
     assert reply.budget["tokens"] == 500 and reply.status == "holding"  # on the GO of FIRST
@@ -147,12 +118,12 @@ async def test_a_refused_command_served_again_is_refused_again(
 ) -> None:
     """A GO refused (its cue waits for another) has no effect and files no answer: read
     again, it is served again and refused again."""
-    run_id = await _armed_run(hub)
+    run_id = await armed_run(hub)
     sent = _first_answer_fails(hub, fault)
     with pytest.raises(Conflict, match="SECOND is not armed"):
         await hub.commands.call(c.Go(run_id=run_id, cue_id="SECOND"), 20)
     assert len(sent) >= 2
-    assert await _sent_to_agent(hub, keys) == 0
+    assert await sent_to_agent(hub, keys) == 0
     assert await _no_answers_kept(hub, keys)
 
 
@@ -165,7 +136,7 @@ async def test_on_a_cluster_a_go_served_again_is_answered_ok_and_done_once(
     on_cluster = Settings(**{**settings.model_dump(), "redis_url": redis_cluster.url})
     async with running_hub(on_cluster, lease_ms=1500) as hub:
         assert hub.partitions[0].store.db.is_cluster  # steps go through the journaled commit
-        run_id = await _armed_run(hub)
+        run_id = await armed_run(hub)
         sent = _first_answer_fails(hub, _out_of_memory_on(cluster_redis, keys))
         reply = await hub.commands.call(c.Go(run_id=run_id, cue_id="FIRST"), 20)
         assert reply == c.GoReply(state="warning", attempt=1)
@@ -199,7 +170,7 @@ async def test_with_partitions_each_partition_answers_from_its_own_filed_answers
     agents are told once."""
     async with running_hub(settings, lease_ms=1500, partitions=2) as hub:
         await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
-        run_id = await _armed_run(hub, new_id_in(1, 2))
+        run_id = await armed_run(hub, new_id_in(1, 2))
 
         def escalate(e: Engine) -> Escalation:
             cause = p.EscalationError(cause="stuck")

@@ -175,3 +175,24 @@ async def test_on_a_cluster_two_commands_with_one_key_are_served_once(
     await _two_with_one_key(
         Settings(**{**settings.model_dump(), "redis_url": redis_cluster.url}), keys
     )
+
+
+async def test_with_partitions_a_keyed_pause_reaches_each_once(
+    settings: Settings, keys: Keys
+) -> None:
+    """A pause goes to every partition: each keeps its own reply under the key (`@N`), so
+    partition 0's answer does not stand for partition 1's effect. Sent twice with one key,
+    every engine is paused and the agents are told once."""
+    async with (
+        running_hub(settings, lease_ms=1500, partitions=2) as hub,
+        api_process(settings, partitions=2) as api,
+    ):
+        await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
+        body = {"message_type": "broadcast.pause", "payload": {"reason": "keyed"}}
+        answers = [await api.post("/v1/broadcasts", json=body, headers=_key("p")) for _ in "ab"]
+        assert [a.status_code for a in answers] == [202, 202], [a.text for a in answers]
+        assert all(part.driver.engine.paused == "keyed" for part in hub.partitions)
+        client = hub.transport._client
+        assert await client.get(keys.command_idempotency("p", 1)) is not None
+        told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
+        assert len([m for m in told if b"broadcast.pause" in m]) == 1

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from hub.api import idempotency
 from hub.api.deps import HubDep, RunDep
+from hub.api.errors import issue_dict
 from hub.api.idempotency import AskedDep
 from hub.api.schemas import BudgetChange, BudgetPublic, ErrorPublic
 from hub.api.views import usage_public
@@ -28,8 +29,9 @@ def budget_changes(body: BudgetChange, base: Budget | None) -> dict[str, Any]:
     key when the result is not a budget, or when the request sets nothing)."""
     changes = body.model_dump(exclude_unset=True)
     if not changes:
-        issue = {"code": "missing", "message": "give at least one limit", "cue": None,
-                 "key": "budget", "line": None}  # fmt: skip
+        issue = issue_dict(
+            {"code": "missing", "message": "give at least one limit", "key": "budget"}
+        )
         raise Unprocessable(
             "give at least one limit: tokens, cost, messages, wall_s, counters", errors=[issue]
         )
@@ -39,7 +41,7 @@ def budget_changes(body: BudgetChange, base: Budget | None) -> dict[str, Any]:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"])
         key = f"budget.{where}"  # the 422's `errors`, as a request that does not validate
-        issue = {"code": err["type"], "message": err["msg"], "cue": None, "key": key, "line": None}
+        issue = issue_dict({"code": err["type"], "message": err["msg"], "key": key})
         raise Unprocessable(
             f"invalid budget: {where}: {err['msg']}", key=key, errors=[issue]
         ) from None

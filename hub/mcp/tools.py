@@ -16,6 +16,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hub.api.deps import get_run as load_run
+from hub.api.idempotency import Asked
 from hub.api.routes import budgets as budget_routes
 from hub.api.routes import cuelists as cuelist_routes
 from hub.api.routes import escalations as escalation_routes
@@ -47,6 +48,15 @@ R = TypeVar("R")
 RunId = Annotated[str, Field(description="a run id (POST /v1/runs answered it)", max_length=200)]
 READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+Key = Annotated[
+    str | None,
+    Field(
+        min_length=1, max_length=200,
+        description="call again with the same key and arguments (after a timeout, say): "
+        "answered as the first call was, and nothing is done twice (the REST API's "
+        "Idempotency-Key, kept a day)",
+    ),
+]  # fmt: skip
 INSTRUCTIONS = (
     "callboard runs cuelists: YAML lists of cues that specialist agents execute when the hub "
     "calls WARNING, STANDBY and GO. Validate a cuelist before it is submitted; start a run "
@@ -70,6 +80,11 @@ def refusals(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise ToolError(str(exc)) from None
 
     return call
+
+
+def _asked(key: str | None, path: str) -> Asked | None:
+    """The key of a tool call, as the REST route at `path` takes it from its header."""
+    return None if key is None else Asked(key=key, path=path)
 
 
 def build(hub: Hub) -> MCPServer:
@@ -155,35 +170,45 @@ def build(hub: Hub) -> MCPServer:
 
     @tool(WRITE)
     @refusals
-    async def go(run_id: RunId, cue_id: str) -> GoPublic:
+    async def go(run_id: RunId, cue_id: str, idempotency_key: Key = None) -> GoPublic:
         """The operator's GO for an armed (manual) cue; refused, with the reason, otherwise."""
         run = await load_run(hub, run_id)
-        return await run_routes.go(run, cue_id, hub)
+        key = _asked(idempotency_key, f"/v1/runs/{run_id}/cues/{cue_id}/go")
+        return await run_routes.go(run, cue_id, hub, key)
 
     @tool(WRITE)
     @refusals
     async def raise_condition(
-        run_id: RunId, name: Annotated[str, Field(description="e.g. approval_received")]
+        run_id: RunId,
+        name: Annotated[str, Field(description="e.g. approval_received")],
+        idempotency_key: Key = None,
     ) -> ConditionPublic:
         """Raise a condition (a flag such as an approval) that cues of the run wait for."""
         run = await load_run(hub, run_id)
-        return await run_routes.raise_condition(run, name, hub)
+        key = _asked(idempotency_key, f"/v1/runs/{run_id}/conditions/{name}")
+        return await run_routes.raise_condition(run, name, hub, key)
 
     @tool(ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False))
     @refusals
-    async def cancel_run(run_id: RunId, reason: str | None = None) -> CancelPublic:
+    async def cancel_run(
+        run_id: RunId, reason: str | None = None, idempotency_key: Key = None
+    ) -> CancelPublic:
         """Cancel the run: every cue not yet done is stood down."""
         run = await load_run(hub, run_id)
-        return await run_routes.cancel(run, hub, CancelCreate(reason=reason))
+        key = _asked(idempotency_key, f"/v1/runs/{run_id}/cancel")
+        return await run_routes.cancel(run, hub, CancelCreate(reason=reason), key)
 
     @tool(WRITE)
     @refusals
-    async def change_budget(run_id: RunId, limits: BudgetChange) -> BudgetPublic:
+    async def change_budget(
+        run_id: RunId, limits: BudgetChange, idempotency_key: Key = None
+    ) -> BudgetPublic:
         """Set a run's budget limits (tokens, cost, messages, wall_s, counters; a limit left
         out is kept, null removes it). A run `holding` on a spent budget goes on when the
         new limits allow; answers the run's usage beside its limits."""
         run = await load_run(hub, run_id)
-        return await budget_routes.change_budget(run, limits, hub)
+        key = _asked(idempotency_key, f"/v1/runs/{run_id}/budget")
+        return await budget_routes.change_budget(run, limits, hub, key)
 
     @tool(READ)
     @refusals
@@ -206,10 +231,12 @@ def build(hub: Hub) -> MCPServer:
             str | None, Field(description="a conflict's winner: RUN/CUE or a cue id")
         ] = None,
         note: Annotated[str | None, Field(description="recorded with the resolution")] = None,
+        idempotency_key: Key = None,
     ) -> EscalationPublic:
         """Resolve an escalation (binding): a conflict's winner, or the answer to an agent's
         question (the answer is sent to the agent that asked)."""
         body = EscalationResolve(winner=winner, note=note, answer=answer)
-        return await escalation_routes.resolve_escalation(hub, escalation_id, body)
+        key = _asked(idempotency_key, f"/v1/escalations/{escalation_id}/resolve")
+        return await escalation_routes.resolve_escalation(hub, escalation_id, body, key)
 
     return server

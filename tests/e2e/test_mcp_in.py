@@ -135,8 +135,10 @@ async def _run_through(mcp: Client) -> None:
         return (await call(mcp, "get_run", run_id=run_id))["cues"]["SHIP"]["state"] == "armed"
 
     await eventually(armed, 20, interval_s=0.1, message="SHIP armed")
-    fired = await call(mcp, "go", run_id=run_id, cue_id="SHIP")
+    fired = await call(mcp, "go", run_id=run_id, cue_id="SHIP", idempotency_key="ship-1")
     assert fired["cue"] == "SHIP"
+    # called again with its key (its answer lost, say): answered as it was, not refused
+    assert await call(mcp, "go", run_id=run_id, cue_id="SHIP", idempotency_key="ship-1") == fired
 
     async def done() -> dict[str, Any] | None:
         run = await call(mcp, "get_run", run_id=run_id)
@@ -165,6 +167,11 @@ async def _refusals(mcp: Client) -> None:
     assert result.is_error and "SHIP" in str(result.content)  # not armed: 409's detail
     cancelled = await call(mcp, "cancel_run", run_id=run_id, reason="changed my mind")
     assert cancelled["status"] == "cancelled"
+    result = await mcp.call_tool("cancel_run", {"run_id": run_id, "idempotency_key": "c-1"})
+    assert result.is_error and "cancelled" in str(result.content)  # a refusal keeps no key
+    result = await mcp.call_tool("go", {"run_id": run_id, "cue_id": "BUILD",
+                                        "idempotency_key": "c-1"})  # fmt: skip
+    assert result.is_error and "cancelled" in str(result.content)  # free: another request
 
 
 async def test_a_budget_set_at_the_start_holds_the_run_and_a_raise_lets_it_go(

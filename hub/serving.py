@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from hub import commands as c
+from hub.commands.client import to_every_partition
 from hub.engine.core import Engine
 from hub.engine.driver import BACKLOG_CHUNK, Driver
 from hub.engine.escalations import RESOLVED, Escalation
@@ -41,7 +42,7 @@ class Serving:
         # Idempotency-Keys being served, and how many commands wait on each: one served at
         # a time (a batch is served concurrently); the key and request of each such command
         self._serving: dict[str, tuple[asyncio.Lock, int]] = {}
-        self._keyed_ids: dict[str, tuple[str, str]] = {}
+        self._keyed_ids: dict[str, tuple[str, str, int]] = {}  # key, request, where kept
 
     def handlers(self) -> c.Handlers:
         return (
@@ -71,18 +72,20 @@ class Serving:
             key = cmd.idempotency_key
             if key is None:
                 return await handler(cmd, command_id)
+            # where the API looks (partition 0's name), unless every partition serves it
+            where = self.index if to_every_partition(cmd) else 0
             lock, waiting = self._serving.get(key) or (asyncio.Lock(), 0)
             self._serving[key] = (lock, waiting + 1)
             try:
                 async with lock:
                     hold = CommandHold(request=cmd.request)
-                    held = await self.stores.command_keys.holder(key, hold, self.index)
+                    held = await self.stores.command_keys.holder(key, hold, where)
                     if held.request != cmd.request:
                         raise Conflict(f"Idempotency-Key {key!r} was used with another request")
                     if held.reply is not None:
                         reply: RP = cmd.read_reply(held.reply)
                         return reply
-                    self._keyed_ids[command_id] = (key, cmd.request)
+                    self._keyed_ids[command_id] = (key, cmd.request, where)
                     try:
                         return await handler(cmd, command_id)
                     finally:
@@ -163,8 +166,9 @@ class Serving:
             reply = fn(e)
             ops = [commands.served_op(command_id, c.answer_of(reply))]
             if keyed is not None:
+                key, request, where = keyed
                 kept = reply.model_dump(mode="json")
-                ops.append(self.stores.command_keys.answered(*keyed, kept, self.index))
+                ops.append(self.stores.command_keys.answered(key, request, kept, where))
             e.write_with_step(ops)
             return reply
 

@@ -19,6 +19,11 @@ _EVERY_PARTITION = frozenset(
 )
 
 
+def to_every_partition(command: Command[R]) -> bool:
+    """Is `command` sent to (and served by) every partition, not only one?"""
+    return isinstance(command, Broadcast) and command.message_type in _EVERY_PARTITION
+
+
 class LeaderUnavailable(TransportError):
     """No hub leads the engine right now (or it did not answer in time)."""
 
@@ -57,7 +62,7 @@ class CommandClient:
         if count == 1:
             return [0]
         if isinstance(command, Broadcast):
-            return list(range(count)) if command.message_type in _EVERY_PARTITION else [0]
+            return list(range(count)) if to_every_partition(command) else [0]
         run_id = await self.escalation_run(command.id) if isinstance(command, Resolve) else None
         run_id = run_id or getattr(command, "run_id", None)
         return [partition_of(run_id, count) if isinstance(run_id, str) else 0]

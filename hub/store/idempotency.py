@@ -77,7 +77,8 @@ class CommandHold(BaseModel):
 
 
 class CommandKeys:
-    """The holds of operator commands' keys, one per key and partition (Keys.command_idempotency):
+    """The holds of operator commands' keys, one per key (Keys.command_idempotency; per
+    partition too for a command every partition serves, partition 0's where the API looks):
     claimed by the API before it sends the command (PENDING_TTL_S), answered by the step
     that does what the command asks (`answered`, in that step's own fenced write)."""
 

@@ -20,6 +20,7 @@ from hub import commands as c
 from hub.api import create_app
 from hub.service import Hub, HubSettings
 from protocols.errors import Conflict
+from protocols.ids import new_id_in
 from protocols.keys import Keys
 from protocols.settings import Settings
 from tests.helpers import eventually
@@ -196,3 +197,23 @@ async def test_with_partitions_a_keyed_pause_reaches_each_once(
         assert await client.get(keys.command_idempotency("p", 1)) is not None
         told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
         assert len([m for m in told if b"broadcast.pause" in m]) == 1
+
+
+async def test_with_partitions_a_keyed_go_on_a_run_of_partition_1_is_answered_again(
+    settings: Settings, keys: Keys
+) -> None:
+    """The GO is served by its run's partition (1); its reply is kept where the API looks
+    for it, so the same request again is answered with it (not left waiting: a 503)."""
+    async with (
+        running_hub(settings, lease_ms=1500, partitions=2) as hub,
+        api_process(settings, partitions=2, command_timeout_s=2) as api,
+    ):
+        await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
+        run_id = await armed_run(hub, new_id_in(1, 2))
+        go = f"/v1/runs/{run_id}/cues/FIRST/go"
+        first = await api.post(go, headers=_key("p1"))
+        assert first.status_code == 200, first.text
+        again = await api.post(go, headers=_key("p1"))
+        assert again.status_code == 200, again.text
+        assert again.json() == first.json()
+        assert await sent_to_agent(hub, keys) == 1

@@ -13,7 +13,9 @@ An operator command (GO, retry, rerun, a condition, cancel, a budget, a resolve,
 broadcast) with a key works the same way (`call`): the first request claims the key and
 sends the command; the leader keeps the command's reply under the key for a day, in the
 step that does what it asks (hub.serving); the same request again, at once or after a 503,
-is answered with that reply and does nothing twice. A refusal lets the key go.
+is answered with that reply and does nothing twice. A refusal lets the key go. A pause or
+resume, which every engine partition serves, is sent to every one each time: each answers
+from the reply it kept (so one whose copy was lost still gets it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Annotated, cast
 from fastapi import Depends, Header, Request
 from pydantic import BaseModel
 
-from hub.commands import Command
+from hub.commands import Broadcast, Command
+from hub.commands.client import to_every_partition
 from hub.commands.models import R
 from hub.service import Hub
 from hub.store.idempotency import CommandHold, IdempotencyHold
@@ -111,9 +114,16 @@ async def call(
     if key is None:
         return await hub.commands.call(await command(), timeout_s=timeout_s)
     request = fingerprint(f"{key.path}\n{body.model_dump_json() if body is not None else ''}")
+    keyed = {"idempotency_key": key.key, "request": request}
+    made: Command[R] | None = None
+    if kind is Broadcast:
+        made = (await command()).model_copy(update=keyed)
+        if to_every_partition(made):
+            # each partition keeps its own reply, and answers from it: sent to every one
+            # again, a partition whose copy was lost is not left out by another's reply
+            return await hub.commands.call(made, timeout_s=timeout_s)
     keys = hub.stores.command_keys
     deadline = time.monotonic() + timeout_s
-    made: Command[R] | None = None
     while True:
         held = await keys.get(key.key)
         if held is not None:
@@ -129,9 +139,7 @@ async def call(
             await asyncio.sleep(POLL_S)
             continue
         if made is None:
-            made = (await command()).model_copy(
-                update={"idempotency_key": key.key, "request": request}
-            )
+            made = (await command()).model_copy(update=keyed)
         if await keys.claim(key.key, CommandHold(request=request)):
             try:
                 return await hub.commands.call(made, timeout_s=timeout_s)

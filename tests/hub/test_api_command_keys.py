@@ -18,7 +18,10 @@ import pytest
 from callboard.embedded_cluster import EmbeddedCluster
 from hub import commands as c
 from hub.api import create_app
+from hub.api.idempotency import fingerprint
+from hub.api.routes.broadcasts import BroadcastCreate
 from hub.service import Hub, HubSettings
+from hub.store.idempotency import CommandHold
 from protocols.errors import Conflict
 from protocols.ids import new_id_in
 from protocols.keys import Keys
@@ -217,3 +220,27 @@ async def test_with_partitions_a_keyed_go_on_a_run_of_partition_1_is_answered_ag
         assert again.status_code == 200, again.text
         assert again.json() == first.json()
         assert await sent_to_agent(hub, keys) == 1
+
+
+async def test_with_partitions_a_pause_sent_again_reaches_the_partition_whose_copy_was_lost(
+    settings: Settings, keys: Keys
+) -> None:
+    """Partition 0 served the keyed pause (its reply kept), partition 1's copy was lost.
+    Sent again with the key, it goes to both: partition 0 answers from its reply (does
+    nothing again), partition 1 pauses."""
+    body = BroadcastCreate(message_type="broadcast.pause", payload={"reason": "again"})
+    request = fingerprint(f"/v1/broadcasts\n{body.model_dump_json()}")
+    kept = CommandHold(request=request, reply={"sent": "broadcast.pause"})
+    async with (
+        running_hub(settings, lease_ms=1500, partitions=2) as hub,
+        api_process(settings, partitions=2) as api,
+    ):
+        await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
+        client = hub.transport._client
+        await client.set(keys.command_idempotency("lost"), kept.model_dump_json())
+        answer = await api.post("/v1/broadcasts", json=body.model_dump(), headers=_key("lost"))
+        assert answer.status_code == 202, answer.text
+        assert hub.partitions[1].driver.engine.paused == "again"
+        assert hub.partitions[0].driver.engine.paused is None  # answered from its reply
+        told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
+        assert not [m for m in told if b"broadcast.pause" in m]

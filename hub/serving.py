@@ -157,19 +157,20 @@ class Serving:
         """Run `fn`, an engine step that serves a command and returns its reply, with the
         command's answer filed in the step's own fenced write: served again (the answer
         sent after it was lost), the command is answered from it (hub.commands.server),
-        not done twice; with an Idempotency-Key, its reply is kept under the key too. A
-        refusal files nothing: served again, it is refused again."""
+        not done twice; with an Idempotency-Key, its reply is kept under the key instead
+        (the command read again finds it there). A refusal files nothing: served again, it
+        is refused again."""
         commands = self.own.commands
         keyed = self._keyed_ids.get(command_id)
 
         def step(e: Engine) -> RP:
             reply = fn(e)
-            ops = [commands.served_op(command_id, c.answer_of(reply))]
-            if keyed is not None:
+            if keyed is None:
+                e.write_with_step([commands.served_op(command_id, c.answer_of(reply))])
+            else:  # the key's reply answers the command read again too (`_keyed`)
                 key, request, where = keyed
                 kept = reply.model_dump(mode="json")
-                ops.append(self.stores.command_keys.answered(key, request, kept, where))
-            e.write_with_step(ops)
+                e.write_with_step([self.stores.command_keys.answered(key, request, kept, where)])
             return reply
 
         return await self.driver.step(step)

@@ -98,6 +98,22 @@ async def test_a_go_served_again_after_its_answer_was_lost_is_answered_ok_and_do
 
 
 @pytest.mark.parametrize("fault", [_out_of_memory, _connection_lost], ids=["new-term", "same-term"])
+async def test_a_keyed_go_served_again_is_answered_from_its_key_and_done_once(
+    hub: Hub, keys: Keys, fault: Fault
+) -> None:
+    """A GO with an Idempotency-Key keeps its reply under the key, not under its command
+    id: read again after its answer failed, it is answered from the key."""
+    run_id = await armed_run(hub)
+    sent = _first_answer_fails(hub, fault)
+    go = c.Go(run_id=run_id, cue_id="FIRST", idempotency_key="served-key", request="r")
+    assert await hub.commands.call(go, 20) == c.GoReply(state="warning", attempt=1)
+    assert sent[0] == 1 and len(sent) >= 2
+    assert await sent_to_agent(hub, keys) == 1
+    assert await _no_answers_kept(hub, keys)
+    assert await hub.transport._client.get(keys.command_idempotency("served-key")) is not None
+
+
+@pytest.mark.parametrize("fault", [_out_of_memory, _connection_lost], ids=["new-term", "same-term"])
 async def test_a_budget_raise_served_again_is_answered_as_it_was_and_applied_once(
     hub: Hub, keys: Keys, fault: Fault
 ) -> None:

@@ -95,3 +95,6 @@ SPECIALIST_SENDS: frozenset[MessageType] = frozenset(
 HUB_SENDS: frozenset[MessageType] = frozenset(set(MessageType) - SPECIALIST_SENDS) | {
     MessageType.TASK_HANDOFF  # forwarded to the receiver once checked
 }
+
+# The hub where a sender is named: who raised an escalation, a node of the wiring map.
+HUB = "hub"

@@ -20,7 +20,7 @@ from pydantic import Field, TypeAdapter
 
 from protocols.codec import ENVELOPES, Envelope
 from protocols.debugging import Diagnosis, FailureHistory
-from protocols.messages import HUB_SENDS, SPECIALIST_SENDS, MessageType
+from protocols.messages import HUB, HUB_SENDS, SPECIALIST_SENDS, MessageType
 from protocols.payloads import PAYLOAD_MODELS
 
 JSONSchema = dict[str, Any]
@@ -61,7 +61,7 @@ def sent_by(message_type: MessageType) -> list[str]:
     if message_type in SPECIALIST_SENDS:
         who.append("specialist")
     if message_type in HUB_SENDS:
-        who.append("hub")
+        who.append(HUB)
     return who
 
 

@@ -10,9 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocols.messages import HUB_SENDS, SPECIALIST_SENDS, Channel, MessageType
+from protocols.messages import HUB, HUB_SENDS, SPECIALIST_SENDS, Channel, MessageType
 
-HUB = "hub"
 OPERATORS = "operators"
 
 

@@ -19,6 +19,7 @@ from hub.engine.escalations import Escalation
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.errors import Conflict, NotFound
+from protocols.messages import HUB
 from protocols.messages import MessageType as T
 from protocols.states import (
     CueState,
@@ -56,7 +57,7 @@ class AlertsMixin(EngineBase):
 
     def escalate(
         self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
-        *, raised_by: str = "hub", cause: str | None = None,
+        *, raised_by: str = HUB, cause: str | None = None,
     ) -> Escalation:  # fmt: skip
         """Raise an escalation once per (run, cue, cause); later ones are counted on it
         (without an event each: a flood of them must not push a run's history out)."""

@@ -19,6 +19,7 @@ from protocols.codec import make
 from protocols.contracts import Contract
 from protocols.errors import NotFound
 from protocols.keys import Keys
+from protocols.messages import HUB
 from protocols.messages import MessageType as T
 from protocols.states import (
     CueState,
@@ -291,7 +292,7 @@ class EngineBase(ABC):
     @abstractmethod
     def escalate(
         self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
-        *, raised_by: str = "hub", cause: str | None = None,
+        *, raised_by: str = HUB, cause: str | None = None,
     ) -> Escalation:  # fmt: skip
         """Raise an escalation once per (run, cue, cause); later ones are counted on it."""
 

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from protocols.ids import new_id
-from protocols.messages import MessageType
+from protocols.messages import HUB, MessageType
 from protocols.payloads import ASKS_INPUT
 from protocols.states import Severity
 
@@ -25,7 +25,7 @@ class Escalation(BaseModel):
     cause: str
     detail: str = ""
     payload: dict[str, Any] = Field(default_factory=dict)
-    raised_by: str = "hub"  # or the agent that raised it, or "operator"
+    raised_by: str = HUB  # or the agent that raised it, or "operator"
     status: str = OPEN
     count: int = 1
     created_at: float
@@ -41,7 +41,7 @@ class Escalation(BaseModel):
         """Whether this is a specialist's question about one of its cues (its slot is
         freed once answered: hub.engine.answers)."""
         cause = str(self.payload.get("cause") or self.cause)
-        return self.raised_by != "hub" and cause.startswith(ASKS_INPUT) and self.cue_id is not None
+        return self.raised_by != HUB and cause.startswith(ASKS_INPUT) and self.cue_id is not None
 
 
 class EscalationBook:

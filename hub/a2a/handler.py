@@ -178,10 +178,10 @@ class RunTasks(RequestHandler):
                 else:
                     await routes.raise_condition(run, name, self.hub)
         except (Conflict, NotFound, Unprocessable) as exc:  # Unprocessable: no cue waits for it
-            await store.release(key, run.run_id)
+            await store.release(key, hold)
             raise InvalidParamsError(str(exc)) from None
         except BaseException:
-            await store.release(key, run.run_id)
+            await store.release(key, hold)
             raise
 
     async def _wants(self, run: RunState) -> list[Need]:

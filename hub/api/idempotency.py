@@ -79,9 +79,10 @@ async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
     return held.run_id
 
 
-async def release(hub: Hub, key: str, run_id: str) -> None:
-    """Let go of a key whose run the engine refused (only if it still names that run)."""
-    await hub.stores.idempotency.release(key, run_id)
+async def release(hub: Hub, key: str, run_id: str, request: str) -> None:
+    """Let go of a key whose run the engine refused (only while it holds that claim)."""
+    hold = IdempotencyHold(run_id=run_id, request=fingerprint(request))
+    await hub.stores.idempotency.release(key, hold)
 
 
 async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> bool:

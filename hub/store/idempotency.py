@@ -61,11 +61,10 @@ class IdempotencyStore:
         done = hold.model_copy(update={"started": True}).model_dump_json()
         return ["SET", self.keys.idempotency(key), done, "EX", str(DONE_TTL_S)]
 
-    async def release(self, key: str, run_id: str) -> None:
-        """Let go of `key`, only if it still names `run_id` (its run certainly did not start)."""
-        held = await self.get(key)
-        if held is not None and held.run_id == run_id:
-            await self.db.delete(self.keys.idempotency(key))
+    async def release(self, key: str, hold: IdempotencyHold) -> None:
+        """Let go of `key`, only while it still holds `hold` as claimed (its run certainly
+        did not start): one compare-and-delete, so a claim made in between is kept."""
+        await self.db.delete_if(self.keys.idempotency(key), hold.model_dump_json())
 
 
 class CommandHold(BaseModel):
@@ -112,7 +111,7 @@ class CommandKeys:
 
     async def release(self, key: str, request: str) -> None:
         """Let go of `key` after its command was refused (nothing done, no reply kept), only
-        while it still holds this request unanswered."""
-        held = await self.get(key)
-        if held is not None and held.request == request and held.reply is None:
-            await self.db.delete(self.keys.command_idempotency(key))
+        while it still holds this request unanswered: one compare-and-delete, so a claim
+        or a reply written in between is kept."""
+        unanswered = CommandHold(request=request).model_dump_json()
+        await self.db.delete_if(self.keys.command_idempotency(key), unanswered)

@@ -29,10 +29,6 @@ if token < tonumber(ARGV[1]) then
 end
 return token
 """
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 class LeaseStore:
@@ -43,7 +39,6 @@ class LeaseStore:
         self.leader_key = keys.leader(partition)
         self.fence_key = keys.fence(partition)
         self._renew = db.script(_RENEW)
-        self._release = db.script(_RELEASE)
         self._next_at_least = db.script(_NEXT_TOKEN_AT_LEAST) if db.is_cluster else None
 
     async def next_token(self) -> int:
@@ -64,7 +59,7 @@ class LeaseStore:
 
     async def release(self, value: str) -> None:
         """Drop the lease if `value` still holds it."""
-        await self._release([self.leader_key], [value])
+        await self.db.delete_if(self.leader_key, value)
 
     async def writes_refused(self) -> TransportError | None:
         """The error Redis would answer a write with now (OutOfMemory, ReadOnly), or None."""

@@ -19,7 +19,7 @@ from redis.asyncio.client import Pipeline
 
 from protocols.transport._client import Redis, _bytes, _stream_replies, _text
 from protocols.transport._errors import is_busy_group, translated
-from protocols.transport._gateway import Gateway
+from protocols.transport._gateway import Gateway, Script
 from protocols.transport._slots import SlotTransaction, by_slot, first_answers
 
 Value = str | bytes | int | float
@@ -38,6 +38,12 @@ def _fields(raw: Any) -> dict[bytes, bytes]:
     return {_bytes(k): _bytes(v) for k, v in (raw or {}).items()}
 
 
+_DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 def _entries(rows: Any) -> list[Entry]:
     return [(_text(entry_id), _fields(fields)) for entry_id, fields in rows or []]
 
@@ -47,6 +53,7 @@ class Storage(Gateway):
 
     def __init__(self, client: Redis, *, retry_s: float = 0.0) -> None:
         super().__init__(client, retry_s=retry_s)
+        self._delete_if: Script | None = None  # registered when first asked for
 
     # -- strings --------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | None:
@@ -74,6 +81,13 @@ class Storage(Gateway):
 
     async def delete(self, *keys: str) -> int:
         return int(await self._call("DEL", lambda: self._client.delete(*keys)))
+
+    async def delete_if(self, key: str, value: Value) -> bool:
+        """DEL `key` only while it holds `value`, in one script: a value set in between
+        (another holder's) is kept. True when it was deleted."""
+        if self._delete_if is None:
+            self._delete_if = self.script(_DELETE_IF)
+        return bool(await self._delete_if([key], [value]))
 
     async def incr(self, key: str) -> int:
         return int(await self._call("INCR", lambda: self._client.incr(key)))

@@ -112,7 +112,7 @@ async def create_run(
         if await hub.store.run(run_id) is not None:  # "failing" after the try that wrote it
             return RunCreated(run_id=run_id)
         if idempotency_key:
-            await idempotency.release(hub, idempotency_key, run_id)
+            await idempotency.release(hub, idempotency_key, run_id, body.model_dump_json())
         raise
     # Anything else (503: no leader in time, Redis refusing writes) keeps the key: the
     # command may be queued still, and a retry must get its run, not a second one.

@@ -62,12 +62,12 @@ from hub.a2a.tasks import (
     plain,
     task_of,
 )
-from hub.api.idempotency import fingerprint
+from hub.api.idempotency import Asked, fingerprint
 from hub.api.routes import runs as routes
 from hub.api.schemas import CancelCreate, RunCreate
 from hub.engine.state import RunState
 from hub.service import Hub
-from hub.store.idempotency import IdempotencyHold
+from hub.store.idempotency import ReplyHold
 from protocols.cuelist import Cuelist
 from protocols.errors import Conflict, NotFound, Unprocessable
 
@@ -160,29 +160,43 @@ class RunTasks(RequestHandler):
         return created.run_id, True
 
     async def _reply(self, run: RunState, message: Message) -> None:
-        """Raise the conditions / fire the GOs the reply names, once per message id."""
+        """Raise the conditions / fire the GOs the reply names, once per message id.
+
+        The first copy of a message reads it (against what the run waits for then) and
+        keeps what it was read as under the message id, before anything is sent. Each
+        action goes with an Idempotency-Key of its own, derived from the message id, so a
+        copy sent again after an error whose outcome is unknown (a 503: the command may
+        still be served) sends the same actions under the same keys: each is answered as it
+        was the first time (a GO that went is not refused as "not armed" now) and none is
+        done twice. A refusal lets the message id go; the same id with another message is
+        refused."""
         store = self.hub.stores.idempotency
         key = _key("a2a-reply", message.message_id)
-        hold = IdempotencyHold(
-            run_id=run.run_id,
-            request=fingerprint(message.SerializeToString(deterministic=True).hex()),
-        )
-        if not await store.claim(key, hold, REPLY_TTL_S):
-            return  # this reply was applied already
-        try:
+        request = fingerprint(message.SerializeToString(deterministic=True).hex())
+        held = await store.reply(key)
+        while held is None:
             if run.status.done:
                 raise InvalidParamsError(f"run {run.run_id} is {run.status.value}: nothing waits")
-            for kind, name in replies.actions(message, await self._wants(run)):
+            actions = replies.actions(message, await self._wants(run))
+            hold = ReplyHold(run_id=run.run_id, request=request, actions=actions)
+            held = hold if await store.claim(key, hold, REPLY_TTL_S) else await store.reply(key)
+        if held.request != request or held.run_id != run.run_id:
+            raise InvalidParamsError(
+                f"message id {message.message_id!r} was used for another message"
+            )
+        try:
+            for index, (kind, name) in enumerate(held.actions):
+                asked = Asked(key=_key(f"a2a-reply-{index}", message.message_id),
+                              path=f"a2a:{kind}:{name}")  # fmt: skip
                 if kind == "go":
-                    await routes.go(run, name, self.hub)
+                    await routes.go(run, name, self.hub, asked)
                 else:
-                    await routes.raise_condition(run, name, self.hub)
+                    await routes.raise_condition(run, name, self.hub, asked)
         except (Conflict, NotFound, Unprocessable) as exc:  # Unprocessable: no cue waits for it
-            await store.release(key, hold)
+            await store.release(key, held)
             raise InvalidParamsError(str(exc)) from None
-        except BaseException:
-            await store.release(key, hold)
-            raise
+        # Anything else (503: no leader in time, Redis refusing writes) keeps the message
+        # id: a copy sent again sends the same actions under the same keys.
 
     async def _wants(self, run: RunState) -> list[Need]:
         return needs(run, await self._cuelist(run))

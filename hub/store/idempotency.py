@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hub.store.layout import Op
 from protocols.keys import Keys
@@ -32,12 +32,25 @@ class IdempotencyHold(BaseModel):
     started: bool = False
 
 
+class ReplyHold(BaseModel):
+    """What an A2A reply's message id stands for: its run, the message's fingerprint, and
+    what the reply was read as (each action then sent with a key of its own)."""
+
+    run_id: str
+    request: str
+    # (kind, name): ("go", cue) or ("condition", flag); none in a hold written before
+    # actions were kept (it was applied then)
+    actions: list[tuple[str, str]] = Field(default_factory=list)
+
+
 class IdempotencyStore:
     def __init__(self, db: Storage, keys: Keys) -> None:
         self.db = db
         self.keys = keys
 
-    async def claim(self, key: str, hold: IdempotencyHold, ttl_s: int = PENDING_TTL_S) -> bool:
+    async def claim(
+        self, key: str, hold: IdempotencyHold | ReplyHold, ttl_s: int = PENDING_TTL_S
+    ) -> bool:
         """Take `key` for `hold` (SET NX with a TTL); False when someone holds it."""
         name = self.keys.idempotency(key)
         return await self.db.set(name, hold.model_dump_json(), nx=True, ex_s=ttl_s)
@@ -45,6 +58,11 @@ class IdempotencyStore:
     async def get(self, key: str) -> IdempotencyHold | None:
         raw = await self.db.get(self.keys.idempotency(key))
         return IdempotencyHold.model_validate_json(raw) if raw is not None else None
+
+    async def reply(self, key: str) -> ReplyHold | None:
+        """The hold of an A2A reply's key (one `claim`ed with a ReplyHold), if any."""
+        raw = await self.db.get(self.keys.idempotency(key))
+        return ReplyHold.model_validate_json(raw) if raw is not None else None
 
     async def holder(self, key: str, hold: IdempotencyHold) -> IdempotencyHold:
         """Who holds `key` now; taken for `hold` when it had expired (its command waited
@@ -61,7 +79,7 @@ class IdempotencyStore:
         done = hold.model_copy(update={"started": True}).model_dump_json()
         return ["SET", self.keys.idempotency(key), done, "EX", str(DONE_TTL_S)]
 
-    async def release(self, key: str, hold: IdempotencyHold) -> None:
+    async def release(self, key: str, hold: IdempotencyHold | ReplyHold) -> None:
         """Let go of `key`, only while it still holds `hold` as claimed (its run certainly
         did not start): one compare-and-delete, so a claim made in between is kept."""
         await self.db.delete_if(self.keys.idempotency(key), hold.model_dump_json())

@@ -7,17 +7,13 @@ second API process is) in front of a real leading hub, on a real server and a cl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 
 from callboard.embedded_cluster import EmbeddedCluster
 from hub import commands as c
-from hub.api import create_app
 from hub.api.idempotency import fingerprint
 from hub.api.routes.broadcasts import BroadcastCreate
 from hub.service import Hub, HubSettings
@@ -28,26 +24,9 @@ from protocols.keys import Keys
 from protocols.settings import Settings
 from tests.helpers import eventually
 from tests.hub.armed import armed_run, sent_to_agent
-from tests.hub.running import running_hub
+from tests.hub.running import api_process, running_hub
 
 pytestmark = pytest.mark.redis
-
-
-@contextlib.asynccontextmanager
-async def api_process(settings: Settings, **extra: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """The API of a hub that runs no engine (an API process beside the leader), in this
-    test's loop: the lifespan's state handed to each request as a server hands it."""
-    hub = Hub(HubSettings(**{**settings.model_dump(), **extra}))
-    app = create_app(hub, run_hub=False)
-    async with app.router.lifespan_context(app) as state:
-
-        async def served(scope: Any, receive: Any, send: Any) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
-
-        transport = httpx.ASGITransport(app=served)
-        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as client:
-            yield client
 
 
 def _key(name: str) -> dict[str, str]:

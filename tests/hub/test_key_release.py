@@ -59,9 +59,7 @@ async def test_a_command_release_keeps_a_reply_filed_in_between(
     assert await real_redis.get(name) == answered.encode()
 
 
-async def test_a_command_release_keeps_another_requests_claim(
-    real_redis: Any, keys: Keys
-) -> None:
+async def test_a_command_release_keeps_another_requests_claim(real_redis: Any, keys: Keys) -> None:
     name = keys.command_idempotency("k1", 0)
     others = CommandHold(request="other").model_dump_json()
     await CommandKeys(Storage(real_redis), keys).claim("k1", CommandHold(request="r"))

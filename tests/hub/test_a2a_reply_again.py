@@ -33,7 +33,9 @@ pytestmark = pytest.mark.redis
 
 async def _client(api: httpx.AsyncClient) -> Client:
     card = await A2ACardResolver(api, "http://hub").get_agent_card()
-    config = ClientConfig(httpx_client=api, streaming=False, supported_protocol_bindings=["JSONRPC"])
+    config = ClientConfig(
+        httpx_client=api, streaming=False, supported_protocol_bindings=["JSONRPC"]
+    )
     return ClientFactory(config).create(card)
 
 
@@ -80,7 +82,7 @@ async def test_a_reply_sent_again_after_a_503_is_done_once_and_answered(
             run = await hub.store.run(run_id)
             assert run is not None and run.cues["FIRST"].attempt == 1
             # a new message asking for the same GO is the client's new request: refused
-            with pytest.raises(InvalidParamsError, match="not armed|waits for"):
+            with pytest.raises(InvalidParamsError, match=r"not armed|waits for"):
                 await _send(client, _reply(run_id, body))
 
 

@@ -6,11 +6,18 @@ Action: `{url?, method?: POST, body?, headers?, timeout_s?}`. Without `body` it 
 (JSON, else text) goes to the shared context as `{cue_id}.response` and to the result.
 `timeout_s` bounds each try whole (a server dripping its answer does not outlast it), and
 an answer longer than one message may be (`max_message_bytes`) fails the cue unread.
+
+Every try carries an `Idempotency-Key` header (the IETF httpapi draft's; callboard's own
+API honours it), unless the action's `headers` set one: the same for every try of one
+attempt of the cue, on whichever replica runs it (a GO delivered again after a replica
+died mid-call included), and new for each attempt. A 5xx may come after the server did
+the work; with the key, a server that honours it does it once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import httpx
@@ -63,6 +70,17 @@ async def _whole(response: httpx.Response, limit_bytes: int) -> httpx.Response:
                           request=response.request)  # fmt: skip
 
 
+_KEYS = uuid.uuid5(uuid.NAMESPACE_URL, "urn:callboard:http:idempotency-key")
+
+
+def idempotency_key(cue: Cue) -> str:
+    """The `Idempotency-Key` of one attempt of the cue: a UUID derived from the run, the
+    cue and the attempt (a GO outside any run: its message id), so every replica names it
+    alike."""
+    run = cue.run_id if cue.run_id is not None else f"message {cue.message.message_id}"
+    return str(uuid.uuid5(_KEYS, f"{run}\x1f{cue.cue_id}\x1f{cue.attempt}"))
+
+
 def _answer(response: httpx.Response) -> Any:
     try:
         return response.json()
@@ -107,6 +125,8 @@ class Http(Specialist):
             }
         method = str(action.get("method", "POST")).upper()
         headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
+        if not any(name.lower() == "idempotency-key" for name in headers):
+            headers["Idempotency-Key"] = idempotency_key(cue)
         timeout_s = float(action.get("timeout_s") or conf.timeout_s)
 
         limit_bytes = self.settings.max_message_bytes

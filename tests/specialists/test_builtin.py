@@ -9,11 +9,12 @@ import asyncio
 import json
 import sys
 import tracemalloc
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from a2a.helpers import new_text_part
@@ -30,13 +31,15 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from protocols.codec import make
 from protocols.messages import MessageType
-from protocols.payloads import Usage
+from protocols.payloads import CoordGo, Usage
 from specialists.builtin import load
 from specialists.builtin.a2a import A2A
 from specialists.builtin.echo import Echo, EchoSettings
-from specialists.builtin.http import Http, HttpSettings
+from specialists.builtin.http import Http, HttpSettings, idempotency_key
 from specialists.builtin.shell import Shell, ShellSettings
+from specialists.cue import Cue
 from tests.specialists.chunked import Chunked, gzipped
 from tests.specialists.conftest import AGENT, HubSide, Starter
 from tests.webserver import Answer, Request, serving
@@ -127,11 +130,13 @@ class _Web:
     def __init__(self) -> None:
         self.script: list[int] = []
         self.seen: list[dict[str, Any]] = []
+        self.keys: list[str | None] = []  # each request's Idempotency-Key
         self.url = ""
 
     def __call__(self, request: Request) -> Answer:
         body = json.loads(request.body)
         self.seen.append(body)
+        self.keys.append(request.headers.get("idempotency-key"))
         code = self.script.pop(0) if self.script else 200
         answer = json.dumps({"got": body.get("cue_id"), "code": code}).encode()
         return Answer(code, answer, "application/json")
@@ -169,6 +174,46 @@ async def test_http_retries_5xx_then_fails_on_4xx(start: Starter, hub: HubSide, 
     await hub.go("CUE-2", url=web.url)
     [failed] = await hub.wait(M.STATUS_FAILED, "CUE-2")
     assert "HTTP 404" in failed.payload.error
+
+
+async def test_http_sends_one_idempotency_key_per_attempt_on_every_try(
+    start: Starter, hub: HubSide, web: _Web
+) -> None:
+    """A 5xx may come after the server did the work: the tries of one attempt carry one
+    key, so a server that honours it does the work once; the next attempt is a new key,
+    and a key the action's headers set is kept."""
+    await start(Http, http_settings=HttpSettings(tries=3, backoff_s=0.01))
+    web.script[:] = [502, 500]
+    await hub.go("CUE-1", url=web.url)
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    first = web.keys[0]
+    assert first is not None and web.keys == [first] * 3
+    await hub.go("CUE-1", attempt=2, url=web.url)
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1", n=2)
+    assert web.keys[3] not in (None, first)
+    await hub.go("CUE-2", url=web.url, headers={"idempotency-KEY": "mine"})
+    await hub.wait(M.STATUS_COMPLETED, "CUE-2")
+    assert web.keys[4] == "mine"
+
+
+def test_the_idempotency_key_names_the_attempt_not_the_replica_or_the_delivery() -> None:
+    def cue(run_id: str | None, attempt: int, replica: str, message_id: str) -> Cue:
+        go = CoordGo(cue_id="C", target_agents=["web"], attempt=attempt)
+        message = make(MessageType.COORD_GO, go, message_id=message_id)
+        return Cue(agent_id="web", replica=replica, run_id=run_id, cue_id="C",
+                   attempt=attempt, message=message, markers=cast(Any, None))  # fmt: skip
+
+    key = idempotency_key(cue("run-1", 1, "r1", "m1"))
+    assert idempotency_key(cue("run-1", 1, "r2", "m2")) == key  # another replica, a copy
+    assert str(uuid.UUID(key)) == key
+    assert idempotency_key(cue("run-1", 2, "r1", "m1")) != key
+    assert idempotency_key(cue("run-2", 1, "r1", "m1")) != key
+    outside = idempotency_key(cue(None, 1, "r1", "m1"))  # a GO outside any run
+    assert (
+        outside
+        == idempotency_key(cue(None, 1, "r2", "m1"))
+        != idempotency_key(cue(None, 1, "r1", "m2"))
+    )
 
 
 async def test_http_gives_up_on_a_dead_server_and_without_a_url(

@@ -17,6 +17,9 @@ class ScheduleState(BaseModel):
     buffered: bool = False  # overlap `buffer_one`: a tick waits for the run to end
     skipped: int = 0  # ticks dropped by overlap `skip`
     paused: bool = False  # an operator paused the schedule: its ticks start nothing
+    # the tick's run (`run_id`) was asked for and is not known to be started: whoever
+    # leads next starts it (a start is done once per run id)
+    starting: bool = False
 
 
 class ScheduleStore:
@@ -35,6 +38,7 @@ class ScheduleStore:
             buffered=raw.get("buffered") == "1",
             skipped=int(raw.get("skipped", 0)),
             paused=raw.get("paused") == "1",
+            starting=raw.get("starting") == "1",
         )
 
     async def set_paused(self, name: str, paused: bool) -> None:
@@ -47,6 +51,7 @@ class ScheduleStore:
         fields: dict[str, str | float | int] = {
             "buffered": int(state.buffered),
             "skipped": state.skipped,
+            "starting": int(state.starting),
         }
         if state.last is not None:
             fields["last"] = state.last

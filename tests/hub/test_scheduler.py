@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -53,6 +53,13 @@ class Harness:
         text += "cues:\n  - {id: A, target_agents: [a]}\n"
         cuelist, version = load_cuelist(text)
         await self.cuelists.put(cuelist, version, canonical_json(cuelist), text)
+
+    async def seen(self, overlap: str, fault: str) -> Callable[[float], Awaitable[list[str]]]:
+        """The cuelist submitted and first seen at T0; its next start goes as `fault`."""
+        await self.submit(overlap)
+        await self.scheduler.tick(T0)
+        self.faults[:] = [fault]
+        return self.scheduler.tick
 
     async def finish_last(self) -> None:
         run = await self.store.run(self.started[-1])
@@ -114,10 +121,7 @@ async def test_a_ticks_run_lost_with_its_leader_is_started_by_the_next_tick_once
     """The leader saved the tick and failed before its run was written (Redis went away,
     the term ended): the next tick, on whichever hub leads, starts that run, with its id,
     though no tick is due; then nothing more until the next one is."""
-    await harness.submit("skip")
-    tick = harness.scheduler.tick
-    await tick(T0)
-    harness.faults[:] = ["lost"]
+    tick = await harness.seen("skip", "lost")
     with pytest.raises(Unreachable):
         await tick(T0 + 61)
     [asked] = harness.asked
@@ -134,10 +138,7 @@ async def test_a_ticks_run_lost_with_its_leader_is_started_by_the_next_tick_once
 async def test_a_ticks_run_written_before_its_leader_stopped_is_not_started_again(
     harness: Harness,
 ) -> None:
-    await harness.submit("allow")
-    tick = harness.scheduler.tick
-    await tick(T0)
-    harness.faults[:] = ["cut"]
+    tick = await harness.seen("allow", "cut")
     with pytest.raises(Unreachable):
         await tick(T0 + 61)
     assert await tick(T0 + 62) == []  # it exists: not asked for again
@@ -148,10 +149,7 @@ async def test_a_ticks_run_written_before_its_leader_stopped_is_not_started_agai
 async def test_a_refused_start_drops_the_ticks_run_and_does_not_end_the_term(
     harness: Harness,
 ) -> None:
-    await harness.submit("allow")
-    tick = harness.scheduler.tick
-    await tick(T0)
-    harness.faults[:] = ["refused"]
+    tick = await harness.seen("allow", "refused")
     assert await tick(T0 + 61) == []  # logged, not raised: the term goes on
     assert await tick(T0 + 62) == []  # and not tried again every tick
     assert len(harness.asked) == 1 and harness.started == []

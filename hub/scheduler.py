@@ -6,12 +6,12 @@ starts anyway. The last fire time is stored, so a new leader neither repeats nor
 A paused schedule's ticks pass without a run (none is made up on resume). The scheduler
 also sweeps deleted cuelist versions no active run uses any more (hub.store.cuelists).
 
-A tick that fires saves its run's id, marked `starting`, before it starts the run, and
-clears the mark once the run is written. A leader that stops in between (or whose start
-failed on Redis) leaves the mark: the next tick, on whichever hub leads, starts that run
-unless it exists (a start is done once per run id), so a failover neither loses a tick's
-run nor starts it twice. A start the engine refuses (its cuelist version deleted meanwhile)
-is logged and dropped, not tried every tick, and does not end the term.
+A tick that fires takes itself (its time, its run's id) in the fenced write that starts
+its run: a leader that stops before that write lands leaves the tick due, and whoever
+leads next fires it; one whose write landed left both. So a failover neither loses a
+tick's run nor starts it twice, and a stale leader's tick is refused whole. A start the
+engine refuses (the cuelist's version deleted meanwhile) takes the tick without a run,
+logged, and does not end the term.
 """
 
 from __future__ import annotations
@@ -25,16 +25,18 @@ from collections.abc import Awaitable, Callable
 from croniter import croniter
 
 from hub.store.cuelists import CuelistStore
+from hub.store.layout import Op
 from hub.store.schedules import ScheduleState, ScheduleStore
 from hub.store.state import StateStore
 from protocols.cuelist import Cuelist
-from protocols.errors import CallboardError, TransportError
+from protocols.errors import CallboardError, StaleLeader, TransportError
 from protocols.ids import new_id
 from protocols.states import Overlap
 
 log = logging.getLogger(__name__)
 
-StartRun = Callable[[str, str, str], Awaitable[object]]  # (cuelist, version, run_id)
+# (cuelist, version, run_id, operations to land in the run's own fenced write)
+StartRun = Callable[[str, str, str, list[Op]], Awaitable[object]]
 TICK_S = 1.0
 SWEEP_EVERY_S = 30.0  # how often deleted cuelist versions are checked for runs using them
 
@@ -82,8 +84,6 @@ class Scheduler:
 
     async def _due(self, name: str, version: str, cuelist: Cuelist, now: float) -> str | None:
         state = await self.schedules.get(name)
-        if state.starting and state.run_id:  # a tick's run not known to be started
-            return await self._finish_start(name, version, state)
         if state.last is None:  # first sight: schedule from now, do not fire the past
             await self.schedules.save(name, ScheduleState(last=now))
             return None
@@ -106,38 +106,17 @@ class Scheduler:
                 await self.schedules.save(name, state)
             return None
         run_id = self.new_run_id()
-        state.last, state.run_id, state.buffered, state.starting = now, run_id, False, True
-        await self.schedules.save(name, state)
-        return await self._start(name, version, state)
-
-    async def _finish_start(self, name: str, version: str, state: ScheduleState) -> str | None:
-        """The run a tick asked for, started unless it exists (its leader stopped, or its
-        start failed on Redis, before the mark was cleared); its id when started here."""
-        assert state.run_id is not None
-        if await self.store.run(state.run_id) is not None:
-            state.starting = False
+        taken = state.model_copy(update={"last": now, "run_id": run_id, "buffered": False})
+        try:
+            await self.start(name, version, run_id, [self.schedules.save_op(name, taken)])
+        except (TransportError, StaleLeader):  # not known written: the next leader decides
+            raise
+        except CallboardError as exc:  # refused: the tick passes without a run
+            log.error("schedule of %s: its run was refused: %s", name, exc)
+            state.last, state.buffered = now, False
             await self.schedules.save(name, state)
             return None
-        log.warning("schedule of %s: run %s was asked for and not written; starting it",
-                    name, state.run_id)  # fmt: skip
-        return await self._start(name, version, state)
-
-    async def _start(self, name: str, version: str, state: ScheduleState) -> str | None:
-        """Start the run `state` names and clear its mark. Redis failing leaves the mark
-        (raised: the next tick starts it); a refusal clears it (logged: no run)."""
-        run_id = state.run_id
-        assert run_id is not None
-        try:
-            await self.start(name, version, run_id)
-        except TransportError:
-            raise
-        except CallboardError as exc:  # refused: this tick has no run
-            log.error("schedule of %s: run %s refused: %s", name, run_id, exc)
-            run_id = None
-        else:
-            log.info("schedule started run %s of %s", run_id, name)
-        state.starting = False
-        await self.schedules.save(name, state)
+        log.info("schedule started run %s of %s", run_id, name)
         return run_id
 
     async def _running(self, run_id: str | None) -> bool:

@@ -154,7 +154,9 @@ class Hub:
         )
         self.scheduler = Scheduler(
             self.cuelists, self.store, self.stores.schedules,
-            lambda name, version, run_id: self.driver.start_run(name, version, run_id, {}, False),
+            lambda name, version, run_id, write: self.driver.start_run(
+                name, version, run_id, {}, False, write=write
+            ),
             new_run_id=lambda: new_id_in(0, settings.partitions),
         )  # fmt: skip
         self.leading = asyncio.Event()  # this hub leads some partition

@@ -336,8 +336,9 @@ class Driver:
         def start(e: Engine) -> RunState:
             if (started := e.runs.get(run_id)) is not None:
                 return started  # the same start, served twice at once: started once
-            e.write_with_step(list(write))
-            return e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
+            run = e.start_run(plan, run_id, params, dry=False, chunk=BACKLOG_CHUNK, budget=budget)
+            e.write_with_step(list(write))  # after: a refused start writes none of it
+            return run
 
         return await self.step(start)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from hub.store.layout import Op
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -17,9 +18,6 @@ class ScheduleState(BaseModel):
     buffered: bool = False  # overlap `buffer_one`: a tick waits for the run to end
     skipped: int = 0  # ticks dropped by overlap `skip`
     paused: bool = False  # an operator paused the schedule: its ticks start nothing
-    # the tick's run (`run_id`) was asked for and is not known to be started: whoever
-    # leads next starts it (a start is done once per run id)
-    starting: bool = False
 
 
 class ScheduleStore:
@@ -38,7 +36,6 @@ class ScheduleStore:
             buffered=raw.get("buffered") == "1",
             skipped=int(raw.get("skipped", 0)),
             paused=raw.get("paused") == "1",
-            starting=raw.get("starting") == "1",
         )
 
     async def set_paused(self, name: str, paused: bool) -> None:
@@ -48,13 +45,24 @@ class ScheduleStore:
     async def save(self, name: str, state: ScheduleState) -> None:
         """Write the fields `state` has (a hash: one field each, as before), but `paused`,
         which only an operator sets (set_paused)."""
+        await self.db.hset(self.keys.schedule(name), self._fields(state))
+
+    def save_op(self, name: str, state: ScheduleState) -> Op:
+        """`save` as one operation, to ride in the fenced write that starts the tick's run:
+        "the tick is taken" and "its run exists" land together, or neither does."""
+        words: list[str | float | int] = []
+        for field, value in self._fields(state).items():
+            words += (field, value)
+        return ["HSET", self.keys.schedule(name), *words]
+
+    @staticmethod
+    def _fields(state: ScheduleState) -> dict[str, str | float | int]:
         fields: dict[str, str | float | int] = {
             "buffered": int(state.buffered),
             "skipped": state.skipped,
-            "starting": int(state.starting),
         }
         if state.last is not None:
             fields["last"] = state.last
         if state.run_id is not None:
             fields["run_id"] = state.run_id
-        await self.db.hset(self.keys.schedule(name), fields)
+        return fields

@@ -7,15 +7,20 @@ from typing import Any
 
 import pytest
 
+from callboard.embedded_cluster import EmbeddedCluster
 from hub.engine.state import RunState
 from hub.scheduler import Scheduler
 from hub.store import CuelistStore, ScheduleStore, StateStore
+from hub.store.layout import Op
+from hub.store.schedules import ScheduleState
 from protocols.canonical import canonical_json
-from protocols.errors import NotFound, Unreachable
+from protocols.errors import NotFound, StaleLeader, Unreachable
 from protocols.keys import Keys
+from protocols.settings import Settings
 from protocols.states import RunStatus
 from protocols.transport import Redis, Storage
 from protocols.validation import load_cuelist
+from tests.hub.running import running_hub
 
 pytestmark = pytest.mark.redis
 T0 = 1_800_000_000.0  # a Unix time on a whole minute (…:00)
@@ -28,23 +33,29 @@ class Harness:
         self.store = StateStore(Storage(client), keys)
         self.started: list[str] = []
         self.asked: list[str] = []  # every run id a start was asked for, in order
-        # how the next starts go: "lost" (Redis fails before the run is written), "cut"
-        # (the run is written, then the leader stops), "refused" (the engine says no)
+        # how the next starts go: "lost" (Redis fails before the run's write lands), "cut"
+        # (the write lands, then the leader stops), "stale" (the leader lost its lease: the
+        # write is refused), "refused" (the engine says no)
         self.faults: list[str] = []
         self.scheduler = Scheduler(
             self.cuelists, self.store, ScheduleStore(Storage(client), keys), self._start
         )
 
-    async def _start(self, name: str, version: str, run_id: str) -> None:
+    async def _start(self, name: str, version: str, run_id: str, write: list[Op]) -> None:
+        """As the driver starts a run: the run and `write` in one write (a MULTI here)."""
         self.asked.append(run_id)
         fault = self.faults.pop(0) if self.faults else None
         if fault == "lost":
             raise Unreachable("Redis went away")
+        if fault == "stale":
+            raise StaleLeader("STALE: the lease is another hub's")
         if fault == "refused":
             raise NotFound(f"no cuelist named {name}")
         self.started.append(run_id)
         run = RunState(run_id=run_id, cuelist=name, version=version, created_at=T0)
         await self.store.save_run(run)
+        for op in write:
+            await self.client.execute_command(*op)  # type: ignore[no-untyped-call]
         if fault == "cut":
             raise Unreachable("Redis went away after the run was written")
 
@@ -115,38 +126,37 @@ async def test_a_paused_schedule_starts_nothing_and_resumes_without_making_up(
     assert not (await schedules.get("nightly")).paused  # the scheduler's saves kept it
 
 
-async def test_a_ticks_run_lost_with_its_leader_is_started_by_the_next_tick_once(
-    harness: Harness, keys: Keys
+@pytest.mark.parametrize("fault", ["lost", "stale"])
+async def test_a_tick_whose_write_did_not_land_fires_on_the_next_tick(
+    harness: Harness, fault: str
 ) -> None:
-    """The leader saved the tick and failed before its run was written (Redis went away,
-    the term ended): the next tick, on whichever hub leads, starts that run, with its id,
-    though no tick is due; then nothing more until the next one is."""
-    tick = await harness.seen("skip", "lost")
-    with pytest.raises(Unreachable):
+    """The leader failed before the run's write landed (Redis went away, or its lease was
+    another hub's): the tick is still due, and the next tick, on whichever hub leads, fires
+    it; one run in all."""
+    tick = await harness.seen("skip", fault)
+    with pytest.raises((Unreachable, StaleLeader)):
         await tick(T0 + 61)
-    [asked] = harness.asked
     assert harness.started == []
-    assert await tick(T0 + 62) == [asked]  # not due by the clock: the lost run, at once
-    assert harness.started == [asked]
-    assert not (await ScheduleStore(Storage(harness.client), keys).get("nightly")).starting
-    assert await tick(T0 + 63) == []
-    await harness.finish_last()
-    assert len(await tick(T0 + 121)) == 1  # the next tick as usual
-    assert len(harness.started) == 2
+    [fired] = await tick(T0 + 62)
+    assert harness.started == [fired]
+    assert await tick(T0 + 63) == []  # taken: nothing more until the next one is due
 
 
-async def test_a_ticks_run_written_before_its_leader_stopped_is_not_started_again(
-    harness: Harness,
+async def test_a_tick_whose_write_landed_before_its_leader_stopped_is_not_fired_again(
+    harness: Harness, keys: Keys
 ) -> None:
     tick = await harness.seen("allow", "cut")
     with pytest.raises(Unreachable):
         await tick(T0 + 61)
-    assert await tick(T0 + 62) == []  # it exists: not asked for again
-    assert len(harness.asked) == 1 and len(harness.started) == 1
+    assert await tick(T0 + 62) == []  # taken with its run: not asked for again
+    [run_id] = harness.asked
+    assert harness.started == [run_id]
+    state = await ScheduleStore(Storage(harness.client), keys).get("nightly")
+    assert (state.last, state.run_id) == (T0 + 61, run_id)
     assert len(await tick(T0 + 121)) == 1
 
 
-async def test_a_refused_start_drops_the_ticks_run_and_does_not_end_the_term(
+async def test_a_refused_start_takes_the_tick_without_a_run_and_the_term_goes_on(
     harness: Harness,
 ) -> None:
     tick = await harness.seen("allow", "refused")
@@ -154,3 +164,32 @@ async def test_a_refused_start_drops_the_ticks_run_and_does_not_end_the_term(
     assert await tick(T0 + 62) == []  # and not tried again every tick
     assert len(harness.asked) == 1 and harness.started == []
     assert len(await tick(T0 + 121)) == 1
+
+
+async def test_a_real_hub_takes_the_tick_in_its_runs_own_write(
+    settings: Settings, keys: Keys, real_redis: Any
+) -> None:
+    """The hub's scheduler starts the tick's run through the driver: the schedule's state
+    and the run land in one fenced write."""
+    await _tick_taken_with_its_run(settings, real_redis, keys)
+
+
+async def test_on_a_cluster_the_tick_is_taken_in_its_runs_own_write(
+    settings: Settings, keys: Keys, redis_cluster: EmbeddedCluster, cluster_redis: Any
+) -> None:
+    """As above, the schedule's key in another slot than the partition's."""
+    on_cluster = Settings(**{**settings.model_dump(), "redis_url": redis_cluster.url})
+    await _tick_taken_with_its_run(on_cluster, cluster_redis, keys)
+
+
+async def _tick_taken_with_its_run(settings: Settings, client: Any, keys: Keys) -> None:
+    """The schedule was last taken at T0, in the future: the hub's own ticks, at the real
+    time, find nothing due; the tick asked for at T0 + 61 fires through the driver."""
+    await Harness(client, keys).submit("skip")
+    await ScheduleStore(Storage(client), keys).save("nightly", ScheduleState(last=T0))
+    async with running_hub(settings, lease_ms=1500) as hub:
+        [run_id] = await hub.scheduler.tick(T0 + 61)
+        run = await hub.store.run(run_id)
+        assert run is not None and run.cuelist == "nightly"
+        state = await hub.stores.schedules.get("nightly")
+        assert (state.last, state.run_id) == (T0 + 61, run_id)

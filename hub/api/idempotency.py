@@ -68,7 +68,7 @@ def fingerprint(body: str) -> str:
 async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
     """Claim `key` for `run_id`; None when claimed, else the run id that holds it."""
     store = hub.stores.idempotency
-    hold = IdempotencyHold(run_id=run_id, request=fingerprint(request))
+    hold = _hold(run_id, request)
     if await store.claim(key, hold):
         return None
     held = await store.get(key)
@@ -81,8 +81,12 @@ async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
 
 async def release(hub: Hub, key: str, run_id: str, request: str) -> None:
     """Let go of a key whose run the engine refused (only while it holds that claim)."""
-    hold = IdempotencyHold(run_id=run_id, request=fingerprint(request))
-    await hub.stores.idempotency.release(key, hold)
+    await hub.stores.idempotency.release(key, _hold(run_id, request))
+
+
+def _hold(run_id: str, request: str) -> IdempotencyHold:
+    """What a start's key is claimed with (and let go of only while it still holds)."""
+    return IdempotencyHold(run_id=run_id, request=fingerprint(request))
 
 
 async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> bool:

@@ -11,7 +11,7 @@ PENDING_TTL_S.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -43,6 +43,9 @@ class ReplyHold(BaseModel):
     actions: list[tuple[str, str]] = Field(default_factory=list)
 
 
+H = TypeVar("H", IdempotencyHold, ReplyHold)
+
+
 class IdempotencyStore:
     def __init__(self, db: Storage, keys: Keys) -> None:
         self.db = db
@@ -56,13 +59,15 @@ class IdempotencyStore:
         return await self.db.set(name, hold.model_dump_json(), nx=True, ex_s=ttl_s)
 
     async def get(self, key: str) -> IdempotencyHold | None:
-        raw = await self.db.get(self.keys.idempotency(key))
-        return IdempotencyHold.model_validate_json(raw) if raw is not None else None
+        return await self._held(key, IdempotencyHold)
 
     async def reply(self, key: str) -> ReplyHold | None:
         """The hold of an A2A reply's key (one `claim`ed with a ReplyHold), if any."""
+        return await self._held(key, ReplyHold)
+
+    async def _held(self, key: str, model: type[H]) -> H | None:
         raw = await self.db.get(self.keys.idempotency(key))
-        return ReplyHold.model_validate_json(raw) if raw is not None else None
+        return model.model_validate_json(raw) if raw is not None else None
 
     async def holder(self, key: str, hold: IdempotencyHold) -> IdempotencyHold:
         """Who holds `key` now; taken for `hold` when it had expired (its command waited

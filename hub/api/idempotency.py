@@ -13,9 +13,12 @@ An operator command (GO, retry, rerun, a condition, cancel, a budget, a resolve,
 broadcast) with a key works the same way (`call`): the first request claims the key and
 sends the command; the leader keeps the command's reply under the key for a day, in the
 step that does what it asks (hub.serving); the same request again, at once or after a 503,
-is answered with that reply and does nothing twice. A refusal lets the key go. A pause or
-resume, which every engine partition serves, is sent to every one each time: each answers
-from the reply it kept (so one whose copy was lost still gets it).
+is answered with that reply and does nothing twice. A refusal lets the key go.
+
+A pause or resume, which every engine partition serves, keeps a reply per partition
+(`call_everywhere`). Sent again, it goes to each partition that kept none (one whose copy
+was lost still gets it); when every one kept its reply it is answered from them, with no
+leader needed.
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Header, Request
 from pydantic import BaseModel
 
-from hub.commands import Broadcast, Command
-from hub.commands.client import to_every_partition
+from hub.commands import Command
 from hub.commands.models import R
 from hub.service import Hub
 from hub.store.idempotency import CommandHold, IdempotencyHold
@@ -118,15 +120,9 @@ async def call(
     timeout_s = hub.settings.command_timeout_s
     if key is None:
         return await hub.commands.call(await command(), timeout_s=timeout_s)
-    request = fingerprint(f"{key.path}\n{body.model_dump_json() if body is not None else ''}")
+    request = _request(key, body)
     keyed = {"idempotency_key": key.key, "request": request}
     made: Command[R] | None = None
-    if kind is Broadcast:
-        made = (await command()).model_copy(update=keyed)
-        if to_every_partition(made):
-            # each partition keeps its own reply, and answers from it: sent to every one
-            # again, a partition whose copy was lost is not left out by another's reply
-            return await hub.commands.call(made, timeout_s=timeout_s)
     keys = hub.stores.command_keys
     deadline = time.monotonic() + timeout_s
     while True:
@@ -151,3 +147,31 @@ async def call(
             except EngineError:  # refused: nothing was done, the key is free for another try
                 await keys.release(key.key, request)
                 raise
+
+
+async def call_everywhere(
+    hub: Hub, key: Asked | None, command: Command[R], body: BaseModel | None = None
+) -> R:
+    """The reply (partition 0's) to `command`, which every partition serves, each keeping
+    its own reply under `key`: sent to the partitions that kept none yet, and answered from
+    the kept replies alone when every one did (the same key with another body: a 409)."""
+    timeout_s = hub.settings.command_timeout_s
+    if key is None:
+        return await hub.commands.call(command, timeout_s=timeout_s)
+    request = _request(key, body)
+    made = command.model_copy(update={"idempotency_key": key.key, "request": request})
+    parts = await hub.commands.partitions_of(made)
+    holds = await asyncio.gather(*(hub.stores.command_keys.get(key.key, p) for p in parts))
+    if any(held is not None and held.request != request for held in holds):
+        raise Conflict(f"Idempotency-Key {key.key!r} was used with a different request")
+    kept = [held.reply if held is not None else None for held in holds]
+    left = [p for p, reply in zip(parts, kept, strict=True) if reply is None]
+    if not left:
+        return made.read_reply(kept[0])
+    answer = await hub.commands.call(made, timeout_s=timeout_s, only=left)
+    return answer if kept[0] is None else made.read_reply(kept[0])
+
+
+def _request(key: Asked, body: BaseModel | None) -> str:
+    """The fingerprint of a keyed request: its route and body."""
+    return fingerprint(f"{key.path}\n{body.model_dump_json() if body is not None else ''}")

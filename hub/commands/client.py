@@ -47,11 +47,16 @@ class CommandClient:
     def store(self) -> CommandStore:
         return self.stores[0]
 
-    async def call(self, command: Command[R], timeout_s: float = 10.0) -> R:
+    async def call(
+        self, command: Command[R], timeout_s: float = 10.0, only: Sequence[int] | None = None
+    ) -> R:
         """Send `command` and wait for its reply; its refusal raises NotFound, Conflict or
         EngineError, no leader in time raises LeaderUnavailable. Sent to several
-        partitions, every one must answer; the first's reply is returned."""
+        partitions (`only` those of them, when given), every one must answer; the first's
+        reply is returned."""
         partitions = await self.partitions_of(command)
+        if only is not None:
+            partitions = [p for p in partitions if p in only]
         sent = [(p, await self.send(command, p)) for p in partitions]
         replies = [await self.answer(command, command_id, timeout_s, p) for p, command_id in sent]
         return replies[0]

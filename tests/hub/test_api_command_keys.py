@@ -223,3 +223,27 @@ async def test_with_partitions_a_pause_sent_again_reaches_the_partition_whose_co
         assert hub.partitions[0].driver.engine.paused is None  # answered from its reply
         told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
         assert not [m for m in told if b"broadcast.pause" in m]
+
+
+async def test_with_partitions_a_keyed_pause_every_partition_did_is_answered_with_no_leader(
+    settings: Settings, keys: Keys, real_redis: Any
+) -> None:
+    """Once every partition kept its reply to a keyed pause, the same request is answered
+    from those replies, with no leader left to ask (it was a 503 before). A partition that
+    kept none still has to be asked: with its reply lost and no leader, a 503."""
+    body = {"message_type": "broadcast.pause", "payload": {"reason": "kept"}}
+    async with api_process(settings, partitions=2, command_timeout_s=1) as api:
+        async with running_hub(settings, lease_ms=1500, partitions=2) as hub:
+            await eventually(lambda: len(hub.led()) == 2, 10, message="leads both partitions")
+            first = await api.post("/v1/broadcasts", json=body, headers=_key("k"))
+            assert first.status_code == 202, first.text
+            told = await real_redis.xrange(keys.broadcast)
+        again = await api.post("/v1/broadcasts", json=body, headers=_key("k"))
+        assert again.status_code == 202, again.text
+        assert again.json() == first.json()
+        other = await api.post("/v1/broadcasts", json={**body, "payload": {}}, headers=_key("k"))
+        assert other.status_code == 409, other.text
+        await real_redis.delete(keys.command_idempotency("k", 1))
+        lost = await api.post("/v1/broadcasts", json=body, headers=_key("k"))
+        assert lost.status_code == 503, lost.text
+        assert await real_redis.xrange(keys.broadcast) == told  # nothing sent again

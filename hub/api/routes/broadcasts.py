@@ -14,6 +14,7 @@ from hub.api.deps import HubDep
 from hub.api.idempotency import AskedDep
 from hub.api.schemas import ErrorPublic, In
 from hub.commands import Broadcast
+from hub.commands.client import to_every_partition
 from protocols.messages import Channel, MessageType
 from protocols.payloads import PAYLOAD_MODELS
 
@@ -90,8 +91,13 @@ async def send_broadcast(
         errors = [{**e, "loc": ("body", "payload", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
 
-    async def command() -> Broadcast:
-        return Broadcast(message_type=mt.value, payload=body.payload)
+    command = Broadcast(message_type=mt.value, payload=body.payload)
+    if to_every_partition(command):  # pause, resume: each partition keeps its own reply
+        reply = await idempotency.call_everywhere(hub, key, command, body)
+    else:
 
-    reply = await idempotency.call(hub, key, Broadcast, command, body)
+        async def made() -> Broadcast:
+            return command
+
+        reply = await idempotency.call(hub, key, Broadcast, made, body)
     return BroadcastPublic(sent=reply.sent)

@@ -11,7 +11,9 @@ its run: a leader that stops before that write lands leaves the tick due, and wh
 leads next fires it; one whose write landed left both. So a failover neither loses a
 tick's run nor starts it twice, and a stale leader's tick is refused whole. A start the
 engine refuses (the cuelist's version deleted meanwhile) takes the tick without a run,
-logged, and does not end the term.
+logged, and does not end the term. The tick's other saves (first seen, skipped, buffered,
+passed while paused, refused) go through `write`, fenced as well: a stale leader that wakes
+mid-tick cannot put back an older run id, and so lose `skip`'s or `buffer_one`'s guard.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # (cuelist, version, run_id, operations to land in the run's own fenced write)
 StartRun = Callable[[str, str, str, list[Op]], Awaitable[object]]
+Write = Callable[[list[Op]], Awaitable[object]]  # operations, in a fenced write of their own
 TICK_S = 1.0
 SWEEP_EVERY_S = 30.0  # how often deleted cuelist versions are checked for runs using them
 
@@ -48,6 +51,7 @@ class Scheduler:
         store: StateStore,
         schedules: ScheduleStore,
         start: StartRun,
+        write: Write,
         new_run_id: Callable[[], str] = new_id,
     ) -> None:
         """`new_run_id`: ids of runs `start` can start (with partitions: partition 0's)."""
@@ -55,6 +59,7 @@ class Scheduler:
         self.store = store
         self.schedules = schedules
         self.start = start
+        self.write = write
         self.new_run_id = new_run_id
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -85,14 +90,14 @@ class Scheduler:
     async def _due(self, name: str, version: str, cuelist: Cuelist, now: float) -> str | None:
         state = await self.schedules.get(name)
         if state.last is None:  # first sight: schedule from now, do not fire the past
-            await self.schedules.save(name, ScheduleState(last=now))
+            await self._save(name, ScheduleState(last=now))
             return None
         schedule = cuelist.schedule or ""
         due = croniter(schedule, state.last or now).get_next(float) <= now
         if state.paused:
             if due:  # the tick passes: resuming starts nothing for the time paused
                 state.last, state.buffered = now, False
-                await self.schedules.save(name, state)
+                await self._save(name, state)
             return None
         if not due and not state.buffered:
             return None
@@ -100,10 +105,10 @@ class Scheduler:
         if running and cuelist.overlap is not Overlap.ALLOW:
             if due and cuelist.overlap is Overlap.BUFFER_ONE:
                 state.buffered, state.last = True, now
-                await self.schedules.save(name, state)
+                await self._save(name, state)
             elif due:
                 state.last, state.skipped = now, state.skipped + 1
-                await self.schedules.save(name, state)
+                await self._save(name, state)
             return None
         run_id = self.new_run_id()
         taken = state.model_copy(update={"last": now, "run_id": run_id, "buffered": False})
@@ -114,10 +119,13 @@ class Scheduler:
         except CallboardError as exc:  # refused: the tick passes without a run
             log.error("schedule of %s: its run was refused: %s", name, exc)
             state.last, state.buffered = now, False
-            await self.schedules.save(name, state)
+            await self._save(name, state)
             return None
         log.info("schedule started run %s of %s", run_id, name)
         return run_id
+
+    async def _save(self, name: str, state: ScheduleState) -> None:
+        await self.write([self.schedules.save_op(name, state)])
 
     async def _running(self, run_id: str | None) -> bool:
         if not run_id:

@@ -157,6 +157,7 @@ class Hub:
             lambda name, version, run_id, write: self.driver.start_run(
                 name, version, run_id, {}, False, write=write
             ),
+            lambda write: self.driver.step(lambda engine: engine.write_with_step(write)),
             new_run_id=lambda: new_id_in(0, settings.partitions),
         )  # fmt: skip
         self.leading = asyncio.Event()  # this hub leads some partition

@@ -42,14 +42,11 @@ class ScheduleStore:
         """Pause or resume a schedule (its own field: the scheduler's saves leave it be)."""
         await self.db.hset(self.keys.schedule(name), {"paused": int(paused)})
 
-    async def save(self, name: str, state: ScheduleState) -> None:
-        """Write the fields `state` has (a hash: one field each, as before), but `paused`,
-        which only an operator sets (set_paused)."""
-        await self.db.hset(self.keys.schedule(name), self._fields(state))
-
     def save_op(self, name: str, state: ScheduleState) -> Op:
-        """`save` as one operation, to ride in the fenced write that starts the tick's run:
-        "the tick is taken" and "its run exists" land together, or neither does."""
+        """The write of the fields `state` has (a hash: one field each), but `paused`, which
+        only an operator sets (set_paused): one operation, for the scheduler's fenced
+        writes (a fired tick's rides in its run's own: "the tick is taken" and "its run
+        exists" land together, or neither does)."""
         words: list[str | float | int] = []
         for field, value in self._fields(state).items():
             words += (field, value)

@@ -37,9 +37,17 @@ class Harness:
         # (the write lands, then the leader stops), "stale" (the leader lost its lease: the
         # write is refused), "refused" (the engine says no)
         self.faults: list[str] = []
+        self.schedules = ScheduleStore(Storage(client), keys)
         self.scheduler = Scheduler(
-            self.cuelists, self.store, ScheduleStore(Storage(client), keys), self._start
+            self.cuelists, self.store, self.schedules, self._start, self._write
         )
+
+    async def _write(self, write: list[Op]) -> None:
+        """As the driver writes a step's raw operations (a MULTI here)."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            for op in write:
+                pipe.execute_command(*op)
+            await pipe.execute()
 
     async def _start(self, name: str, version: str, run_id: str, write: list[Op]) -> None:
         """As the driver starts a run: the run and `write` in one write (a MULTI here)."""
@@ -54,8 +62,7 @@ class Harness:
         self.started.append(run_id)
         run = RunState(run_id=run_id, cuelist=name, version=version, created_at=T0)
         await self.store.save_run(run)
-        for op in write:
-            await self.client.execute_command(*op)  # type: ignore[no-untyped-call]
+        await self._write(write)
         if fault == "cut":
             raise Unreachable("Redis went away after the run was written")
 
@@ -185,11 +192,32 @@ async def test_on_a_cluster_the_tick_is_taken_in_its_runs_own_write(
 async def _tick_taken_with_its_run(settings: Settings, client: Any, keys: Keys) -> None:
     """The schedule was last taken at T0, in the future: the hub's own ticks, at the real
     time, find nothing due; the tick asked for at T0 + 61 fires through the driver."""
-    await Harness(client, keys).submit("skip")
-    await ScheduleStore(Storage(client), keys).save("nightly", ScheduleState(last=T0))
+    harness = Harness(client, keys)
+    await harness.submit("skip")
+    await harness._write([harness.schedules.save_op("nightly", ScheduleState(last=T0))])
     async with running_hub(settings, lease_ms=1500) as hub:
         [run_id] = await hub.scheduler.tick(T0 + 61)
         run = await hub.store.run(run_id)
         assert run is not None and run.cuelist == "nightly"
         state = await hub.stores.schedules.get("nightly")
         assert (state.last, state.run_id) == (T0 + 61, run_id)
+
+
+async def test_a_stale_leaders_skip_is_refused_by_the_fence(
+    settings: Settings, keys: Keys, real_redis: Any
+) -> None:
+    """A leader whose lease another hub took ticks on: its skip (which writes back the run
+    id it read, so a late one could put back an older run and lose the overlap's guard) is
+    refused whole; the schedule stays as the new leader left it."""
+    harness = Harness(real_redis, keys)
+    await harness.submit("skip")
+    run = RunState(run_id="r-new", cuelist="nightly", version="v", created_at=T0)
+    await harness.store.save_run(run)  # the new leader's run, still going
+    taken = ScheduleState(last=T0, run_id="r-new")
+    await harness._write([harness.schedules.save_op("nightly", taken)])
+    async with running_hub(settings, lease_ms=1500) as hub:
+        await real_redis.set(keys.leader(), "another hub's fencing token", px=10_000)
+        with pytest.raises(StaleLeader):
+            await hub.scheduler.tick(T0 + 61)  # due, and its last run is going: a skip
+    state = await harness.schedules.get("nightly")
+    assert (state.last, state.run_id, state.skipped) == (T0, "r-new", 0)

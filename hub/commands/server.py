@@ -43,6 +43,7 @@ from protocols.errors import (
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
+BATCH = 100  # commands read at once
 C = TypeVar("C", bound=Command[Any])
 # serves one command, given it and its id (under which its answer may be filed)
 Handler = Callable[[C, str], Awaitable[Reply]]
@@ -105,14 +106,20 @@ class CommandServer:
                     await asyncio.wait_for(stop.wait(), RETRY_S)
 
     async def _read(self, stop: asyncio.Event) -> None:
+        # own pending first (a restarted leader finishes what it had read; so does one whose
+        # answers failed to land, entering here again), then new ones. Its own are read only
+        # when some may be there: on entering, after a claim moved some, or while a full
+        # batch of them was read last time (every batch served is answered and acknowledged)
+        own = True
         while not stop.is_set():
-            # own pending first (a restarted leader finishes what it had read), then new ones
             # what a hub that no longer leads read after its term ended (woken from a
             # freeze, say) is served here at once, not left to wait for its next term
-            await self.store.claim_all(self.consumer)
-            for start in ("0", ">"):
+            own = await self.store.claim_all(self.consumer) > 0 or own
+            for start in ("0", ">") if own else (">",):
                 block_ms = None if start == "0" else 500
-                queued = await self.store.read(self.consumer, start, 100, block_ms)
+                queued = await self.store.read(self.consumer, start, BATCH, block_ms)
+                if start == "0":
+                    own = len(queued) == BATCH
                 if queued and start == "0":
                     queued = await self._answer_served(queued)
                     queued = await self._drop_failing(queued)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, cast
 
 from fastapi import Depends, Header, Request
@@ -38,7 +38,9 @@ from hub.service import Hub
 from hub.store.idempotency import CommandHold, IdempotencyHold
 from protocols.errors import Conflict, EngineError, TransportError
 
-POLL_S = 0.02
+# a request waiting on another's key looks again after POLL_S, then twice as long each
+# time up to POLL_MAX_S: a burst of retries does not poll Redis 50 times a second each
+POLL_S, POLL_MAX_S = 0.02, 0.32
 KeyHeader = Annotated[
     str | None,
     Header(
@@ -93,15 +95,25 @@ def _hold(run_id: str, request: str) -> IdempotencyHold:
 
 async def wait_for_run(hub: Hub, key: str, run_id: str, timeout_s: float) -> bool:
     """Wait until the holder's run exists (True) or the holder let go of the key (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    polls = _polls(timeout_s)
+    while True:
         if await hub.store.run(run_id) is not None:
             return True
         held = await hub.stores.idempotency.get(key)
         if held is None or held.run_id != run_id:
             return False
-        await asyncio.sleep(POLL_S)
-    raise TransportError(f"run {run_id} for Idempotency-Key {key!r} did not start in time")
+        if (wait := next(polls, None)) is None:
+            raise TransportError(f"run {run_id} for Idempotency-Key {key!r} did not start in time")
+        await asyncio.sleep(wait)
+
+
+def _polls(timeout_s: float) -> Iterator[float]:
+    """The waits between looks at a key, from POLL_S doubling to POLL_MAX_S, until
+    `timeout_s` from now has passed."""
+    deadline, wait = time.monotonic() + timeout_s, POLL_S
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(wait, left)
+        wait = min(wait * 2, POLL_MAX_S)
 
 
 async def call(
@@ -124,7 +136,7 @@ async def call(
     keyed = {"idempotency_key": key.key, "request": request}
     made: Command[R] | None = None
     keys = hub.stores.command_keys
-    deadline = time.monotonic() + timeout_s
+    polls = _polls(timeout_s)
     while True:
         held = await keys.get(key.key)
         if held is not None:
@@ -132,12 +144,12 @@ async def call(
                 raise Conflict(f"Idempotency-Key {key.key!r} was used with a different request")
             if held.reply is not None:
                 return cast(R, kind.reply_model.model_validate(held.reply))
-            if time.monotonic() > deadline:
+            if (wait := next(polls, None)) is None:
                 raise TransportError(
                     f"the request with Idempotency-Key {key.key!r} is still being served: "
                     "try again with the same key"
                 )
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(wait)
             continue
         if made is None:
             made = (await command()).model_copy(update=keyed)

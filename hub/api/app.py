@@ -15,6 +15,7 @@ from fastapi_offline import FastAPIOffline
 
 from hub.api import errors
 from hub.api.deps import require_api_key
+from hub.api.gone import ClientGone
 from hub.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from hub.api.routes import (
     agent_cards,
@@ -122,6 +123,7 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     app.state.stopping = stopping
     app.state.lifespans = []  # context managers the lifespan enters (mounted servers)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
+    app.add_middleware(ClientGone)  # outside the body limit: it sees what the route raised
     errors.install(app)
     app.include_router(health.router)
     secured = [Depends(require_api_key)]

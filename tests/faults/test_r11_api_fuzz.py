@@ -149,4 +149,7 @@ def test_api_fuzzing_and_auth(hub: str, tmp_path: Path, figure: Figure) -> None:
         "unauthenticated requests",
     )
     assert unauthorized == []
-    assert code == 0, summary
+    # what went wrong, as schemathesis tells it: its ERRORS and FAILURES sections, then the
+    # summary (an error's own lines name the operation and the exception)
+    told = re.search(r"^=+ (ERRORS|FAILURES) =+$", output, re.MULTILINE)
+    assert code == 0, output[told.start() :] if told else summary

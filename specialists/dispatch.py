@@ -75,11 +75,18 @@ _ONCE_PER_ATTEMPT = {
 }
 
 
+# a message whose hook an author writes: a copy of it (the same sender and message id, as a
+# forward written again after a hub's restart, or on a cluster before its XACK) runs it once
+_ONCE_PER_MESSAGE = {MessageType.TASK_HANDOFF: "handoff", MessageType.TASK_INPUT: "input"}
+
+
 def _once_key(m: Envelope) -> Hashable | None:
-    """(phase, run, cue, attempt) for the messages a duplicate of which must do nothing."""
+    """For the messages a duplicate of which must do nothing: (phase, run, cue, attempt) of
+    the cue call's, (kind, sender, message id) of a handoff's or an input's."""
     phase = _ONCE_PER_ATTEMPT.get(m.message_type)
     if phase is None:
-        return None
+        kind = _ONCE_PER_MESSAGE.get(m.message_type)
+        return None if kind is None else (kind, m.from_agent, m.message_id)
     p: Any = m.payload
     return (phase, m.run_id, p.cue_id, p.attempt)
 

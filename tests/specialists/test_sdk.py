@@ -385,6 +385,25 @@ async def test_forwarded_handoff_reaches_on_handoff(start: Starter, hub: HubSide
     await eventually(lambda: _zero(hub))
 
 
+async def test_a_handoff_delivered_twice_reaches_on_handoff_once(
+    start: Starter, hub: HubSide
+) -> None:
+    """The same forward written twice (a hub restarted before it acknowledged the first, or
+    a cluster's forward landed before its XACK): one call of the hook. Another handoff, and
+    the same message id from another sender, are handled."""
+    await start(Scripted)
+    ctx = HandoffContext(work_completed=["built"])
+    first = TaskHandoff(from_agent="agent-z", to_agent=AGENT, task_id="T-1", handoff_context=ctx)
+    sent = await hub.send(M.TASK_HANDOFF, first, run_id=None, from_agent="agent-z")
+    await hub.t.publish(hub.keys.inbox(AGENT), sent)  # the same envelope, again
+    second = first.model_copy(update={"task_id": "T-2"})
+    await hub.send(M.TASK_HANDOFF, second, run_id=None, from_agent="agent-z")
+    other = sent.model_copy(update={"from_agent": "agent-y"})  # its id, another sender
+    await hub.t.publish(hub.keys.inbox(AGENT), other)
+    await eventually(lambda: _zero(hub))
+    assert sorted(h.task_id for h in Scripted.handoffs) == ["T-1", "T-1", "T-2"]
+
+
 async def test_notice_and_shutdown_broadcasts(start: Starter, hub: HubSide) -> None:
     await start(Scripted)
     await hub.broadcast(M.BROADCAST_NOTICE, BroadcastNotice(text="hello all"))

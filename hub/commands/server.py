@@ -120,9 +120,9 @@ class CommandServer:
                 queued = await self.store.read(self.consumer, start, BATCH, block_ms)
                 if start == "0":
                     own = len(queued) == BATCH
-                if queued and start == "0":
-                    queued = await self._answer_served(queued)
-                    queued = await self._drop_failing(queued)
+                    if queued:
+                        queued = await self._answer_served(queued)
+                        queued = await self._drop_failing(queued)
                 # a batch is served concurrently: its engine steps share fenced writes, and
                 # its answers go back in one round trip
                 if queued:

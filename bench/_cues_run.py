@@ -483,11 +483,13 @@ class Harness:
             run_ids = [new_id() for _ in range(count)]
             cpu0 = (cpu_s(hub.pid), cpu_s(box.pid), time.monotonic())
             client0 = cpu_s(os.getpid())  # this process sends the start commands
+            redis0 = server_cpu_s(self.server)
             t0 = time.time()
             await self.start_many(prefix, name, version, run_ids)
             await self.wait_idle(prefix, 300)
             wall = time.monotonic() - cpu0[2]
             client_cpu = cpu_s(os.getpid()) - client0
+            redis_cpu = server_cpu_s(self.server) - redis0
             hub_cpu, agents_cpu = cpu_s(hub.pid) - cpu0[0], cpu_s(box.pid) - cpu0[1]
             sampling.cancel()
             peak.append(rss_mb(hub.pid, "VmHWM"))
@@ -503,6 +505,7 @@ class Harness:
             "hub_us": hub_cpu / count * 1e6,
             "agents_us": agents_cpu / count * 1e6,
             "client_us": client_cpu / count * 1e6,
+            "redis_us": redis_cpu / count * 1e6,
         }
 
     # -- (d) ------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ each beside a baseline measured in the same run on the same (embedded) server.
 
 (c) and (d) show the ceiling the CPU they measured puts on their rate: every process's CPU
 per cue (or run) over all cores at 100%, or the busiest process alone on one core (one
-event loop each), whichever is lower; and, for a target, the CPU per unit over all
-processes that it would need.
+event loop each), whichever is lower; and, for a target, the CPU per unit it would need,
+in all processes together and in each.
 
 Every row issue 18 set a target for prints it with ok or MISSED (the TARGET_* constants).
 
@@ -291,8 +291,8 @@ def _ceiling_row(
     """What the machine's cores allow: every process's CPU per `unit` (the bench's own, which
     sends the starts, included) spread over all cores at 100%, and the busiest process alone
     on one core (each is one event loop). The lower of the two is the ceiling; beside it,
-    the share of it the measure reached and, for a target, the CPU per unit it would need
-    over all processes."""
+    the share of it the measure reached and, for a target, the CPU per unit it would need,
+    in all processes together and in each."""
     cores = os.cpu_count() or 1
     total_us = sum(per_unit_us.values())
     busiest = max(per_unit_us, key=lambda name: per_unit_us[name])

@@ -30,6 +30,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._table import print_table
+from bench.cues import direct_cuelist
 from hub.engine import inputs
 from hub.engine.base import CHUNK
 from hub.engine.core import Engine
@@ -47,16 +48,6 @@ from protocols.validation import load_cuelist
 RUN_ID = "bench-run"
 AGENT = "worker"
 BATCH = 64  # completions a step: what the router hands the engine at once
-
-
-def direct_plan(jobs: int) -> Plan:
-    ids = [f"J{i:05d}" for i in range(jobs)]
-    cues = "\n".join(
-        f"  - {{id: {cue}, target_agents: [{AGENT}], coordination: direct}}" for cue in ids
-    )
-    cuelist, version = load_cuelist(f"cuelist: direct-many\nstart: [{', '.join(ids)}]\n"
-                                    f"cues:\n{cues}\n")  # fmt: skip
-    return Plan.build(cuelist, version)
 
 
 def completions(assigns: list[Envelope]) -> list[Envelope]:
@@ -114,8 +105,8 @@ def one_round(plan: Plan, traced: bool) -> tuple[float, float]:
             inputs.handle(engine, msg)
         in_engine += time.perf_counter() - t0
         written()
-    run = engine.runs.get(RUN_ID)
-    assert run is None or run.status.done, "the run did not finish"
+    run = engine.runs[RUN_ID]
+    assert len(assigns) == len(plan.cues) and run.status.done, "the run did not finish"
     if tracer is not None:
         tracer.shutdown()
     return in_engine, in_tracer
@@ -126,7 +117,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000, help="direct cues in the run")
     parser.add_argument("--repeat", type=int, default=7, help="rounds (off, then on)")
     args = parser.parse_args()
-    plan = direct_plan(args.jobs)
+    plan = Plan.build(*load_cuelist(direct_cuelist("direct-many", AGENT, args.jobs)))
     off: list[float] = []
     on: list[tuple[float, float]] = []
     gc.collect()

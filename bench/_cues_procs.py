@@ -12,6 +12,7 @@ import asyncio
 import cProfile
 import json
 import logging
+import os
 import time
 from functools import partial
 from typing import Any
@@ -53,6 +54,7 @@ def _profiled(main: Any, profile: str | None) -> None:
         run(main())
     finally:
         profiler.disable()
+        os.makedirs(os.path.dirname(profile) or ".", exist_ok=True)
         profiler.dump_stats(profile)
 
 

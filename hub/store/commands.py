@@ -13,7 +13,7 @@ from hub.store.layout import Op
 from protocols.batching import Coalescer
 from protocols.errors import TransportError
 from protocols.keys import Keys
-from protocols.transport import Pipeline, Storage
+from protocols.transport import Command, Storage
 
 GROUP = "engine"  # the consumer group the leading hub reads commands in
 FIELD = "c"  # the one stream field holding a command (JSON)
@@ -46,11 +46,9 @@ class CommandStore:
         await self._pushes(body)
 
     async def _push_many(self, bodies: list[bytes]) -> list[None]:
-        def build(pipe: Pipeline) -> None:
-            for body in bodies:
-                pipe.xadd(self.stream, {FIELD: body})
-
-        await self.db.pipeline("QUEUE COMMANDS", build)
+        await self.db.commands(
+            "QUEUE COMMANDS", [("XADD", self.stream, "*", FIELD, b) for b in bodies]
+        )
         return [None] * len(bodies)
 
     async def wait_answer(self, command_id: str, timeout_s: float) -> bytes | None:
@@ -115,35 +113,29 @@ class CommandStore:
         commands (`served_op`; `filed_ids`: the commands whose steps filed one) go with the
         entries: in their transaction, in their slot."""
 
-        def filed(pipe: Pipeline) -> None:
-            streams: set[str] = set()  # each asker's expires once a batch, after its answers
-            for command_id, asker, answer in answers:
-                if asker is None:
-                    pipe.rpush(self.keys.reply(command_id), answer)
-                    pipe.expire(self.keys.reply(command_id), REPLY_TTL_S)
-                    continue
-                stream = self.keys.answers(asker)
-                fields = {ANSWER_ID: command_id, ANSWER: answer}
-                pipe.xadd(stream, fields, maxlen=ANSWERS_MAXLEN, approximate=True)  # type: ignore[arg-type]
-                streams.add(stream)
-            for stream in streams:
-                pipe.expire(stream, REPLY_TTL_S)
-
-        served = [self.keys.served(i, self.partition) for i in filed_ids]
-
-        def done(pipe: Pipeline) -> None:
-            pipe.xack(self.stream, GROUP, *entry_ids)
-            pipe.xdel(self.stream, *entry_ids)
-            if served:
-                pipe.delete(*served)
-
-        def both(pipe: Pipeline) -> None:
-            filed(pipe)
-            done(pipe)
-
+        filed: list[Command] = []
+        streams: set[str] = set()  # each asker's expires once a batch, after its answers
+        for command_id, asker, answer in answers:
+            if asker is None:
+                reply = self.keys.reply(command_id)
+                filed += [("RPUSH", reply, answer), ("EXPIRE", reply, REPLY_TTL_S)]
+                continue
+            stream = self.keys.answers(asker)
+            filed.append((
+                "XADD", stream, "MAXLEN", "~", ANSWERS_MAXLEN, "*",
+                ANSWER_ID, command_id, ANSWER, answer,
+            ))  # fmt: skip
+            streams.add(stream)
+        filed += [("EXPIRE", stream, REPLY_TTL_S) for stream in streams]
+        done: list[Command] = [
+            ("XACK", self.stream, GROUP, *entry_ids),
+            ("XDEL", self.stream, *entry_ids),
+        ]
+        if filed_ids:
+            done.append(("DEL", *(self.keys.served(i, self.partition) for i in filed_ids)))
         if not self.db.is_cluster:
-            await self.db.pipeline("ANSWER COMMANDS", both, transaction=True)
+            await self.db.commands("ANSWER COMMANDS", [*filed, *done], transaction=True)
             return
-        if answers:
-            await self.db.pipeline("ANSWER COMMANDS", filed, transaction=True)
-        await self.db.pipeline("COMMANDS DONE", done, transaction=True)
+        if filed:
+            await self.db.commands("ANSWER COMMANDS", filed, transaction=True)
+        await self.db.commands("COMMANDS DONE", done, transaction=True)

@@ -43,10 +43,11 @@ class SlotTransaction:
         return record
 
     def groups(self) -> list[list[int]]:
-        """The indexes of the recorded commands, grouped by the slot of their key."""
+        """The indexes of the recorded commands, grouped by the slot of their key (the
+        first argument of a command method, the second word of `execute_command`'s)."""
         slots: dict[int, list[int]] = {}
-        for i, (_, args, _) in enumerate(self.commands):
-            key = args[0]
+        for i, (name, args, _) in enumerate(self.commands):
+            key = args[1] if name == "execute_command" else args[0]
             slots.setdefault(key_slot(key if isinstance(key, bytes) else str(key)), []).append(i)
         return list(slots.values())
 

@@ -137,13 +137,13 @@ async def test_commands_queued_at_once_go_in_one_round_trip_in_their_order(
     db = Storage(real_redis)
     store = CommandStore(db, keys)
     trips: list[str] = []
-    real_pipeline = db.pipeline
+    real_commands = db.commands
 
-    async def pipeline(op: str, *args: Any, **kwargs: Any) -> list[Any]:
+    async def commands(op: str, *args: Any, **kwargs: Any) -> list[Any]:
         trips.append(op)
-        return await real_pipeline(op, *args, **kwargs)
+        return await real_commands(op, *args, **kwargs)
 
-    monkeypatch.setattr(db, "pipeline", pipeline)
+    monkeypatch.setattr(db, "commands", commands)
     bodies = [f'{{"n": {i}}}'.encode() for i in range(20)]
     await asyncio.gather(*(store.push(body) for body in bodies))
     assert trips == ["QUEUE COMMANDS"]

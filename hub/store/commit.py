@@ -25,6 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
+import orjson
 from pydantic_core import to_json
 
 from hub.engine.escalations import OPEN, Escalation
@@ -41,6 +42,7 @@ from protocols.tracecontext import with_traceparent
 from protocols.transport import Storage
 
 EVENTS_MAXLEN = 5_000
+_EVENTS_MAXLEN = str(EVENTS_MAXLEN)  # as the XADD's word
 log = logging.getLogger(__name__)
 
 _COMMIT = (
@@ -63,10 +65,23 @@ end
 )
 
 
+# What orjson must hand back rather than write (it would not write it as pydantic does)
+_ORJSON_DEFERS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
 def _json(value: object) -> bytes:
     """A run event's or context entry's JSON, as the run's record is written: what JSON has
-    no number for (NaN, infinities a specialist sent) as null, anything else as its str."""
-    return to_json(value, fallback=str, inf_nan_mode="null")
+    no number for (NaN, infinities a specialist sent) as null, anything else as its str.
+
+    pydantic's `to_json` writes it; orjson first, for what it writes with the same bytes
+    (a step writes a few events a cue: 0.13 against 1.17 µs for a cue's event). What it
+    refuses or would write otherwise (a datetime, a dataclass, bytes, a set, an int past 64
+    bits, a key that is not a string, a model: tests/hub/test_event_json.py) goes to
+    pydantic whole."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_DEFERS)
+    except TypeError:  # orjson.JSONEncodeError too
+        return to_json(value, fallback=str, inf_nan_mode="null")
 
 
 def _slot_held(keys: Keys, esc: Escalation, engine: EngineState) -> list[Op]:
@@ -175,11 +190,12 @@ class FencedCommit:
                     data = with_traceparent(data, traceparent)
                 encoded[id(message)] = data
             ops.append(["XADD", stream, "*", STREAM_FIELD, data])
+        streams: dict[
+            str, str
+        ] = {}  # run id -> its events stream (a step's events come run by run)
         for run_id, event in out.events:
-            ops.append([
-                "XADD", keys.run_events(run_id), "MAXLEN", "~", str(EVENTS_MAXLEN), "*",
-                "e", _json(event),
-            ])  # fmt: skip
+            stream = streams.get(run_id) or streams.setdefault(run_id, keys.run_events(run_id))
+            ops.append(["XADD", stream, "MAXLEN", "~", _EVENTS_MAXLEN, "*", "e", _json(event)])
         for esc in out.escalations.values():
             ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])

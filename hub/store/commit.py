@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from pydantic_core import to_json
@@ -42,7 +42,7 @@ from protocols.tracecontext import with_traceparent
 from protocols.transport import Storage
 
 EVENTS_MAXLEN = 5_000
-_EVENTS_MAXLEN = str(EVENTS_MAXLEN)  # as the XADD's word
+_EVENTS_MAXLEN = str(EVENTS_MAXLEN)  # as the XADDS word
 log = logging.getLogger(__name__)
 
 _COMMIT = (
@@ -180,7 +180,10 @@ class FencedCommit:
                 ops.append(["SADD", keys.active_runs(self.partition), run_id])
             lifetimes.extend(self._lifetime(run_id, run.status.done, run_id in out.reopened))
             ops.append(["ZADD", keys.all_runs, "NX", str(run.created_at), run_id])
-        encoded: dict[int, bytes] = {}  # a message to several inboxes is encoded once
+        # A stream's entries of the step go as one XADDS (hub.store.ops), in their order: a
+        # message's copies to its targets' inboxes encoded once, each run's events together
+        appends: dict[str, list[Any]] = {}
+        encoded: dict[int, bytes] = {}
         traced = out.traceparents
         for stream, message in out.messages:
             data = encoded.get(id(message))
@@ -189,13 +192,18 @@ class FencedCommit:
                 if traced and (traceparent := traced.get(id(message))) is not None:
                     data = with_traceparent(data, traceparent)
                 encoded[id(message)] = data
-            ops.append(["XADD", stream, "*", STREAM_FIELD, data])
-        streams: dict[
-            str, str
-        ] = {}  # run id -> its events stream (a step's events come run by run)
+            op = appends.get(stream)
+            if op is None:
+                op = appends[stream] = ["XADDS", stream, "", STREAM_FIELD]
+                ops.append(op)
+            op.append(data)
+        events: dict[str, list[Any]] = {}  # run id -> the XADDS of its events
         for run_id, event in out.events:
-            stream = streams.get(run_id) or streams.setdefault(run_id, keys.run_events(run_id))
-            ops.append(["XADD", stream, "MAXLEN", "~", _EVENTS_MAXLEN, "*", "e", _json(event)])
+            op = events.get(run_id)
+            if op is None:
+                op = events[run_id] = ["XADDS", keys.run_events(run_id), _EVENTS_MAXLEN, "e"]
+                ops.append(op)
+            op.append(_json(event))
         for esc in out.escalations.values():
             ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])

@@ -15,17 +15,17 @@ from protocols.keys import key_slot
 COMMIT_RETRY_S = 10.0  # a commit (any of its scripts) is retried this long on a lost link
 # a commit's id outlives every retry of it (they all fall within COMMIT_RETRY_S)
 COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
-# The commands an operation may be: each takes exactly one key, its second word.
+# The commands an operation may be: each takes exactly one key, its second word. XADDS is
+# callboard's: many entries of one field appended to one stream, in order, as `XADDS key
+# maxlen field value...` (`maxlen` "" for none, else trimmed as MAXLEN ~), the words a
+# step's messages to one stream or a run's events would take once each, written once.
 SINGLE_KEY = frozenset(
-    {"HSET", "SADD", "SREM", "ZADD", "XADD", "XACK", "SET", "DEL", "PEXPIRE", "PERSIST"}
+    {"HSET", "SADD", "SREM", "ZADD", "XADD", "XADDS", "XACK", "SET", "DEL", "PEXPIRE", "PERSIST"}
 )
-# Runs the operations in ARGV from ARGV[3] on (shared with the cluster's apply script).
+# Runs the operations in ARGV from ARGV[3] on (shared with the cluster's apply script). An
+# operation that fails (a pcall's error) names its key in the reply; the rest go on.
 OPS_LUA = """local i, last, done, names, named = 3, #ARGV, 0, {}, {}
-while i <= last do
-  local n = tonumber(ARGV[i])
-  local key = KEYS[tonumber(ARGV[i + 2])]
-  ARGV[i + 2] = key
-  local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
+local function tally(key, reply)
   if type(reply) == 'table' and reply.err then
     if not named[key] then
       named[key] = true
@@ -33,6 +33,23 @@ while i <= last do
     end
   else
     done = done + 1
+  end
+end
+while i <= last do
+  local n = tonumber(ARGV[i])
+  local key = KEYS[tonumber(ARGV[i + 2])]
+  if ARGV[i + 1] == 'XADDS' then
+    local maxlen, field = ARGV[i + 3], ARGV[i + 4]
+    for j = i + 5, i + n do
+      if maxlen == '' then
+        tally(key, redis.pcall('XADD', key, '*', field, ARGV[j]))
+      else
+        tally(key, redis.pcall('XADD', key, 'MAXLEN', '~', maxlen, '*', field, ARGV[j]))
+      end
+    end
+  else
+    ARGV[i + 2] = key
+    tally(key, redis.pcall(unpack(ARGV, i + 1, i + n)))
   end
   i = i + n + 1
 end

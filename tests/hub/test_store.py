@@ -55,6 +55,32 @@ async def test_commit_skips_a_stream_whose_ids_are_exhausted(real_redis: Any, ke
     assert await real_redis.xlen(fine) == 1 and await real_redis.xlen(blocked) == 1
 
 
+async def test_xadds_appends_a_steps_entries_to_one_stream_in_order(
+    real_redis: Any, keys: Keys
+) -> None:
+    """XADDS: many entries of one field, in their order, trimmed when asked; a stream that
+    cannot take them is named once and skipped, and the rest of the step lands."""
+    commit = FencedCommit(Storage(real_redis), keys)
+    await real_redis.set(keys.leader(), "hub-a:7")
+    inbox, events, blocked = keys.inbox("agent"), keys.run_events("r1"), keys.inbox("hostile")
+    await real_redis.xadd(blocked, {"m": "x"}, id="18446744073709551615-18446744073709551615")
+    for i in range(200):  # a full node of entries, so MAXLEN ~ has one to drop
+        await real_redis.xadd(events, {"e": f"old-{i}"})
+    ops: list[list[Any]] = [
+        ["XADDS", inbox, "", "m", "a", "b", "c"],
+        ["XADDS", blocked, "", "m", "d", "e"],
+        ["XADDS", events, "5", "e", "x", "y"],
+        ["SET", keys.paused, "after"],
+    ]
+    reply = await _script(commit, keys.commit("c1"), "hub-a:7", ops)
+    assert reply[0] == 6 and [k.decode() for k in reply[1:]] == [blocked]
+    assert [f[b"m"] for _, f in await real_redis.xrange(inbox)] == [b"a", b"b", b"c"]
+    assert await real_redis.xlen(blocked) == 1
+    kept = [f[b"e"] for _, f in await real_redis.xrange(events)]
+    assert kept[-2:] == [b"x", b"y"] and len(kept) < 202  # appended last, the oldest trimmed
+    assert await real_redis.get(keys.paused) == b"after"
+
+
 async def test_commit_under_oom_writes_nothing(
     real_redis: Any, keys: Keys, redis_server: Any
 ) -> None:

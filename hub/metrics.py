@@ -68,6 +68,15 @@ class Metrics:
             f"{COUNTER_LABELS_MAX} names seen; the rest as `other`)", ["counter"], registry=r,
         )  # fmt: skip
         self._counter_names: set[str] = set()
+        self._phases: dict[str, Any] = {}  # phase -> its child of `phase` (a few: Phase)
+
+    def phase_took(self, phase: str, seconds: float) -> None:
+        """A cue spent `seconds` in `phase`: observed on the phase's child, kept (finding
+        it by its label costs what the observation does, and a hub observes every cue)."""
+        child = self._phases.get(phase)
+        if child is None:
+            child = self._phases[phase] = self.phase.labels(phase)
+        child.observe(seconds)
 
     def usage(self, event: dict[str, Any]) -> None:
         """Count a `usage` event of a run (what one agent reported for one cue)."""

@@ -365,7 +365,7 @@ class Hub:
         phase, since_field, until_field = span
         since, until = getattr(cr, since_field), getattr(cr, until_field)
         if since is not None and until is not None and until >= since:
-            self.metrics.phase.labels(phase).observe(until - since)
+            self.metrics.phase_took(phase, until - since)
 
 
 async def _first(*events: asyncio.Event) -> None:

@@ -56,8 +56,9 @@ def _plan(model: type[BaseModel]) -> Changed | None:
 def _compile(names: list[str], nones: set[str], defaults: dict[str, Any]) -> Changed:
     """The function that keeps the fields pydantic's `exclude_defaults` keeps, in their
     order: a field whose default is None when it is not None, a required one always, any
-    other when it is not equal to its default. A __dict__ of other fields than these (an
-    extra, or one missing) raises KeyError."""
+    other when it is not equal to its default (a model by its type and fields, what its
+    `__eq__` compares, without the Python around it). A __dict__ of other fields than these
+    (an extra, or one missing) raises KeyError."""
     lines = [
         "def changed(values):",
         f"    if len(values) != {len(names)}:",
@@ -71,13 +72,30 @@ def _compile(names: list[str], nones: set[str], defaults: dict[str, Any]) -> Cha
             lines += [f"    v = values[{key}]", f"    if v is not None: out[{key}] = v"]
         elif defaults[name] is _REQUIRED:
             lines.append(f"    out[{key}] = values[{key}]")
+        elif _plain_model(default := defaults[name]):  # compared as pydantic's __eq__ does
+            scope[f"d{i}"], scope[f"t{i}"] = default.__dict__, type(default)
+            lines += [
+                f"    v = values[{key}]",
+                f"    if type(v) is not t{i} or v.__dict__ != d{i}: out[{key}] = v",
+            ]
         else:
-            scope[f"d{i}"] = defaults[name]
+            scope[f"d{i}"] = default
             lines += [f"    v = values[{key}]", f"    if v != d{i}: out[{key}] = v"]
     lines.append("    return out")
     exec("\n".join(lines), scope)  # the model's own field names (identifiers), as repr()
     made: Changed = scope["changed"]
     return made
+
+
+def _plain_model(value: Any) -> bool:
+    """Is `value` a model whose equality is its type's and its fields' (no private
+    attributes, no extras: pydantic's `__eq__` then compares just those)?"""
+    if not isinstance(value, BaseModel) or value.__pydantic_private__:
+        return False
+    return (
+        value.__pydantic_extra__ is None
+        and value.__dict__.keys() == type(value).model_fields.keys()
+    )
 
 
 _PLANS: dict[type[BaseModel], Changed] = {

@@ -183,6 +183,14 @@ class FencedCommit:
         # A stream's entries of the step go as one XADDS (hub.store.ops), in their order: a
         # message's copies to its targets' inboxes encoded once, each run's events together
         appends: dict[str, list[Any]] = {}
+
+        def append(stream: str, maxlen: str, field: str, value: bytes) -> None:
+            op = appends.get(stream)
+            if op is None:
+                op = appends[stream] = ["XADDS", stream, maxlen, field]
+                ops.append(op)
+            op.append(value)
+
         encoded: dict[int, bytes] = {}
         traced = out.traceparents
         for stream, message in out.messages:
@@ -192,18 +200,11 @@ class FencedCommit:
                 if traced and (traceparent := traced.get(id(message))) is not None:
                     data = with_traceparent(data, traceparent)
                 encoded[id(message)] = data
-            op = appends.get(stream)
-            if op is None:
-                op = appends[stream] = ["XADDS", stream, "", STREAM_FIELD]
-                ops.append(op)
-            op.append(data)
-        events: dict[str, list[Any]] = {}  # run id -> the XADDS of its events
+            append(stream, "", STREAM_FIELD, data)
+        streams: dict[str, str] = {}  # run id -> its events stream, named once a write
         for run_id, event in out.events:
-            op = events.get(run_id)
-            if op is None:
-                op = events[run_id] = ["XADDS", keys.run_events(run_id), _EVENTS_MAXLEN, "e"]
-                ops.append(op)
-            op.append(_json(event))
+            stream = streams.get(run_id) or streams.setdefault(run_id, keys.run_events(run_id))
+            append(stream, _EVENTS_MAXLEN, "e", _json(event))
         for esc in out.escalations.values():
             ops.append(["SET", keys.escalation(esc.id), esc.model_dump_json()])
             ops.append(["ZADD", keys.escalations, str(esc.created_at), esc.id])

@@ -33,7 +33,7 @@ _REQUIRED = object()  # a field with no default: always written
 Changed = Callable[[dict[str, Any]], dict[str, Any]]  # a model's __dict__ -> what differs
 
 
-def _plan(model: type[BaseModel]) -> Changed | None:
+def _changed_of(model: type[BaseModel]) -> Changed | None:
     """What differs from the model's defaults in an instance's fields, when they can be
     compared with as pydantic does (each default made once), else None."""
     nones: set[str] = set()
@@ -98,17 +98,17 @@ def _plain_model(value: Any) -> bool:
     )
 
 
-_PLANS: dict[type[BaseModel], Changed] = {
-    model: plan
+_CHANGED: dict[type[BaseModel], Changed] = {
+    model: changed
     for model in models_in(RunState)
     if writes_fields(model)
     and model.model_config.get("extra") != "allow"
-    and (plan := _plan(model)) is not None
+    and (changed := _changed_of(model)) is not None
 }
 
 
 def _nested(value: Any) -> Any:
-    changed = _PLANS.get(type(value))
+    changed = _CHANGED.get(type(value))
     if changed is None:
         raise TypeError(type(value).__name__)
     return changed(value.__dict__)
@@ -116,7 +116,7 @@ def _nested(value: Any) -> Any:
 
 def dump_changed(model: BaseModel, exclude: frozenset[str] = frozenset()) -> bytes:
     """`model.model_dump_json(exclude=exclude, exclude_defaults=True)`, as bytes."""
-    changed = _PLANS.get(type(model))
+    changed = _CHANGED.get(type(model))
     if changed is not None:
         try:
             fields = changed(model.__dict__)

@@ -23,6 +23,7 @@ from protocols.transport._client import (
     retry_transient,
 )
 from protocols.transport._errors import translated
+from protocols.transport._wire import Command, pipelined
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
 RECENT_REFUSAL_S = 10.0  # a write refused this recently is still the likely why
@@ -78,6 +79,13 @@ class Gateway:
         except (OutOfMemory, ReadOnly) as exc:
             self._refused = (time.monotonic(), exc)  # for `write_refusal`: what was seen
             raise
+
+    async def _pipelined(
+        self, op: str, commands: Sequence[Command], atomic: bool = False
+    ) -> list[Any]:
+        """Commands given as their words in one write, their replies raw (inside MULTI/EXEC
+        when `atomic`): transport._wire's lean path, through `_call`."""
+        return await self._call(op, lambda: pipelined(self._client, commands, atomic=atomic))
 
     async def ping(self) -> bool:
         """True when the server answers (no retry: a health check wants the truth now)."""

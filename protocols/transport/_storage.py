@@ -21,7 +21,7 @@ from protocols.transport._client import Redis, _bytes, _stream_replies, _text
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._gateway import Gateway, Script
 from protocols.transport._slots import SlotTransaction, by_slot, first_answers
-from protocols.transport._wire import Command, pipelined
+from protocols.transport._wire import Command
 
 Value = str | bytes | int | float
 # XREAD over many slots (a cluster): up to this many slots are raced as blocking reads
@@ -341,7 +341,7 @@ class Storage(Gateway):
                     pipe.execute_command(*words)
 
             return await self._call(op, lambda: self._multi_per_slot(queue, True))
-        return await self._call(op, lambda: pipelined(self._client, commands, atomic=transaction))
+        return await self._pipelined(op, commands, transaction)
 
     async def _multi_per_slot(
         self, build: Callable[[Pipeline], object], raise_on_error: bool

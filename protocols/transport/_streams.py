@@ -25,7 +25,7 @@ from protocols.transport._client import (
 from protocols.transport._errors import is_busy_group, translated
 from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
-from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean, pipelined
+from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean
 
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
 # What `reclaim` hands entries delivered too often to, with the reason for each.
@@ -61,7 +61,7 @@ class Transport(_Upkeep):
         return [_text(entry_id) for entry_id in replies[: len(items)]]
 
     async def _write(self, commands: Sequence[Command], atomic: bool) -> list[Any]:
-        return await self._call("XADD", lambda: pipelined(self._client, commands, atomic=atomic))
+        return await self._pipelined("XADD", commands, atomic)
 
     @staticmethod
     def writes(

@@ -152,7 +152,7 @@ class Router:
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if time.monotonic() - self._last_discover > DISCOVER_EVERY_S:
-                await self._write_deferred()
+                await self._caught_up()
                 await self.discover()
                 await self.transport.trim(self.keys.audit, maxlen=self.settings.audit_maxlen)
             if not self.streams:
@@ -160,7 +160,7 @@ class Router:
                     await asyncio.wait_for(stop.wait(), 0.2)
                 continue
             if time.monotonic() - self._last_claim > self.settings.claim_interval_ms / 1000:
-                await self._write_deferred()  # what it acknowledges is not claimed again
+                await self._caught_up()  # what they acknowledge is not claimed again
                 await self._reclaim()
             batch = await self.transport.read_group(
                 self.streams, self.group, self.consumer,
@@ -172,6 +172,11 @@ class Router:
                 raise failed
             if batch:
                 await self.process(batch, defer=True)
+        await self._caught_up()
+
+    async def _caught_up(self) -> None:
+        """Every write the router left for later has landed."""
+        await self.driver.caught_up()
         await self._write_deferred()
 
     def _ahead(self) -> WriteAhead | None:
@@ -323,11 +328,14 @@ class Router:
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
                 self.driver.tracer.received(engine_msgs, self.driver.engine)
-            await self.driver.step(step, quiet_may_wait=only_audit and not bad)
-        elif defer and self.transport.writes_ride_reads and (forwards or acked):
-            self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands
-            return
+            # deferred: the next batch is read and handled while Redis writes this one
+            await self.driver.step(step, quiet_may_wait=only_audit and not bad, behind=defer)
         else:
+            # forwards land after the step's write left behind: a sender's messages in order
+            await self.driver.caught_up()
+            if defer and self.transport.writes_ride_reads and (forwards or acked):
+                self._deferred = _Deferred(forwards, acked, seen)  # seen once it lands
+                return
             await self._forward(forwards, acked)
         self._written(seen)
 

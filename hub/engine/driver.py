@@ -82,6 +82,7 @@ class Driver:
         self._linger: asyncio.Task[None] | None = None
         self._quiet_since: float | None = None  # the oldest quiet step no write has taken
         self._linger_failed: BaseException | None = None
+        self._behind: asyncio.Task[None] | None = None  # a `behind` step's write in flight
         self._plans: dict[tuple[str, str], Plan] = {}
         self._rechecked = float("-inf")  # when cues waiting for an agent were last re-checked
         self._agents: Mapping[str, Candidate] = {}  # the newest online agents not yet seen
@@ -117,6 +118,7 @@ class Driver:
                 self._recheck.cancel()
                 self._recheck = None
             self._linger_failed, self._quiet_since = None, None
+            self._behind = None  # landed (the commit lock is held) or failed: read back below
             self.failed = None
             self.broken.clear()
             self.stale.clear()
@@ -193,7 +195,9 @@ class Driver:
             self._plans[key] = await asyncio.to_thread(Plan.build, cuelist, version)
         return self._plans[key]
 
-    async def step(self, fn: Callable[[Engine], R], quiet_may_wait: bool = False) -> R:
+    async def step(
+        self, fn: Callable[[Engine], R], quiet_may_wait: bool = False, behind: bool = False
+    ) -> R:
         """Run `fn` on the engine; return once what it produced is committed.
 
         Group commit: steps that arrive while a write is in flight are committed together
@@ -204,6 +208,11 @@ class Driver:
         that sends nothing and sets no deadline (an ack that leaves its cue waiting for
         others) returns at once and is written with the next step, or after LINGER_S:
         the rest of a phase's acks then go in one write instead of one write each.
+
+        With `behind` (the router's steps again) a step returns once the write before it
+        has landed and its own has started: its caller reads and handles the next input
+        while Redis runs this one's write. One write at most is left behind; its failure
+        ends the term (`broken`, `stale`) and is raised by the next `caught_up`.
         """
         if self._linger_failed is not None:  # a quiet step's write failed: say so now
             lingered, self._linger_failed = self._linger_failed, None
@@ -232,10 +241,22 @@ class Driver:
             if self._linger is None or self._linger.done():
                 self._linger = asyncio.create_task(self._linger_then_flush())
             return result
+        if behind and failure is None:
+            await self.caught_up()
+            self._behind = asyncio.create_task(self._flush(mine), name="write-behind")
+            self._behind.add_done_callback(_heard)  # raised by `caught_up`, or ends the term
+            return result
         await self._flush(mine)
         if failure is not None:
             raise failure
         return result
+
+    async def caught_up(self) -> None:
+        """Return once the write a `behind` step left has landed (raise if it failed). A
+        caller cancelled meanwhile leaves the write to go on: it is never cut short."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            await asyncio.shield(behind)
 
     async def _linger_then_flush(self) -> None:
         """Write what quiet steps left, LINGER_S after the oldest of them, until nothing is
@@ -395,6 +416,12 @@ class Driver:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
+
+
+def _heard(task: asyncio.Task[None]) -> None:
+    """A write left behind was heard of: its failure is `broken` or `stale` already."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _agents_online(engine: Engine, agents: Mapping[str, Candidate]) -> None:

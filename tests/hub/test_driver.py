@@ -20,6 +20,7 @@ from hub.store import CuelistStore, StateStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import make
+from protocols.errors import OutOfMemory, StaleLeader
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.states import ConflictStrategy, Severity
@@ -344,3 +345,53 @@ async def test_a_cause_again_after_a_failover_past_the_newest_loaded_counts_on_i
     await causes(new)
     found = [e for e in await new.store.escalations(20) if e.cause != "elsewhere"]
     assert sorted((e.id, e.count) for e in found) == sorted((e.id, 2) for e in first.values())
+
+
+async def test_a_step_left_behind_returns_as_its_write_starts_and_one_at_most_is_behind(
+    real_redis: Any, keys: Keys
+) -> None:
+    """The router's steps (`behind`): one returns once its write has started, so the next
+    input is read while Redis writes; the next such step returns only once that write has
+    landed, so the engine is never more than one write ahead of Redis."""
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    await driver.step(_ack("a"))
+    await driver.step(_ack("b"))
+    gate = asyncio.Event()
+    commits = _count_commits(driver.store, gate)
+    # completes the phase: STANDBY goes out; returns with its write held
+    await asyncio.wait_for(driver.step(_ack("c"), behind=True), 5)
+    await eventually(lambda: len(commits) == 1, 5, message="its write started")
+    assert driver.durable < driver.applied  # returned while its write is held
+    assert not await _target(driver.store, "c", "prepared")
+    second = asyncio.create_task(driver.step(_ack("a", standby=True), behind=True))
+    for _ in range(20):  # the step is applied at once, then waits for the write before it
+        await asyncio.sleep(0)
+    assert driver.engine.runs["r1"].cues["C"].targets["a"] == "ready"
+    assert not second.done() and len(commits) == 1
+    gate.set()
+    await second
+    await driver.caught_up()
+    assert driver.durable == driver.applied and len(commits) == 2
+    assert await _target(driver.store, "c", "prepared")
+    assert await _target(driver.store, "a", "ready")
+    assert await real_redis.xlen(keys.inbox("c")) == 2  # WARNING, then STANDBY
+
+
+async def test_a_write_left_behind_that_fails_ends_the_term(real_redis: Any, keys: Keys) -> None:
+    """Nobody awaits a write left behind as it fails: it ends the term (`broken`), the
+    next catch-up raises its error, and no later step builds on the engine it left."""
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+
+    async def refused(*args: Any) -> None:
+        raise OutOfMemory("OOM command not allowed when used memory > 'maxmemory'")
+
+    driver.store.commit = refused  # type: ignore[method-assign]
+    await driver.step(_ack("a"), behind=True)
+    await eventually(driver.broken.is_set, 5, message="the term ends")
+    with pytest.raises(OutOfMemory):
+        await driver.caught_up()
+    with pytest.raises(StaleLeader):
+        await driver.step(_ack("b"), behind=True)
+    assert not await _target(driver.store, "a", "prepared")

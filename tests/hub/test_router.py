@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -376,3 +377,85 @@ async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     await eventually(lambda: _pending_is(hub, "rosa", 0, after=1), 10)
     assert len(await _inbox(hub, "sven")) == 1
     assert isinstance(told[0][1], OutOfMemory)  # refused as it went ahead of a read
+
+
+async def _two_agent_cue(hub: Hub) -> tuple[str, Callable[[str, T], Envelope], Any]:
+    """A run whose one cue targets ana and ben (its WARNING sent): the run's id, a maker of
+    their acks, and whether Redis holds an agent in a state."""
+    cuelist = "cuelist: behind\ncues:\n  - {id: C, target_agents: [ana, ben], ack_timeout_s: 30}\n"
+    parsed, version = load_cuelist(cuelist)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), cuelist)
+    run_id = (await hub.driver.start_run("behind", version, "run-behind", {}, False)).run_id
+
+    def ack(agent: str, mt: T) -> Envelope:
+        body = p.AckWarning() if mt is T.ACK_WARNING else p.AckStandby()
+        return make(mt, body, from_agent=agent, run_id=run_id, cue_id="C")
+
+    async def stored(agent: str, state: str) -> bool:
+        found = await hub.store.run(run_id)
+        return found is not None and found.cues["C"].targets.get(agent) == state
+
+    return run_id, ack, stored
+
+
+async def test_the_next_batch_is_handled_while_the_last_ones_write_is_out(hub: Hub) -> None:
+    """The router reads and handles the next batch while Redis writes the last one; what a
+    batch caused is acknowledged in its own write, so an entry stays pending until its
+    effects are stored, and every effect lands once the write does."""
+    run_id, ack, stored = await _two_agent_cue(hub)
+    await _send(hub, "ana", ack("ana", T.ACK_WARNING))
+    await eventually(lambda: stored("ana", "prepared"), 10)
+    gate, writes = asyncio.Event(), []
+    commit = hub.driver.store.commit
+
+    async def held(*args: Any) -> None:
+        writes.append(args)
+        await gate.wait()
+        await commit(*args)
+
+    hub.driver.store.commit = held  # type: ignore[method-assign]
+    await _send(hub, "ben", ack("ben", T.ACK_WARNING))  # the phase is complete: STANDBY
+    await eventually(lambda: len(writes) == 1, 10, message="the STANDBY write is out")
+    await _send(hub, "ana", ack("ana", T.ACK_STANDBY))
+    cue = hub.driver.engine.runs[run_id].cues["C"]
+    await eventually(lambda: cue.targets["ana"] == "ready", 10, message="handled meanwhile")
+    assert await _pending_is(hub, "ben", 1, after=1)  # not acknowledged before it is stored
+    assert not await stored("ben", "prepared")
+    gate.set()
+    await eventually(lambda: _pending_is(hub, "ben", 0, after=1), 10)
+    await eventually(lambda: _pending_is(hub, "ana", 0, after=2), 10)
+    assert await stored("ben", "prepared") and await stored("ana", "ready")
+    standby = [m for m in await _inbox(hub, "ana") if m.message_type is T.COORD_STANDBY]
+    assert len(standby) == 1  # sent once
+    await hub.driver.step(lambda e: e.cancel(run_id))
+
+
+async def test_a_write_left_behind_refused_out_of_memory_loses_nothing(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis runs out of memory as the write of a batch the router has moved past goes
+    out: nobody awaits it, yet the term ends, and the next one reclaims the entry and
+    handles it once (the STANDBY it causes sent once, the ack stored and acknowledged)."""
+    run_id, ack, stored = await _two_agent_cue(hub)
+    await _send(hub, "ana", ack("ana", T.ACK_WARNING))
+    await eventually(lambda: stored("ana", "prepared"), 10)
+    restores: list[Callable[[], Awaitable[None]]] = []
+    commit = hub.driver.store.commit
+
+    async def out_of_memory_first(*args: Any) -> None:
+        hub.driver.store.commit = commit  # type: ignore[method-assign]
+        restores.append(await run_out_of_memory(hub.transport._client))
+        await commit(*args)
+
+    hub.driver.store.commit = out_of_memory_first  # type: ignore[method-assign]
+    await _send(hub, "ben", ack("ben", T.ACK_WARNING))
+    try:
+        await eventually(lambda: "a state write failed" in caplog.text, 10)
+    finally:
+        for restore in restores:
+            await restore()
+    await eventually(lambda: stored("ben", "prepared"), 15)
+    await eventually(lambda: _pending_is(hub, "ben", 0, after=1), 10)
+    standby = [m for m in await _inbox(hub, "ana") if m.message_type is T.COORD_STANDBY]
+    assert len(standby) == 1
+    await hub.driver.step(lambda e: e.cancel(run_id))

@@ -246,6 +246,10 @@ class Driver:
             self._behind = asyncio.create_task(self._flush(mine), name="write-behind")
             self._behind.add_done_callback(_heard)  # raised by `caught_up`, or ends the term
             return result
+        # Steps made ready beside this one (a batch of commands served at once) are applied
+        # before its write starts, and go in it: one write a batch, not one for the first
+        # step and another for the rest.
+        await asyncio.sleep(0)
         await self._flush(mine)
         if failure is not None:
             raise failure

@@ -395,3 +395,16 @@ async def test_a_write_left_behind_that_fails_ends_the_term(real_redis: Any, key
     with pytest.raises(StaleLeader):
         await driver.step(_ack("b"), behind=True)
     assert not await _target(driver.store, "a", "prepared")
+
+
+async def test_steps_made_ready_together_share_one_write(real_redis: Any, keys: Keys) -> None:
+    """A batch of commands is served at once (hub.commands.server): their steps, ready in
+    the same turn of the event loop, go in one fenced write, not the first step in a write
+    of its own and the rest in the next."""
+    driver = await _leading(real_redis, keys, THREE)
+    await driver.start_run("three", None, "r1", {}, False)
+    commits = _count_commits(driver.store)
+    await asyncio.gather(*(driver.step(_ack(agent)) for agent in ("a", "b", "c")))
+    assert len(commits) == 1
+    assert await _target(driver.store, "a", "prepared")
+    assert await real_redis.xlen(keys.inbox("c")) == 2  # the phase complete: STANDBY sent

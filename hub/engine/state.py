@@ -19,7 +19,16 @@ USAGE_IDS_KEPT = 32  # context writes reporting usage remembered per cue (see us
 MESSAGE_IDS_KEPT = 32  # messages counted against `messages` remembered per cue (message_ids)
 
 
-class CueRun(BaseModel):
+class Plain(BaseModel):
+    """A model whose fields the engine sets a score of times a cue: plain fields (no
+    validation on assignment, no private attributes, and nothing asks which fields were
+    set), so a field is set as any attribute is, without pydantic's dispatch per field (half
+    the time). mypy --strict keeps a misspelt name from adding an attribute."""
+
+    __setattr__ = object.__setattr__
+
+
+class CueRun(Plain):
     """One cue within one run."""
 
     state: CueState = CueState.PENDING
@@ -87,7 +96,7 @@ class CueRun(BaseModel):
 RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts...) and a count
 
 
-class RunRecord(BaseModel):
+class RunRecord(Plain):
     """The run record (timings, messages, escalations, errors), kept as the run goes. Its
     lists keep their first RECORD_LIST_MAX items and count the rest: the header is rewritten
     on every step of the run, so it must not grow with what anyone sends."""
@@ -111,7 +120,7 @@ class RunRecord(BaseModel):
             items.append(text[:1000])
 
 
-class RunState(BaseModel):
+class RunState(Plain):
     run_id: str
     cuelist: str
     version: str

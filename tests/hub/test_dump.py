@@ -118,3 +118,18 @@ def test_the_state_written_reads_back_equal() -> None:
     }
     assert b"cues" not in fields[HEADER.encode()]
     assert read_run(fields) == run
+
+
+@settings(max_examples=100, deadline=None)
+@given(cue=model_of(CueRun), run=model_of(RunState, skip=frozenset({"cues"})))
+def test_a_field_set_plainly_is_set_as_pydantic_sets_it(cue: CueRun, run: RunState) -> None:
+    """`Plain` models (the engine's state) skip pydantic's dispatch per field: each field
+    set on them holds, dumps and compares as one set through pydantic's own __setattr__."""
+    for drawn in (cue, run):
+        plain, twin = type(drawn).model_construct(), type(drawn).model_construct()
+        for name in type(drawn).model_fields:
+            value = getattr(drawn, name)
+            setattr(plain, name, value)
+            BaseModel.__setattr__(twin, name, value)
+        assert plain.__dict__ == twin.__dict__
+        assert plain == twin and ours(plain) == ours(twin)

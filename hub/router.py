@@ -233,8 +233,10 @@ class Router:
         self._claim_all = self._forgive = False
 
     async def process(self, batch: Sequence[Delivery], defer: bool = False) -> None:
-        """Route one batch. `defer`: a batch that only forwards leaves its writes for the
-        next read's round trip (`_ahead`), where the transport can send them so."""
+        """Route one batch. `defer` (the read loop's batches): a batch that only forwards
+        leaves its writes for the next read's round trip (`_ahead`), where the transport can
+        send them so; the step of one that the engine handles returns as its write starts
+        (`Driver.step`, `behind`), and the next batch is read while Redis runs it."""
         engine_msgs: list[Envelope] = []
         bad: list[Bad] = []
         rejects: list[tuple[Delivery, Envelope, str]] = []  # status.rejected to honour

@@ -93,3 +93,19 @@ async def run_out_of_memory(client: Any) -> Callable[[], Awaitable[None]]:
         await client.config_set("maxmemory-policy", policy)
 
     return restore
+
+
+def count_commits(store: Any, gate: asyncio.Event | None = None) -> list[float]:
+    """The start time (monotonic) of each fenced write `store` (a StateStore) makes from now
+    on; with `gate`, each write waits for it to be set before it goes out."""
+    commits: list[float] = []
+    real_commit = store.commit
+
+    async def counted(*args: Any) -> None:
+        commits.append(time.monotonic())
+        if gate is not None:
+            await gate.wait()
+        await real_commit(*args)
+
+    store.commit = counted
+    return commits

@@ -26,7 +26,7 @@ from protocols.messages import MessageType as T
 from protocols.states import ConflictStrategy, Severity
 from protocols.transport import Storage, connect
 from protocols.validation import load_cuelist
-from tests.helpers import eventually
+from tests.helpers import count_commits, eventually
 
 pytestmark = pytest.mark.redis
 LEASE = "hub-a:1"
@@ -137,21 +137,6 @@ def _ack(agent: str, standby: bool = False) -> Any:
     return lambda e: inputs.handle(e, msg)
 
 
-def _count_commits(store: StateStore, gate: asyncio.Event | None = None) -> list[float]:
-    """The start time (monotonic) of each commit from now on."""
-    commits: list[float] = []
-    real_commit = store.commit
-
-    async def counted(*args: Any) -> None:
-        commits.append(time.monotonic())
-        if gate is not None:
-            await gate.wait()
-        await real_commit(*args)
-
-    store.commit = counted  # type: ignore[method-assign]
-    return commits
-
-
 async def _target(store: StateStore, agent: str, state: str) -> bool:
     (run,) = await store.runs(["r1"])
     return run.cues["C"].targets.get(agent) == state
@@ -162,7 +147,7 @@ async def test_a_step_that_sends_nothing_shares_the_next_write(real_redis: Any, 
     later); it is written within LINGER_S, or with the next step that sends something."""
     driver = await _leading(real_redis, keys, THREE)
     await driver.start_run("three", None, "r1", {}, False)
-    commits = _count_commits(driver.store)
+    commits = count_commits(driver.store)
     await driver.step(_ack("a"), quiet_may_wait=True)
     assert commits == []  # returned at once: nothing to send
     await eventually(lambda: _target(driver.store, "a", "prepared"), 5, message="lingered")
@@ -179,7 +164,7 @@ async def test_a_quiet_step_during_the_lingering_write_is_written_too(
     driver = await _leading(real_redis, keys, THREE)
     await driver.start_run("three", None, "r1", {}, False)
     gate = asyncio.Event()
-    commits = _count_commits(driver.store, gate)
+    commits = count_commits(driver.store, gate)
     await driver.step(_ack("a"), quiet_may_wait=True)
     await eventually(lambda: len(commits) == 1, 5, message="the linger's write started")
     await driver.step(_ack("b"), quiet_may_wait=True)  # lands while that write is held
@@ -198,7 +183,7 @@ async def test_a_write_that_took_the_quiet_steps_ends_their_wait(
     monkeypatch.setattr(driver_module, "LINGER_S", 0.2)
     driver = await _leading(real_redis, keys, THREE)
     await driver.start_run("three", None, "r1", {}, False)
-    commits = _count_commits(driver.store)
+    commits = count_commits(driver.store)
     await driver.step(_ack("a"), quiet_may_wait=True)  # a's linger would end at t0 + 0.2
     await driver.step(_ack("b"), quiet_may_wait=True)
     await driver.step(_ack("c"), quiet_may_wait=True)  # STANDBY: one write, a's ack in it
@@ -358,7 +343,7 @@ async def test_a_step_left_behind_returns_as_its_write_starts_and_one_at_most_is
     await driver.step(_ack("a"))
     await driver.step(_ack("b"))
     gate = asyncio.Event()
-    commits = _count_commits(driver.store, gate)
+    commits = count_commits(driver.store, gate)
     # completes the phase: STANDBY goes out; returns with its write held
     await asyncio.wait_for(driver.step(_ack("c"), behind=True), 5)
     await eventually(lambda: len(commits) == 1, 5, message="its write started")
@@ -403,7 +388,7 @@ async def test_steps_made_ready_together_share_one_write(real_redis: Any, keys: 
     of its own and the rest in the next."""
     driver = await _leading(real_redis, keys, THREE)
     await driver.start_run("three", None, "r1", {}, False)
-    commits = _count_commits(driver.store)
+    commits = count_commits(driver.store)
     await asyncio.gather(*(driver.step(_ack(agent)) for agent in ("a", "b", "c")))
     assert len(commits) == 1
     assert await _target(driver.store, "a", "prepared")

@@ -20,7 +20,7 @@ from protocols.keys import STREAM_FIELD, Keys
 from protocols.messages import MessageType as T
 from protocols.transport import WriteAhead
 from protocols.validation import load_cuelist
-from tests.helpers import eventually, run_out_of_memory
+from tests.helpers import count_commits, eventually, run_out_of_memory
 
 pytestmark = pytest.mark.redis
 
@@ -405,15 +405,8 @@ async def test_the_next_batch_is_handled_while_the_last_ones_write_is_out(hub: H
     run_id, ack, stored = await _two_agent_cue(hub)
     await _send(hub, "ana", ack("ana", T.ACK_WARNING))
     await eventually(lambda: stored("ana", "prepared"), 10)
-    gate, writes = asyncio.Event(), []
-    commit = hub.driver.store.commit
-
-    async def held(*args: Any) -> None:
-        writes.append(args)
-        await gate.wait()
-        await commit(*args)
-
-    hub.driver.store.commit = held  # type: ignore[method-assign]
+    gate = asyncio.Event()
+    writes = count_commits(hub.driver.store, gate)
     await _send(hub, "ben", ack("ben", T.ACK_WARNING))  # the phase is complete: STANDBY
     await eventually(lambda: len(writes) == 1, 10, message="the STANDBY write is out")
     await _send(hub, "ana", ack("ana", T.ACK_STANDBY))
@@ -457,5 +450,30 @@ async def test_a_write_left_behind_refused_out_of_memory_loses_nothing(
     await eventually(lambda: stored("ben", "prepared"), 15)
     await eventually(lambda: _pending_is(hub, "ben", 0, after=1), 10)
     standby = [m for m in await _inbox(hub, "ana") if m.message_type is T.COORD_STANDBY]
+    assert len(standby) == 1
+    await hub.driver.step(lambda e: e.cancel(run_id))
+
+
+async def test_a_sender_replaying_its_message_while_the_write_is_out_is_handled_once(
+    hub: Hub,
+) -> None:
+    """A hostile (or retrying) specialist sends its ack again, same message id, while the
+    write of the first is still out: the copy is neither handled again nor acknowledged
+    before the first one's effects are stored; then it is acknowledged, and the STANDBY
+    the ack caused goes out once."""
+    run_id, ack, stored = await _two_agent_cue(hub)
+    await _send(hub, "ana", ack("ana", T.ACK_WARNING))
+    await eventually(lambda: stored("ana", "prepared"), 10)
+    gate = asyncio.Event()
+    writes = count_commits(hub.driver.store, gate)
+    first = ack("ben", T.ACK_WARNING)
+    await _send(hub, "ben", first)
+    await eventually(lambda: len(writes) == 1, 10, message="the first one's write is out")
+    await _send(hub, "ben", first)  # the same message again, in an entry of its own
+    await eventually(lambda: _pending_is(hub, "ben", 2, after=2), 10, message="copy read")
+    gate.set()
+    await eventually(lambda: stored("ben", "prepared"), 10)
+    await eventually(lambda: _pending_is(hub, "ben", 0, after=2), 15, message="copy acked")
+    standby = [m for m in await _inbox(hub, "ben") if m.message_type is T.COORD_STANDBY]
     assert len(standby) == 1
     await hub.driver.step(lambda e: e.cancel(run_id))

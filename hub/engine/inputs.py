@@ -122,7 +122,8 @@ def _context_usage(engine: Engine, run: RunState, cue_id: str, msg: Envelope) ->
 
 
 def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
-    waiting = sorted(a for a, s in cr.targets.items() if s is not _goal(cr.state))
+    goal = _goal(cr.state)  # once: a phase's every ack looks at every target
+    waiting = sorted([a for a, s in cr.targets.items() if s is not goal])
     if cr.state is CueState.WARNING:
         if waiting:
             engine.set_reason(run, cue_id, f"waiting for ack.warning from {', '.join(waiting)}")
@@ -155,11 +156,11 @@ def _no_handoff(engine: Engine, run: RunState, cue_id: str, to: str) -> None:
     engine.fail_attempt(run, cue_id, f"completed without the handoff to {to}{needs}", retry=False)
 
 
+_GOALS = {CueState.WARNING: TargetState.PREPARED, CueState.STANDBY: TargetState.READY}
+
+
 def _goal(state: CueState) -> TargetState:
-    return {
-        CueState.WARNING: TargetState.PREPARED,
-        CueState.STANDBY: TargetState.READY,
-    }.get(state, TargetState.COMPLETED)
+    return _GOALS.get(state, TargetState.COMPLETED)
 
 
 def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:

@@ -80,17 +80,29 @@ class CueRun(Plain):
     resolved: list[str] = Field(default_factory=list)
     past_targets: list[str] = Field(default_factory=list)
     awaiting: FiredBy | None = None
+    # the JSON bytes of what `result` keeps, all targets together (keep_result's total: a
+    # cue of N targets would otherwise measure every other target's result at each one's
+    # completion, N^2 encodings an attempt)
+    result_bytes: int = 0
 
     def keep_result(self, agent: str, value: Any) -> None:
         """Keep what `agent` returned (`Result(result=...)`) on the cue, bounded: it rides in
         the run's hash and its completion event. A result over RESULT_BYTES, or past
         RESULT_CUE_BYTES for the whole cue, is kept as its size and its first bytes."""
         raw = to_json(value, fallback=str)
-        others = sum(len(to_json(v, fallback=str)) for a, v in self.result.items() if a != agent)
+        if not self.result:  # a new attempt's results (its `result` was emptied)
+            self.result_bytes = 0
+        elif not self.result_bytes:  # kept before the total was (a hub of an older version)
+            self.result_bytes = sum(len(to_json(v, fallback=str)) for v in self.result.values())
+        others = self.result_bytes
+        if agent in self.result:
+            others -= len(to_json(self.result[agent], fallback=str))
         if len(raw) > RESULT_BYTES or others + len(raw) > RESULT_CUE_BYTES:
             head = raw[:RESULT_HEAD_BYTES].decode("utf-8", errors="replace")
             value = {"truncated": True, "bytes": len(raw), "head": head}
+            raw = to_json(value, fallback=str)
         self.result[agent] = value
+        self.result_bytes = others + len(raw)
 
 
 RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts...) and a count

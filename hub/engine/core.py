@@ -294,7 +294,7 @@ class Engine(
         cr.targets = {a: TargetState.WARNED for a in targets}
         cr.not_ready = {}
         cr.dead_replies = {}
-        cr.result, cr.result_bytes = {}, 0
+        cr.clear_results()
         cr.handoff_ok = False
         reason = "early warning: preparing while a predecessor runs" if cr.early else None
         self._set(run, cue_id, CueState.WARNING, reason or _missing(T.ACK_WARNING, cr))
@@ -334,7 +334,7 @@ class Engine(
         if assign:
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}
-            cr.result, cr.result_bytes = {}, 0
+            cr.clear_results()
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
         now = self.clock()

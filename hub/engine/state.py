@@ -90,9 +90,7 @@ class CueRun(Plain):
         the run's hash and its completion event. A result over RESULT_BYTES, or past
         RESULT_CUE_BYTES for the whole cue, is kept as its size and its first bytes."""
         raw = to_json(value, fallback=str)
-        if not self.result:  # a new attempt's results (its `result` was emptied)
-            self.result_bytes = 0
-        elif not self.result_bytes:  # kept before the total was (a hub of an older version)
+        if self.result and not self.result_bytes:  # kept by a hub before the total was
             self.result_bytes = sum(len(to_json(v, fallback=str)) for v in self.result.values())
         others = self.result_bytes
         if agent in self.result:
@@ -103,6 +101,10 @@ class CueRun(Plain):
             raw = to_json(value, fallback=str)
         self.result[agent] = value
         self.result_bytes = others + len(raw)
+
+    def clear_results(self) -> None:
+        """A new attempt: none of its targets' results yet."""
+        self.result, self.result_bytes = {}, 0
 
 
 RECORD_LIST_MAX = 20  # a run record keeps the first N errors (waits, conflicts...) and a count

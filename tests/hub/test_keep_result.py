@@ -53,7 +53,8 @@ def test_the_running_total_keeps_what_measuring_every_result_kept(ops: list[Any]
             cue.keep_result(agent, value)
             measured_all(expected, agent, value)
         elif op == "new attempt":  # as the engine's fire and go do
-            cue.result, cue.result_bytes, expected = {}, 0, {}
+            cue.clear_results()
+            expected = {}
         elif op == "read back":
             cue = CueRun.model_validate_json(cue.model_dump_json())
         else:

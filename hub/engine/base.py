@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from hub.engine.escalations import Escalation, EscalationBook
@@ -36,6 +37,9 @@ MOVING = frozenset({CueState.PENDING, *ACTIVE})  # cues that move on without an 
 # Cues one step evaluates of a run that is starting, or of the successors a completed cue
 # releases: the rest wait in the backlog for later steps, so no step holds the loop long.
 CHUNK = 256
+# Names a cue's reason lists (the rest counted): a wide cue's reason, written with each of
+# its steps and shown on the desk, stays a line long
+REASON_NAMES = 8
 PAUSED = "GO paused: "  # how a cue whose GO a pause (or a spent budget) holds back says so
 
 
@@ -335,14 +339,22 @@ def _all(cr: CueRun, state: TargetState) -> bool:
     return bool(cr.targets) and all(s is state for s in cr.targets.values())
 
 
+def named(names: Collection[str], in_order: bool = False) -> str:
+    """`names` as a reason lists them: the REASON_NAMES first in sorted order (or, with
+    `in_order`, as given), then how many more."""
+    shown = list(itertools.islice(names if in_order else sorted(names), REASON_NAMES))
+    more = len(names) - len(shown)
+    return f"{', '.join(shown)} and {more} more" if more else ", ".join(shown)
+
+
 def _missing(what: T, cr: CueRun) -> str:
-    return f"waiting for {what.value} from {', '.join(sorted(cr.targets))}"
+    return f"waiting for {what.value} from {named(cr.targets)}"
 
 
 def _waiting_reason(preds: list[str], flags: list[str]) -> str:
     parts = []
     if preds:
-        parts.append("predecessors " + ", ".join(preds))
+        parts.append("predecessors " + named(preds, in_order=True))
     if flags:
-        parts.append("conditions " + ", ".join(flags))
+        parts.append("conditions " + named(flags, in_order=True))
     return "waiting for " + " and ".join(parts)

@@ -9,6 +9,7 @@ A late reply (for an attempt, a cue or a run that already ended) is only counted
 from __future__ import annotations
 
 from hub.engine import guard
+from hub.engine.base import named
 from hub.engine.budgets import BUDGET, usage_in_context
 from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, DEBUG, Timer
@@ -123,10 +124,10 @@ def _context_usage(engine: Engine, run: RunState, cue_id: str, msg: Envelope) ->
 
 def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
     goal = _goal(cr.state)  # once: a phase's every ack looks at every target
-    waiting = sorted([a for a, s in cr.targets.items() if s is not goal])
+    waiting = [a for a, s in cr.targets.items() if s is not goal]
     if cr.state is CueState.WARNING:
         if waiting:
-            engine.set_reason(run, cue_id, f"waiting for ack.warning from {', '.join(waiting)}")
+            engine.set_reason(run, cue_id, f"waiting for ack.warning from {named(waiting)}")
         elif cr.early:
             engine.clear_deadline(cr)
             engine.set_reason(run, cue_id, "prepared: waiting for its predecessor to complete")
@@ -134,13 +135,13 @@ def _advance(engine: Engine, run: RunState, cue_id: str, cr: CueRun) -> None:
             engine.to_standby(run, cue_id)
     elif cr.state is CueState.STANDBY:
         if waiting:
-            engine.set_reason(run, cue_id, f"waiting for ack.standby from {', '.join(waiting)}")
+            engine.set_reason(run, cue_id, f"waiting for ack.standby from {named(waiting)}")
         else:
             engine.go(run, cue_id)
     elif cr.state is CueState.GO:
         cue = engine.plans[run.run_id].cues[cue_id]
         if waiting:
-            why = f"waiting for status.completed from {', '.join(waiting)}"
+            why = f"waiting for status.completed from {named(waiting)}"
             engine.set_reason(run, cue_id, why)
         elif cue.handoff and not cr.handoff_ok:
             _no_handoff(engine, run, cue_id, cue.handoff.to)

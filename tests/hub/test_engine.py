@@ -392,6 +392,35 @@ def test_every_change_of_a_reason_is_an_event() -> None:
     ]
 
 
+def test_a_wide_cues_reason_names_the_first_few_it_waits_for_and_counts_the_rest() -> None:
+    """A reason is written with each step of its cue and shown on the desk: one of a cue
+    of twelve targets names eight (in sorted order) and counts the others."""
+    agents = [f"agent-{i:02d}" for i in reversed(range(12))]
+    sim = Sim(plan_of(f"cuelist: w\ncues:\n  - {{id: A, target_agents: [{', '.join(agents)}]}}\n"))
+    sim.start()
+    first = ", ".join(f"agent-{i:02d}" for i in range(8))
+    assert sim.cue("A").reason == f"waiting for ack.warning from {first} and 4 more"
+    for i in range(3):
+        sim.ack_warning(f"agent-{i:02d}", "A")
+    shown = ", ".join(f"agent-{i:02d}" for i in range(3, 11))
+    assert sim.cue("A").reason == f"waiting for ack.warning from {shown} and 1 more"
+    for i in range(3, 11):
+        sim.ack_warning(f"agent-{i:02d}", "A")
+    assert sim.cue("A").reason == "waiting for ack.warning from agent-11"  # none more
+
+
+def test_a_cue_waiting_on_many_predecessors_names_the_first_few_in_order() -> None:
+    cues = [
+        f"  - {{id: P{i}, target_agents: [a], manual: true}}" for i in (3, 1, 2, 9, 8, 7, 6, 5, 4)
+    ]
+    preds = ", ".join(f"P{i}" for i in (3, 1, 2, 9, 8, 7, 6, 5, 4))
+    cues.append(f"  - {{id: Z, target_agents: [a], depends_on: [{preds}]}}")
+    sim = Sim(plan_of("cuelist: many\ncues:\n" + "\n".join(cues) + "\n"))
+    sim.start()
+    shown = ", ".join(f"P{i}" for i in (3, 1, 2, 9, 8, 7, 6, 5))
+    assert sim.cue("Z").reason == f"waiting for predecessors {shown} and 1 more"
+
+
 WIDE = """
 cuelist: wide
 start: [E1, E2, E3, E4, E5]

@@ -242,6 +242,21 @@ class EngineBase(ABC):
         if cue_id is not None:
             self.out.dirty_cues.add((run.run_id, cue_id))
 
+    def hold_handoff(self, run: RunState, receiver: str, context: dict[str, Any]) -> None:
+        """Keep a handoff's context for the receiver's next GO (the last one, when two come)."""
+        run.handoffs[receiver] = context
+        self.out.handoffs.add((run.run_id, receiver))
+        self.mark_dirty(run)
+
+    def give_handoff(self, run: RunState, receiver: str) -> dict[str, Any]:
+        """The handoff context held for the receiver, given once (none: empty)."""
+        context = run.handoffs.pop(receiver, None)
+        if context is None:
+            return {}
+        self.out.handoffs.add((run.run_id, receiver))
+        self.mark_dirty(run)
+        return context
+
     def _run(self, run_id: str) -> RunState:
         run = self.runs.get(run_id)
         if run is None:

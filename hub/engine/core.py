@@ -343,7 +343,7 @@ class Engine(
         cr.go_at = now
         context: dict[str, Any] = {}
         for agent in self.targets_of(run, cue_id):
-            context.update(run.handoffs.pop(agent, {}))
+            context.update(self.give_handoff(run, agent))
         cr.go_context = context
         self._set(run, cue_id, CueState.GO, _missing(T.STATUS_COMPLETED, cr))
         self._deadline(run, cue_id, Phase.GO, cue.go_timeout_s)

@@ -199,7 +199,7 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
         return
     cr.handoff_ok = True
     engine.mark_dirty(run, cue_id)
-    run.handoffs[body.to_agent] = body.handoff_context.model_dump(mode="json")
+    engine.hold_handoff(run, body.to_agent, body.handoff_context.model_dump(mode="json"))
     forwarded = msg.model_copy(update={"target_agents": (body.to_agent,)})
     engine.out.messages.append((engine.keys.inbox(body.to_agent), forwarded))
     engine.record_event(run, "handoff", cue=cue_id, to=body.to_agent)

@@ -30,6 +30,8 @@ class Outbox:
     escalations: dict[str, Escalation] = field(default_factory=dict)
     context: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     owners: list[tuple[str, str]] = field(default_factory=list)  # (run id, context key) owned
+    # (run id, receiver) whose pending handoff context was held or given (hub.store.layout)
+    handoffs: set[tuple[str, str]] = field(default_factory=set)
     dirty: set[str] = field(default_factory=set)  # run ids whose header changed
     dirty_cues: set[tuple[str, str]] = field(default_factory=set)  # (run id, cue id) changed
     fresh: set[str] = field(default_factory=set)  # runs whose whole layout must be written

@@ -33,7 +33,7 @@ from hub.engine.outbox import Outbox
 from hub.engine.resources import ResourceBook
 from hub.engine.state import RunState
 from hub.store.journal import JournaledCommit
-from hub.store.layout import Op, escalation_field, owner_fields, run_fields
+from hub.store.layout import Op, escalation_field, handoff_fields, owner_fields, run_fields
 from hub.store.ops import COMMIT_ID_TTL_MS, COMMIT_RETRY_S, OPS_LUA, flat
 from protocols.codec import encode
 from protocols.ids import new_id
@@ -217,6 +217,12 @@ class FencedCommit:
         for run_id, context_keys in owned.items():
             if (run := engine.runs.get(run_id)) is not None:
                 ops.extend(owner_fields(keys.run(run_id), run, context_keys))
+        held: dict[str, list[str]] = {}
+        for run_id, receiver in sorted(out.handoffs):
+            held.setdefault(run_id, []).append(receiver)
+        for run_id, receivers in held.items():
+            if (run := engine.runs.get(run_id)) is not None:
+                ops.extend(handoff_fields(keys.run(run_id), run, receivers))
         ops.extend(out.raw)
         if out.resources_changed:
             ops.append(

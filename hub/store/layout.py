@@ -3,7 +3,10 @@
 A step writes only the header and the cues it touched, so a 10,000-cue run costs what it
 changed; the order (which never changes) is written when the run is new or adopted. The
 hash also names every escalation raised in the run (a field each, written with it), so a
-new leader finds each one's dedup slot however many newer escalations there are.
+new leader finds each one's dedup slot however many newer escalations there are. A handoff
+context held for its receiver's GO is a field of its own too, written when it comes and
+deleted when it is given: up to a message's size each, it would otherwise be written again
+with every step of the run.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from hub.store.dump import dump_changed
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
 OWNER = "w:"  # ...and one field per context key: the agent that wrote it (written once)
 ESCALATION = "x:"  # ...and one field per escalation raised in the run (its id; value unused)
+HANDOFF = "f:"  # ...and one field per receiver a handoff context waits for (the context)
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
-NOT_HEADER = frozenset({"cues", "context_owners"})  # a field each, written when changed
+NOT_HEADER = frozenset({"cues", "context_owners", "handoffs"})  # a field each, when changed
 
 
 def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
@@ -30,6 +34,8 @@ def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = Fa
     fields: list[Any] = [HEADER, dump_changed(run, NOT_HEADER)]
     if fresh:
         fields += [ORDER, json.dumps(list(run.cues))]
+        for receiver, context in run.handoffs.items():
+            fields += [HANDOFF + receiver, json.dumps(context)]
     for cue_id in cue_ids:
         fields += [CUE + cue_id, dump_changed(run.cues[cue_id])]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
@@ -41,6 +47,21 @@ def owner_fields(key: str, run: RunState, context_keys: Iterable[str]) -> list[O
     for context_key in context_keys:
         fields += [OWNER + context_key, run.context_owners[context_key]]
     return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+
+
+def handoff_fields(key: str, run: RunState, receivers: Iterable[str]) -> list[Op]:
+    """The fields of these receivers' handoff contexts: set while one is held, else gone."""
+    held: list[Any] = []
+    given: list[str] = []
+    for receiver in receivers:
+        context = run.handoffs.get(receiver)
+        if context is None:
+            given.append(HANDOFF + receiver)
+        else:
+            held += [HANDOFF + receiver, json.dumps(context)]
+    ops = [["HSET", key, *held[i : i + HSET_CHUNK]] for i in range(0, len(held), HSET_CHUNK)]
+    step = HSET_CHUNK // 2
+    return ops + [["HDEL", key, *given[i : i + step]] for i in range(0, len(given), step)]
 
 
 def escalation_field(esc_id: str) -> str:
@@ -63,8 +84,10 @@ def read_run(fields: dict[bytes, bytes]) -> RunState | None:
     for cue_id in json.loads(fields.get(ORDER.encode(), b"[]")):
         raw = fields.get((CUE + cue_id).encode())
         run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()
-    owner = OWNER.encode()
+    owner, handoff = OWNER.encode(), HANDOFF.encode()
     for name, value in fields.items():
         if name.startswith(owner):
             run.context_owners[name[len(owner) :].decode()] = value.decode()
+        elif name.startswith(handoff):  # (an older hub kept them in the header)
+            run.handoffs[name[len(handoff) :].decode()] = json.loads(value)
     return run

@@ -20,8 +20,9 @@ COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
 # maxlen field value...` (`maxlen` "" for none, else trimmed as MAXLEN ~), the words a
 # step's messages to one stream or a run's events would take once each, written once.
 SINGLE_KEY = frozenset(
-    {"HSET", "SADD", "SREM", "ZADD", "XADD", "XADDS", "XACK", "SET", "DEL", "PEXPIRE", "PERSIST"}
-)
+    {"HSET", "HDEL", "SADD", "SREM", "ZADD", "XADD", "XADDS", "XACK", "SET", "DEL", "PEXPIRE",
+     "PERSIST"}
+)  # fmt: skip
 # Runs the operations in ARGV from ARGV[3] on (shared with the cluster's apply script). An
 # operation that fails (a pcall's error) names its key in the reply; the rest go on.
 OPS_LUA = """local i, last, done, names, named = 3, #ARGV, 0, {}, {}

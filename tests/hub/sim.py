@@ -9,7 +9,7 @@ from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import CueRun, RunState
-from hub.store.layout import owner_fields, read_run, run_fields
+from hub.store.layout import handoff_fields, owner_fields, read_run, run_fields
 from protocols import payloads as p
 from protocols.codec import Envelope, make
 from protocols.keys import Keys
@@ -103,11 +103,18 @@ class Sim:
             cues = [c for r, c in out.dirty_cues if r == run_id]
             stored = self.persisted.setdefault(run_id, {})
             owned = [k for r, k in out.owners if r == run_id]
-            ops = run_fields("key", run, cues, run_id in out.fresh) + owner_fields(
-                "key", run, owned
+            held = sorted(to for r, to in out.handoffs if r == run_id)
+            ops = (
+                run_fields("key", run, cues, run_id in out.fresh)
+                + owner_fields("key", run, owned)
+                + handoff_fields("key", run, held)
             )
             for op in ops:
                 items = op[2:]
+                if op[0] == "HDEL":
+                    for name in items:
+                        stored.pop(_bytes(name), None)
+                    continue
                 pairs = zip(items[::2], items[1::2], strict=True)
                 stored.update((_bytes(k), _bytes(v)) for k, v in pairs)
         for run_id, run in self.engine.runs.items():

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from hub.engine.state import CueRun, RunState
 from hub.store.dump import dump_changed
-from hub.store.layout import HEADER, read_run, run_fields
+from hub.store.layout import HANDOFF, HEADER, handoff_fields, read_run, run_fields
 from tests.protocols.test_codec_orjson import odd_value
 
 
@@ -133,3 +133,29 @@ def test_a_field_set_plainly_is_set_as_pydantic_sets_it(cue: CueRun, run: RunSta
             BaseModel.__setattr__(twin, name, value)
         assert plain.__dict__ == twin.__dict__
         assert plain == twin and ours(plain) == ours(twin)
+
+
+def test_a_held_handoff_context_is_a_field_of_its_own_written_when_held_and_gone_when_given() -> (
+    None
+):
+    """Up to a message's size, it is not written again with every step of its run."""
+    run = RunState(run_id="r1", cuelist="c", version="v1", created_at=1.5)
+    run.handoffs = {"bob": {"code": "src/x.py"}}
+    [step] = run_fields("k", run, [])
+    assert step == ["HSET", "k", HEADER, step[3]] and b"src/x.py" not in step[3]
+    [fresh] = run_fields("k", run, [], fresh=True)  # a new or adopted run: all of it
+    assert dict(zip(fresh[2::2], fresh[3::2], strict=True))[HANDOFF + "bob"] == (
+        '{"code": "src/x.py"}'
+    )
+    assert handoff_fields("k", run, ["bob"]) == [["HSET", "k", "f:bob", '{"code": "src/x.py"}']]
+    run.handoffs.clear()
+    assert handoff_fields("k", run, ["bob"]) == [["HDEL", "k", "f:bob"]]
+
+
+def test_a_handoff_an_older_hub_kept_in_the_header_still_reads_back() -> None:
+    run = RunState(run_id="r1", cuelist="c", version="v1", created_at=1.5)
+    run.handoffs = {"bob": {"code": "src/x.py"}, "cat": {"n": 1}}
+    older = dump_changed(run, frozenset({"cues", "context_owners"}))
+    assert b"src/x.py" in older
+    fields = {HEADER.encode(): older, (HANDOFF + "cat").encode(): b'{"n": 2}'}
+    assert read_run(fields).handoffs == {"bob": {"code": "src/x.py"}, "cat": {"n": 2}}

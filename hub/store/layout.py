@@ -3,10 +3,10 @@
 A step writes only the header and the cues it touched, so a 10,000-cue run costs what it
 changed; the order (which never changes) is written when the run is new or adopted. The
 hash also names every escalation raised in the run (a field each, written with it), so a
-new leader finds each one's dedup slot however many newer escalations there are. A handoff
-context held for its receiver's GO is a field of its own too, written when it comes and
-deleted when it is given: up to a message's size each, it would otherwise be written again
-with every step of the run.
+new leader finds each one's dedup slot however many newer escalations there are. What can
+be as big as a request or a message has a field of its own, not written again with every
+step of the run: the run's params (which never change: written with the order) and each
+handoff context held for its receiver's GO (written when it comes, deleted when given).
 """
 
 from __future__ import annotations
@@ -15,25 +15,31 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic_core import to_json
+
 from hub.engine.state import CueRun, RunState
 from hub.store.dump import dump_changed
 
 HEADER, ORDER, CUE = "h", "o", "c:"  # a run's hash: header, cue order, one field per cue
+PARAMS = "p"  # ...the run's params, when it has any (written with the order)
 OWNER = "w:"  # ...and one field per context key: the agent that wrote it (written once)
 ESCALATION = "x:"  # ...and one field per escalation raised in the run (its id; value unused)
 HANDOFF = "f:"  # ...and one field per receiver a handoff context waits for (the context)
 HSET_CHUNK = 2_000  # field-value items per HSET: Lua's unpack() takes ~8,000 at most
 
 Op = list[Any]  # one Redis command as its words, its one key second: [name, key, ...]
-NOT_HEADER = frozenset({"cues", "context_owners", "handoffs"})  # a field each, when changed
+NOT_HEADER = frozenset({"cues", "context_owners", "handoffs", "params"})  # fields of their own
 
 
 def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = False) -> list[Op]:
     """HSET operations for a run: its header, and the named cues, one field each; `fresh`
-    (a new or adopted run) adds the cue order, which never changes."""
+    (a new or adopted run) adds what never changes (the cue order, the params) and the
+    handoff contexts held."""
     fields: list[Any] = [HEADER, dump_changed(run, NOT_HEADER)]
     if fresh:
         fields += [ORDER, json.dumps(list(run.cues))]
+        if run.params:
+            fields += [PARAMS, to_json(run.params)]
         for receiver, context in run.handoffs.items():
             fields += [HANDOFF + receiver, json.dumps(context)]
     for cue_id in cue_ids:
@@ -81,6 +87,9 @@ def read_run(fields: dict[bytes, bytes]) -> RunState | None:
     if header is None:
         return None
     run = RunState.model_validate_json(header)
+    params = fields.get(PARAMS.encode())
+    if params is not None:  # (an older hub kept them in the header)
+        run.params = json.loads(params)
     for cue_id in json.loads(fields.get(ORDER.encode(), b"[]")):
         raw = fields.get((CUE + cue_id).encode())
         run.cues[cue_id] = CueRun.model_validate_json(raw) if raw else CueRun()

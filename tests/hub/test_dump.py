@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from hub.engine.state import CueRun, RunState
 from hub.store.dump import dump_changed
-from hub.store.layout import HANDOFF, HEADER, handoff_fields, read_run, run_fields
+from hub.store.layout import HANDOFF, HEADER, PARAMS, handoff_fields, read_run, run_fields
 from tests.protocols.test_codec_orjson import odd_value
 
 
@@ -159,3 +159,23 @@ def test_a_handoff_an_older_hub_kept_in_the_header_still_reads_back() -> None:
     assert b"src/x.py" in older
     fields = {HEADER.encode(): older, (HANDOFF + "cat").encode(): b'{"n": 2}'}
     assert read_run(fields).handoffs == {"bob": {"code": "src/x.py"}, "cat": {"n": 2}}
+
+
+def test_a_runs_params_are_written_once_with_its_order_not_with_each_step() -> None:
+    run = RunState(run_id="r1", cuelist="c", version="v1", created_at=1.5)
+    run.params = {"doc": "y" * 1000, "n": 2**70}
+    [step] = run_fields("k", run, [])
+    assert step == ["HSET", "k", HEADER, step[3]] and b"yyy" not in step[3]
+    [fresh] = run_fields("k", run, [], fresh=True)
+    fields = {_b(k): _b(v) for k, v in zip(fresh[2::2], fresh[3::2], strict=True)}
+    assert PARAMS.encode() in fields and read_run(fields) == run
+    run.params = {}
+    [fresh] = run_fields("k", run, [], fresh=True)  # none: no field
+    assert PARAMS not in fresh[2::2]
+    older = RunState(run_id="r1", cuelist="c", version="v1", created_at=1.5, params={"n": 1})
+    header = dump_changed(older, frozenset({"cues", "context_owners", "handoffs"}))
+    assert read_run({HEADER.encode(): header}).params == {"n": 1}  # an older hub's header
+
+
+def _b(word: str | bytes) -> bytes:
+    return word if isinstance(word, bytes) else word.encode()

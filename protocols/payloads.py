@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from protocols.contracts import Contract
+from protocols.contracts import AgentRef, Contract
 from protocols.messages import MessageType
 from protocols.states import ConflictType, FiredBy, Phase, Severity
 
@@ -153,7 +153,7 @@ class HandoffContext(BaseModel):
 
 class TaskHandoff(Payload):
     from_agent: str
-    to_agent: str
+    to_agent: AgentRef  # an agent id: the hub forwards to its inbox (a key named after it)
     task_id: str
     attempt: int = Field(default=1, ge=1)
     handoff_context: HandoffContext = Field(default_factory=HandoffContext)

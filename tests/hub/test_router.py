@@ -144,6 +144,22 @@ async def test_handoff_against_registered_contracts(hub: Hub) -> None:
     assert "handoff_rejected" in dead[0]["reason"].decode()
 
 
+async def test_a_handoff_to_what_is_not_an_agent_id_is_dead_lettered(hub: Hub) -> None:
+    """The hub forwards a handoff to its receiver's inbox, a key named after it: a sender
+    with no contract (which limits its receivers) cannot have it make a key of any name."""
+    bad = encode(_handoff("henk", "gina", build_id="b-1")).replace(
+        b'"to_agent":"gina"', b'"to_agent":"Gina}:x"'
+    )
+    assert b"Gina}:x" in bad
+    await _send(hub, "henk", bad)
+    await _send(hub, "henk", _handoff("henk", "gina", build_id="b-2"))  # routing goes on
+    (forwarded,) = await eventually(lambda: _inbox(hub, "gina"), 10)
+    assert forwarded.payload.handoff_context.model_extra == {"build_id": "b-2"}  # type: ignore[attr-defined]
+    (dead,) = await eventually(lambda: _dead(hub), 10)
+    assert "to_agent" in dead["reason"].decode() and dead["raw"] == bad
+    assert not await hub.transport._client.keys(f"{hub.keys.prefix}*Gina*")
+
+
 async def _registered(hub: Hub, agent: str) -> bool:
     return any(a["agent"] == agent for a in await hub.registry.describe())
 

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from protocols import payloads as p
 from protocols.codec import ENVELOPES, decode, encode, make
 from protocols.errors import DecodeError, OversizedMessage, UnknownMessageType
+from protocols.keys import AGENT_ID_PATTERN
 from protocols.messages import MessageType
 
 text = st.text(min_size=1, max_size=12)
+agent_id = st.from_regex(AGENT_ID_PATTERN, fullmatch=True)
 json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_value = st.recursive(
     json_scalar,
@@ -47,7 +49,9 @@ def payload_strategy(mt: MessageType) -> st.SearchStrategy[p.Payload]:
             work_completed=st.lists(text, max_size=3),
             artifacts_produced=st.lists(st.builds(p.Artifact, path=text, hash=text), max_size=2),
         )
-        return st.builds(model, from_agent=text, to_agent=text, task_id=text, handoff_context=ctx)
+        return st.builds(
+            model, from_agent=text, to_agent=agent_id, task_id=text, handoff_context=ctx
+        )
     if model is p.TaskContext:
         return st.builds(model, key=text, **_json_fields(model))
     return st.builds(model, **_json_fields(model))
@@ -89,6 +93,12 @@ def test_reply_correlates() -> None:
         (b"{}", DecodeError, "missing message_type"),
         (b'{"message_type": "status.bogus", "payload": {}}', UnknownMessageType, "status.bogus"),
         (b'{"message_type": "coord.go", "payload": {}}', DecodeError, "payload.cue_id"),
+        (  # the hub forwards it to the inbox named after it: an agent id, or refused
+            b'{"message_type": "task.handoff", "payload": {"from_agent": "a", "to_agent": '
+            b'"B}:x", "task_id": "T"}}',
+            DecodeError,
+            "payload.to_agent",
+        ),
     ],
 )
 def test_bad_bytes_keep_raw_and_reason(raw: bytes, error: type[Exception], reason: str) -> None:

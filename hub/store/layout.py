@@ -41,10 +41,10 @@ def run_fields(key: str, run: RunState, cue_ids: Iterable[str], fresh: bool = Fa
         if run.params:
             fields += [PARAMS, to_json(run.params)]
         for receiver, context in run.handoffs.items():
-            fields += [HANDOFF + receiver, json.dumps(context)]
+            fields += [HANDOFF + receiver, to_json(context)]
     for cue_id in cue_ids:
         fields += [CUE + cue_id, dump_changed(run.cues[cue_id])]
-    return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+    return _chunked("HSET", key, fields)
 
 
 def owner_fields(key: str, run: RunState, context_keys: Iterable[str]) -> list[Op]:
@@ -52,7 +52,7 @@ def owner_fields(key: str, run: RunState, context_keys: Iterable[str]) -> list[O
     fields: list[Any] = []
     for context_key in context_keys:
         fields += [OWNER + context_key, run.context_owners[context_key]]
-    return [["HSET", key, *fields[i : i + HSET_CHUNK]] for i in range(0, len(fields), HSET_CHUNK)]
+    return _chunked("HSET", key, fields)
 
 
 def handoff_fields(key: str, run: RunState, receivers: Iterable[str]) -> list[Op]:
@@ -64,10 +64,14 @@ def handoff_fields(key: str, run: RunState, receivers: Iterable[str]) -> list[Op
         if context is None:
             given.append(HANDOFF + receiver)
         else:
-            held += [HANDOFF + receiver, json.dumps(context)]
-    ops = [["HSET", key, *held[i : i + HSET_CHUNK]] for i in range(0, len(held), HSET_CHUNK)]
-    step = HSET_CHUNK // 2
-    return ops + [["HDEL", key, *given[i : i + step]] for i in range(0, len(given), step)]
+            held += [HANDOFF + receiver, to_json(context)]
+    return _chunked("HSET", key, held) + _chunked("HDEL", key, given)
+
+
+def _chunked(command: str, key: str, words: list[Any]) -> list[Op]:
+    """`command key word...` over as many operations as Lua's unpack() takes the words in
+    (an even number each: HSET's field-value pairs stay together)."""
+    return [[command, key, *words[i : i + HSET_CHUNK]] for i in range(0, len(words), HSET_CHUNK)]
 
 
 def escalation_field(esc_id: str) -> str:

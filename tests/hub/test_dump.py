@@ -145,9 +145,9 @@ def test_a_held_handoff_context_is_a_field_of_its_own_written_when_held_and_gone
     assert step == ["HSET", "k", HEADER, step[3]] and b"src/x.py" not in step[3]
     [fresh] = run_fields("k", run, [], fresh=True)  # a new or adopted run: all of it
     assert dict(zip(fresh[2::2], fresh[3::2], strict=True))[HANDOFF + "bob"] == (
-        '{"code": "src/x.py"}'
+        b'{"code":"src/x.py"}'
     )
-    assert handoff_fields("k", run, ["bob"]) == [["HSET", "k", "f:bob", '{"code": "src/x.py"}']]
+    assert handoff_fields("k", run, ["bob"]) == [["HSET", "k", "f:bob", b'{"code":"src/x.py"}']]
     run.handoffs.clear()
     assert handoff_fields("k", run, ["bob"]) == [["HDEL", "k", "f:bob"]]
 

@@ -1,5 +1,6 @@
-"""A real hub running for a test, on the test's own key prefix (`running_hub`), and the API
-of a hub that leads nothing in front of it (`api_process`)."""
+"""A real hub running for a test, on the test's own key prefix (`running_hub`), a run of a
+cuelist's text started on it (`start`) and what an agent's inbox holds (`inbox`), and the
+API of a hub that leads nothing in front of it (`api_process`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import httpx
 
 from hub.api import create_app
 from hub.service import Hub, HubSettings
+from protocols.canonical import canonical_json
+from protocols.codec import Envelope, decode
+from protocols.keys import STREAM_FIELD
+from protocols.messages import MessageType
 from protocols.settings import Settings
+from protocols.validation import load_cuelist
 
 
 @contextlib.asynccontextmanager
@@ -30,6 +36,20 @@ async def running_hub(settings: Settings, lead: bool = True, **extra: Any) -> As
         stop.set()
         await asyncio.wait_for(task, 15)
         await hub.close()
+
+
+async def start(hub: Hub, text: str, run_id: str, params: dict[str, Any] | None = None) -> None:
+    """Store the cuelist `text` on the hub and start a run of it."""
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    await hub.driver.start_run(parsed.cuelist, version, run_id, params or {}, False)
+
+
+async def inbox(hub: Hub, agent: str, kind: MessageType | None = None) -> list[Envelope]:
+    """The messages in an agent's inbox (of one type, when given), oldest first."""
+    entries = await hub.transport._client.xrange(hub.keys.inbox(agent))
+    found = [decode(f[STREAM_FIELD.encode()]) for _, f in entries]
+    return [m for m in found if kind is None or m.message_type is kind]
 
 
 @contextlib.asynccontextmanager

@@ -7,16 +7,15 @@ from typing import Any
 
 import pytest
 
+from hub.service import Hub
 from hub.store.layout import HEADER, PARAMS
 from protocols import payloads as p
-from protocols.canonical import canonical_json
-from protocols.codec import decode, encode
+from protocols.codec import encode
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
-from protocols.validation import load_cuelist
 from tests.helpers import eventually
-from tests.hub.running import running_hub
+from tests.hub.running import inbox, running_hub, start
 
 pytestmark = pytest.mark.redis
 TWO = """
@@ -30,21 +29,14 @@ cues:
 async def test_a_runs_params_are_written_once_and_read_back(
     settings: Settings, real_redis: Any
 ) -> None:
-    parsed, version = load_cuelist(TWO)
     keys, client = settings.keys, real_redis
     params = {"doc": "y" * 200_000, "n": 3}
     async with running_hub(settings, lease_ms=1000) as hub:
-        await hub.cuelists.put(parsed, version, canonical_json(parsed), TWO)
-        await hub.driver.start_run("two", version, "run-big", params, False)
-
-        async def assigns() -> list[Any]:
-            entries = await client.xrange(keys.inbox("ann"))
-            return [decode(f[STREAM_FIELD.encode()]) for _, f in entries]
-
-        (task,) = await eventually(assigns, 10)
+        await start(hub, TWO, "run-big", params)
+        (task,) = await eventually(lambda: inbox(hub, "ann"), 10)
         done = task.reply(T.STATUS_COMPLETED, p.StatusCompleted(attempt=1))
         await client.xadd(keys.out("ann"), {STREAM_FIELD: encode(done)})
-        await eventually(lambda: _two(assigns), 10, message="B assigned")
+        await eventually(lambda: _second(hub), 10, message="B assigned")
         fields: dict[bytes, bytes] = await client.hgetall(keys.run("run-big"))
         assert len(fields[HEADER.encode()]) < 2_000  # the steps since the start left them out
         assert len(fields[PARAMS.encode()]) > 200_000
@@ -52,5 +44,5 @@ async def test_a_runs_params_are_written_once_and_read_back(
         assert run is not None and run.params == params
 
 
-async def _two(assigns: Any) -> bool:
-    return len(await assigns()) == 2
+async def _second(hub: Hub) -> bool:
+    return len(await inbox(hub, "ann")) == 2

@@ -6,7 +6,10 @@ hub's to write: the entry is read from that agent's OWN inbox by the id it names
 taken from the message (so no one can forge one), and dead-lettered once. Every sender has
 a budget of letters (a token bucket): the dead-letter stream is capped, and one sender's
 flood must not push everyone else's letters out of it. What is over the budget is still
-acknowledged and counted on the sender's protocol violation, just not copied.
+acknowledged and counted on the sender's protocol violation, just not copied. An entry
+rejected that calls its sender to a cue (a WARNING, STANDBY, GO or task.assign the hub
+wrote) is also handed back as a `Rejection`, so the attempt fails now (hub.engine.guard)
+rather than at its phase's timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +32,48 @@ SENDERS_KEPT = 10_000  # budgets and recent rejections remembered (LRU): memory 
 REJECTIONS_KEPT = 10_000
 MAX_DELIVERIES_SHOWN = 1_000_000_000  # a count beyond is a lie, and str() of a huge int raises
 HINT_FIELD_CHARS = 128  # run and cue ids are shorter (see the envelope's limits)
+REASON_CHARS = 500  # of a rejection's reason, in the failed attempt's error
+
+
+@dataclass
+class Rejection:
+    """A call the hub wrote to `sender`'s inbox (what its entry says), dead-lettered at the
+    sender's request: its attempt cannot go on with the sender."""
+
+    sender: str
+    message_type: str
+    run_id: str
+    cue_id: str
+    attempt: int
+    reason: str
+    letter_id: str | None = None  # the dead letter written (None: over the sender's budget)
+
+
+CALLS = frozenset({"coord.warning", "coord.standby", "coord.go", "task.assign"})
+
+
+def call_of(entry: Delivery) -> tuple[str, str, str, int] | None:
+    """(message type, run, cue, attempt) of an inbox entry that calls its agent to a cue: one
+    the hub wrote, so its fields are read whole however long it is (an entry past the
+    specialist's size limit is one reason to reject it), yet still checked."""
+    data: object
+    if entry.message is not None:
+        data = entry.message.model_dump(mode="json", include={"message_type", "run_id",
+                                                               "cue_id", "payload"})  # fmt: skip
+    else:
+        try:
+            data = json.loads(entry.raw)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(data, dict) or not isinstance(payload := data.get("payload"), dict):
+        return None
+    kind, run_id, cue_id = data.get("message_type"), data.get("run_id"), data.get("cue_id")
+    attempt = payload.get("attempt", 1)
+    if kind not in CALLS or not isinstance(run_id, str) or not isinstance(cue_id, str):
+        return None
+    if type(attempt) is not int or attempt < 1:
+        return None
+    return str(kind), run_id, cue_id, attempt
 
 
 @dataclass
@@ -93,11 +138,16 @@ class DeadLetters:
             b.letter_id = letter_id
             self.metrics.dead_letters.labels(b.cause).inc()
 
-    async def rejected(self, requests: list[tuple[Delivery, Envelope, str]]) -> list[Bad]:
+    async def rejected(
+        self, requests: list[tuple[Delivery, Envelope, str]]
+    ) -> tuple[list[Bad], list[Rejection]]:
         """Honour `status.rejected` (delivery, message, sender) requests: copy each named
         entry of the sender's own inbox to the dead letters. Returns the ones refused (an
-        id that is malformed or names no entry), as protocol violations."""
+        id that is malformed or names no entry), as protocol violations, and the calls to a
+        cue among the entries (see `Rejection`)."""
         refused: list[Bad] = []
+        calls: list[Rejection] = []
+        lettered: list[tuple[Rejection, int]] = []
         wanted: dict[str, list[tuple[Delivery, p.StatusRejected]]] = {}
         for d, msg, sender in requests:
             body = msg.body(p.StatusRejected)
@@ -119,14 +169,21 @@ class DeadLetters:
                 if not self._first_rejection(sender, body.entry_id):
                     continue  # named twice in this batch
                 entry.deliveries = min(body.deliveries, MAX_DELIVERIES_SHOWN)
+                call = call_of(entry)
+                if call is not None:
+                    calls.append(Rejection(sender, *call, reason=body.reason[:REASON_CHARS]))
                 if self.budgets.take(sender):
+                    if call is not None:  # its letter's id, once written (by position)
+                        lettered.append((calls[-1], len(letters)))
                     letters.append((entry, f"rejected by {sender}: {body.reason}", sender))
                 else:
                     self.metrics.dead_letters_over_budget.labels("rejected").inc()
-        await self.transport.dead_letter_many(letters, None)
+        written = await self.transport.dead_letter_many(letters, None)
+        for rejection, at in lettered:
+            rejection.letter_id = written[at] if at < len(written) else None
         for _ in letters:
             self.metrics.dead_letters.labels("rejected").inc()
-        return refused
+        return refused, calls
 
     def _within_budget(self, b: Bad) -> bool:
         if self.budgets.take(b.sender):

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from hub.dead import Bad, Budgets, DeadLetters
+from hub.dead import Bad, Budgets, DeadLetters, Rejection
 from hub.engine import guard, inputs
 from hub.engine.core import Engine
 from hub.engine.driver import Driver
@@ -317,21 +317,25 @@ class Router:
         # Dead letters first, then the step that escalates them and acknowledges the batch:
         # nothing is acknowledged before its dead letter is stored.
         await self.dead.write(bad)
-        bad += await self.dead.rejected(rejects)
+        refused, calls = await self.dead.rejected(rejects)
+        bad += refused
         await self.registry.save(to_save)
         if registry_changed:  # a cue waiting for a matching agent may fire now
             await self.agents_changed()
         acked = [d for d in batch if id(d) not in held] if held else batch
-        if engine_msgs or bad:
+        if engine_msgs or bad or calls:
             # one fenced write: the engine's effects, the forwards, the audit and the XACKs
             raw = [*_xadds(forwards), *ack_commands(acked, self.group)]
             ended = await self._ended_runs(engine_msgs)
-            step = partial(self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended)
+            step = partial(
+                self._apply, messages=engine_msgs, bad=bad, raw=raw, ended=ended, calls=calls
+            )
             only_audit = all(stream == self.keys.audit for stream, _ in forwards)
             if self.driver.tracer is not None:  # links to the senders' spans (hub.tracing)
                 self.driver.tracer.received(engine_msgs, self.driver.engine)
             # deferred: the next batch is read and handled while Redis writes this one
-            await self.driver.step(step, quiet_may_wait=only_audit and not bad, behind=defer)
+            quiet = only_audit and not bad and not calls
+            await self.driver.step(step, quiet_may_wait=quiet, behind=defer)
         else:
             # forwards land after the step's write left behind: a sender's messages in order
             await self.driver.caught_up()
@@ -396,7 +400,7 @@ class Router:
 
     def _apply(
         self, engine: Engine, messages: list[Envelope], bad: list[Bad], raw: list[list[Any]],
-        ended: Sequence[str] = (),
+        ended: Sequence[str] = (), calls: Sequence[Rejection] = (),
     ) -> None:  # fmt: skip
         engine.write_with_step(raw)
         engine.note_ended(ended)
@@ -405,6 +409,12 @@ class Router:
                 inputs.handle(engine, msg)
             else:
                 guard.specialist_escalation(engine, msg, self.max_severity)
+        for call in calls:  # after its sender's messages before it (a status.failed first)
+            guard.rejected_call(
+                engine, sender=call.sender, message_type=call.message_type, run_id=call.run_id,
+                cue_id=call.cue_id, attempt=call.attempt, reason=call.reason,
+                letter_id=call.letter_id,
+            )  # fmt: skip
         for b in bad:
             guard.refused_entry(
                 engine, kind=b.cause, sender=b.sender, detail=b.detail, stream=b.delivery.stream,

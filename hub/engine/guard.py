@@ -17,7 +17,7 @@ from hub.engine.state import RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.messages import MessageType as T
-from protocols.states import Severity
+from protocols.states import CueState, Severity
 
 # The kinds of protocol violation. The router's own: an entry it could not use.
 BAD_MESSAGE = "bad_message"  # not JSON, unknown type, bad payload, oversized, bad fields
@@ -233,3 +233,30 @@ def refused_entry(
     engine.record_event(run, "dead_letter", cue=cue_id, agent=sender, dead_letter=letter_id,
                         reason=detail[:200])  # fmt: skip
     violation(engine, run, cue_id, kind, sender, detail, stream=stream, entry_id=entry_id)
+
+
+# The cue state each call leaves its cue in until its targets answer
+_CALLED_IN = {
+    T.COORD_WARNING.value: CueState.WARNING, T.COORD_STANDBY.value: CueState.STANDBY,
+    T.COORD_GO.value: CueState.GO, T.TASK_ASSIGN.value: CueState.GO,
+}  # fmt: skip
+
+
+def rejected_call(
+    engine: Engine, *, sender: str, message_type: str, run_id: str, cue_id: str, attempt: int,
+    reason: str, letter_id: str | None,
+) -> None:  # fmt: skip
+    """A target dead-lettered (`status.rejected`) the call of the attempt its cue is in: it
+    will never answer it, so the attempt fails now, saying why, instead of at its phase's
+    timeout (a GO's is ten minutes by default). A call of an earlier attempt, one the cue is
+    past, or a sender that is not its target changes nothing: the dead letter is the record."""
+    run = engine.runs.get(run_id)
+    cr = run.cues.get(cue_id) if run is not None else None
+    if run is None or cr is None or cr.attempt != attempt:
+        return
+    if cr.state is not _CALLED_IN.get(message_type) or not is_target(engine, run, cue_id, sender):
+        return
+    where = f"dead letter {letter_id}" if letter_id else "not kept: over its sender's budget"
+    error = f"{sender} rejected its {message_type} ({where}): {reason}"
+    engine.stand_down(run, cue_id, error)
+    engine.fail_attempt(run, cue_id, error)

@@ -262,3 +262,33 @@ def test_what_a_target_sends_is_stored_as_json_whatever_its_numbers() -> None:
     assert [None, None, None, 10**30] in [
         r.get("scores") for v in values for r in (v.get("result") or {}).values()
     ]
+
+
+RETRIED = """
+cuelist: retried
+cues:
+  - {id: A, target_agents: [ann], coordination: direct, retries: 1}
+"""
+
+
+def test_only_a_targets_rejection_of_the_call_its_cue_is_in_fails_the_attempt() -> None:
+    sim = Sim(plan_of(RETRIED))
+    sim.start()
+    sim.fail("ann", "A")  # attempt 2 is assigned
+    assert sim.cue("A").attempt == 2 and sim.cue("A").state is CueState.GO
+
+    def reject(sender: str, kind: str, attempt: int) -> None:
+        guard.rejected_call(
+            sim.engine, sender=sender, message_type=kind, run_id="r1", cue_id="A",
+            attempt=attempt, reason="undecodable", letter_id="1-0",
+        )  # fmt: skip
+        sim._drain()
+
+    reject("ann", "task.assign", 1)  # an earlier attempt's
+    reject("zed", "task.assign", 2)  # not its target
+    reject("ann", "coord.warning", 2)  # not the call it is in
+    reject("ann", "status.completed", 2)  # not a call at all
+    assert sim.cue("A").state is CueState.GO and sim.cue("A").attempt == 2
+    reject("ann", "task.assign", 2)
+    assert sim.cue("A").state is CueState.FAILED  # no retry left
+    assert sim.cue("A").error == "ann rejected its task.assign (dead letter 1-0): undecodable"

@@ -251,7 +251,7 @@ def on_timer(engine: Engine, timer: Timer) -> None:
     what = {Phase.WARNING: T.ACK_WARNING.value, Phase.STANDBY: T.ACK_STANDBY.value}.get(
         phase, "completion"
     )
-    detail = f"no {what} from {', '.join(waiting) or 'anyone'} within {seconds:g}s"
+    detail = f"no {what} from {named(waiting) or 'anyone'} within {seconds:g}s"
     refused = [f"{a}'s reply was dead-lettered ({cr.dead_replies[a]})" for a in waiting
                if a in cr.dead_replies]  # fmt: skip
     if refused:  # the cause, not only the symptom

@@ -409,6 +409,17 @@ def test_a_wide_cues_reason_names_the_first_few_it_waits_for_and_counts_the_rest
     assert sim.cue("A").reason == "waiting for ack.warning from agent-11"  # none more
 
 
+def test_a_wide_cues_timeout_names_the_first_few_it_waited_for_and_escalates_them_all() -> None:
+    agents = [f"agent-{i:02d}" for i in range(12)]
+    sim = Sim(plan_of(f"cuelist: w\ncues:\n  - {{id: A, target_agents: [{', '.join(agents)}]}}\n"))
+    sim.start()
+    sim.advance(5.01)  # ack_timeout_s
+    first = ", ".join(agents[:8])
+    assert sim.cue("A").error == f"timeout: no ack.warning from {first} and 4 more within 5s"
+    (esc,) = sim.engine.escalations.by_id.values()
+    assert esc.payload["waiting_for"] == agents  # every one, as a list
+
+
 def test_a_cue_waiting_on_many_predecessors_names_the_first_few_in_order() -> None:
     cues = [
         f"  - {{id: P{i}, target_agents: [a], manual: true}}" for i in (3, 1, 2, 9, 8, 7, 6, 5, 4)

@@ -120,7 +120,9 @@ class DeadLetters:
         self.keys = keys
         self.metrics = metrics
         self.budgets = budgets
-        self._rejected: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # (sender, entry id) dead-lettered -> the call it was, if one: a rejection read again
+        # (its step's write failed and the term ended) still fails its attempt, unfetched
+        self._rejected: OrderedDict[tuple[str, str], Rejection | None] = OrderedDict()
 
     async def write(self, bad: list[Bad]) -> None:
         """Dead-letter each bad entry within its sender's budget (its XACK is the caller's,
@@ -156,7 +158,10 @@ class DeadLetters:
                                    sender))  # fmt: skip
             elif (sender, body.entry_id) not in self._rejected:  # once per entry
                 wanted.setdefault(sender, []).append((d, body))
+            elif (before := self._rejected[sender, body.entry_id]) is not None:
+                calls.append(before)  # the engine makes a repeat change nothing
         letters: list[tuple[Delivery, str, str]] = []
+        done: dict[tuple[str, str], Rejection | None] = {}  # remembered once written
         for sender, asked in wanted.items():
             inbox = self.keys.inbox(sender)
             found = await self.transport.entries_by_id(inbox, [body.entry_id for _, body in asked])
@@ -166,21 +171,26 @@ class DeadLetters:
                     detail = f"status.rejected names {body.entry_id}, not an entry of its inbox"
                     refused.append(Bad(d, "rejected_unknown_entry", detail, sender))
                     continue
-                if not self._first_rejection(sender, body.entry_id):
+                if (sender, body.entry_id) in done:
                     continue  # named twice in this batch
                 entry.deliveries = min(body.deliveries, MAX_DELIVERIES_SHOWN)
                 call = call_of(entry)
+                rejection = None
                 if call is not None:
-                    calls.append(Rejection(sender, *call, reason=body.reason[:REASON_CHARS]))
+                    rejection = Rejection(sender, *call, reason=body.reason[:REASON_CHARS])
+                    calls.append(rejection)
+                done[sender, body.entry_id] = rejection
                 if self.budgets.take(sender):
-                    if call is not None:  # its letter's id, once written (by position)
-                        lettered.append((calls[-1], len(letters)))
+                    if rejection is not None:  # its letter's id, once written (by position)
+                        lettered.append((rejection, len(letters)))
                     letters.append((entry, f"rejected by {sender}: {body.reason}", sender))
                 else:
                     self.metrics.dead_letters_over_budget.labels("rejected").inc()
         written = await self.transport.dead_letter_many(letters, None)
         for rejection, at in lettered:
             rejection.letter_id = written[at] if at < len(written) else None
+        for key, rejection in done.items():  # only now: a write that failed is done again
+            self._remember(key, rejection)
         for _ in letters:
             self.metrics.dead_letters.labels("rejected").inc()
         return refused, calls
@@ -192,15 +202,12 @@ class DeadLetters:
         b.detail += " (not dead-lettered: over the sender's budget of dead letters)"
         return False
 
-    def _first_rejection(self, sender: str, entry_id: str) -> bool:
-        """Each inbox entry is dead-lettered once, however often it is rejected."""
-        key = (sender, entry_id)
-        if key in self._rejected:
-            return False
-        self._rejected[key] = None
+    def _remember(self, key: tuple[str, str], rejection: Rejection | None) -> None:
+        """Each inbox entry is dead-lettered once, however often it is rejected: this one
+        was (or, over its sender's budget, counted), and was the call `rejection` if one."""
+        self._rejected[key] = rejection
         if len(self._rejected) > REJECTIONS_KEPT:
             self._rejected.popitem(last=False)
-        return True
 
 
 def reply_hint(raw: bytes, max_bytes: int) -> tuple[str | None, str | None]:

@@ -256,7 +256,7 @@ def rejected_call(
         return
     if cr.state is not _CALLED_IN.get(message_type) or not is_target(engine, run, cue_id, sender):
         return
-    where = f"dead letter {letter_id}" if letter_id else "not kept: over its sender's budget"
-    error = f"{sender} rejected its {message_type} ({where}): {reason}"
+    where = f" (dead letter {letter_id})" if letter_id else ""  # none: over its budget
+    error = f"{sender} rejected its {message_type}{where}: {reason}"
     engine.stand_down(run, cue_id, error)
     engine.fail_attempt(run, cue_id, error)

@@ -395,6 +395,39 @@ async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     assert isinstance(told[0][1], OutOfMemory)  # refused as it went ahead of a read
 
 
+async def test_a_rejection_whose_dead_letter_is_refused_out_of_memory_is_written_next_term(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The specialist acknowledged its inbox entry with its status.rejected: the dead letter
+    is the entry's only record. Refused out of memory, it ends the term, and the next term
+    reads the rejection again and writes it, once (before, the rejection was marked done
+    before its letter was written, and the next term skipped it: the entry was lost)."""
+    process = hub.router.process
+    restores: list[Callable[[], Awaitable[None]]] = []
+
+    async def out_of_memory_first(*args: Any, **kw: Any) -> None:
+        hub.router.process = process  # type: ignore[method-assign]
+        restores.append(await run_out_of_memory(hub.transport._client))
+        await process(*args, **kw)
+
+    inbox = hub.keys.inbox("tove")
+    entry_id = (await hub.transport._client.xadd(inbox, {STREAM_FIELD: b"not json"})).decode()
+    hub.router.process = out_of_memory_first  # type: ignore[method-assign]
+    await _send(hub, "tove", _rejected("tove", entry_id, "not JSON"))
+    try:
+        await eventually(lambda: "the term ends" in caplog.text, 10)
+    finally:
+        for restore in restores:
+            await restore()
+    (letter,) = await eventually(lambda: _dead(hub), 15)
+    assert (letter["entry_id"], letter["reason"]) == (
+        entry_id.encode(),
+        b"rejected by tove: not JSON",
+    )
+    await eventually(lambda: _pending_is(hub, "tove", 0, after=1), 10)
+    assert len(await _dead(hub)) == 1
+
+
 async def _two_agent_cue(hub: Hub) -> tuple[str, Callable[[str, T], Envelope], Any]:
     """A run whose one cue targets ana and ben (its WARNING sent): the run's id, a maker of
     their acks, and whether Redis holds an agent in a state."""

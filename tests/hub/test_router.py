@@ -372,16 +372,8 @@ async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     forward and the XACK go in one transaction, refused whole (XACK alone is not refused
     out of memory: pipelined, the entry was acknowledged and its forward lost). The term
     ends, and the next one reclaims the entry and forwards it, once."""
-    process = hub.router.process
-    restores: list[Callable[[], Awaitable[None]]] = []
-
-    async def out_of_memory_first(*args: Any, **kw: Any) -> None:
-        hub.router.process = process  # type: ignore[method-assign]
-        restores.append(await run_out_of_memory(hub.transport._client))
-        await process(*args, **kw)
-
     told = _spy_on_reads(hub)
-    hub.router.process = out_of_memory_first  # type: ignore[method-assign]
+    restores = _out_of_memory_at_next_batch(hub)
     await _send(hub, "rosa", _handoff("rosa", "sven", n=1))
     try:
         await eventually(lambda: "the term ends" in caplog.text, 10)
@@ -402,17 +394,9 @@ async def test_a_rejection_whose_dead_letter_is_refused_out_of_memory_is_written
     is the entry's only record. Refused out of memory, it ends the term, and the next term
     reads the rejection again and writes it, once (before, the rejection was marked done
     before its letter was written, and the next term skipped it: the entry was lost)."""
-    process = hub.router.process
-    restores: list[Callable[[], Awaitable[None]]] = []
-
-    async def out_of_memory_first(*args: Any, **kw: Any) -> None:
-        hub.router.process = process  # type: ignore[method-assign]
-        restores.append(await run_out_of_memory(hub.transport._client))
-        await process(*args, **kw)
-
     inbox = hub.keys.inbox("tove")
     entry_id = (await hub.transport._client.xadd(inbox, {STREAM_FIELD: b"not json"})).decode()
-    hub.router.process = out_of_memory_first  # type: ignore[method-assign]
+    restores = _out_of_memory_at_next_batch(hub)
     await _send(hub, "tove", _rejected("tove", entry_id, "not JSON"))
     try:
         await eventually(lambda: "the term ends" in caplog.text, 10)
@@ -426,6 +410,21 @@ async def test_a_rejection_whose_dead_letter_is_refused_out_of_memory_is_written
     )
     await eventually(lambda: _pending_is(hub, "tove", 0, after=1), 10)
     assert len(await _dead(hub)) == 1
+
+
+def _out_of_memory_at_next_batch(hub: Hub) -> list[Callable[[], Awaitable[None]]]:
+    """Redis runs out of memory as the router starts on its next batch; what sets it back
+    is added to the list returned."""
+    process = hub.router.process
+    restores: list[Callable[[], Awaitable[None]]] = []
+
+    async def out_of_memory_first(*args: Any, **kw: Any) -> None:
+        hub.router.process = process  # type: ignore[method-assign]
+        restores.append(await run_out_of_memory(hub.transport._client))
+        await process(*args, **kw)
+
+    hub.router.process = out_of_memory_first  # type: ignore[method-assign]
+    return restores
 
 
 async def _two_agent_cue(hub: Hub) -> tuple[str, Callable[[str, T], Envelope], Any]:

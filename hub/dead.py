@@ -25,6 +25,7 @@ from hub.metrics import Metrics
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.keys import Keys, is_entry_id
+from protocols.messages import MessageType as T
 from protocols.transport import Delivery, Transport
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class Rejection:
     letter_id: str | None = None  # the dead letter written (None: over the sender's budget)
 
 
-CALLS = frozenset({"coord.warning", "coord.standby", "coord.go", "task.assign"})
+# the messages that call an agent to a cue, as their type is spelled on the wire
+CALLS = frozenset(t.value for t in (T.COORD_WARNING, T.COORD_STANDBY, T.COORD_GO, T.TASK_ASSIGN))
 
 
 def call_of(entry: Delivery) -> tuple[str, str, str, int] | None:

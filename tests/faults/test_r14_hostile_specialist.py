@@ -64,7 +64,9 @@ SHARED = {
     "cues": [
         {"id": "SB", "target_agents": [BUILD], "auto_follow": "SE",
          "action": {"context": {"artifact": "app.tar"}}},
-        {"id": "SE", "target_agents": [EVIL], "ack_timeout_s": 600},  # the attacker's own
+        # the attacker's own; its rejection of its WARNING fails that attempt at once, and
+        # the retries keep the run open to the 20,000 stray completions that follow
+        {"id": "SE", "target_agents": [EVIL], "ack_timeout_s": 600, "retries": 3},
     ],
 }  # fmt: skip
 

@@ -157,9 +157,12 @@ class Attacker:
         messages.append(self.msg(T.COORD_GO, go))
         # 5: 20,000 stray completions into every run it found
         for n in range(20_000):
-            run = runs[n % len(runs)]
-            cue_id = run["cues"][n % len(run["cues"])] if run["cues"] else "C"
-            done = p.StatusCompleted(attempt=1 + n % 3, result={"n": n})
+            # each run in turn; its cues and attempts 1-3 in turn (a run's own count: not
+            # tied to n, which would give a run the same cue, or attempt, every time)
+            run, k = runs[n % len(runs)], n // len(runs)
+            cue_id = run["cues"][k % len(run["cues"])] if run["cues"] else "C"
+            done = p.StatusCompleted(attempt=1 + k // len(run["cues"] or "C") % 3,
+                                     result={"n": n})  # fmt: skip
             messages.append(self.msg(T.STATUS_COMPLETED, done, run_id=run["run_id"], cue_id=cue_id))
         self.send(messages)
         self.report["runs_attacked"] = [r["run_id"] for r in runs]

@@ -21,11 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hub.engine.guard import CALLED_IN
 from hub.metrics import Metrics
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.keys import Keys, is_entry_id
-from protocols.messages import MessageType as T
 from protocols.transport import Delivery, Transport
 
 log = logging.getLogger(__name__)
@@ -50,28 +50,19 @@ class Rejection:
     letter_id: str | None = None  # the dead letter written (None: over the sender's budget)
 
 
-# the messages that call an agent to a cue, as their type is spelled on the wire
-CALLS = frozenset(t.value for t in (T.COORD_WARNING, T.COORD_STANDBY, T.COORD_GO, T.TASK_ASSIGN))
-
-
 def call_of(entry: Delivery) -> tuple[str, str, str, int] | None:
     """(message type, run, cue, attempt) of an inbox entry that calls its agent to a cue: one
-    the hub wrote, so its fields are read whole however long it is (an entry past the
+    the hub wrote, so its bytes are read whole however long they are (an entry past the
     specialist's size limit is one reason to reject it), yet still checked."""
-    data: object
-    if entry.message is not None:
-        data = entry.message.model_dump(mode="json", include={"message_type", "run_id",
-                                                               "cue_id", "payload"})  # fmt: skip
-    else:
-        try:
-            data = json.loads(entry.raw)
-        except (ValueError, RecursionError):
-            return None
+    try:
+        data = json.loads(entry.raw)
+    except (ValueError, RecursionError):
+        return None
     if not isinstance(data, dict) or not isinstance(payload := data.get("payload"), dict):
         return None
     kind, run_id, cue_id = data.get("message_type"), data.get("run_id"), data.get("cue_id")
     attempt = payload.get("attempt", 1)
-    if kind not in CALLS or not isinstance(run_id, str) or not isinstance(cue_id, str):
+    if kind not in CALLED_IN or not isinstance(run_id, str) or not isinstance(cue_id, str):
         return None
     if type(attempt) is not int or attempt < 1:
         return None

@@ -235,8 +235,9 @@ def refused_entry(
     violation(engine, run, cue_id, kind, sender, detail, stream=stream, entry_id=entry_id)
 
 
-# The cue state each call leaves its cue in until its targets answer
-_CALLED_IN = {
+# The messages that call an agent to a cue (as their type is spelled on the wire), and the
+# cue state each leaves its cue in until its targets answer
+CALLED_IN = {
     T.COORD_WARNING.value: CueState.WARNING, T.COORD_STANDBY.value: CueState.STANDBY,
     T.COORD_GO.value: CueState.GO, T.TASK_ASSIGN.value: CueState.GO,
 }  # fmt: skip
@@ -254,7 +255,7 @@ def rejected_call(
     cr = run.cues.get(cue_id) if run is not None else None
     if run is None or cr is None or cr.attempt != attempt:
         return
-    if cr.state is not _CALLED_IN.get(message_type) or not is_target(engine, run, cue_id, sender):
+    if cr.state is not CALLED_IN.get(message_type) or not is_target(engine, run, cue_id, sender):
         return
     where = f" (dead letter {letter_id})" if letter_id else ""  # none: over its budget
     error = f"{sender} rejected its {message_type}{where}: {reason}"

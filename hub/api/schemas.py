@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from protocols.cuelist import MAX_TIMEOUT_S
 from protocols.ids import rfc3339
@@ -18,7 +18,22 @@ def ts(epoch: float | None) -> str | None:
 
 
 class In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: keys it does not know are refused, and values are taken as sent
+    (strict: `false` is not a number, `"5"` not an int, `1` not a boolean)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _json_number(value: object) -> object:
+    """A JSON number as sent: a boolean or a string is not one."""
+    if isinstance(value, bool | str):
+        raise ValueError("Input should be a number, not a boolean or a string")
+    return value
+
+
+# JSON Schema's integer, at least 0: 5 and 5.0, not 5.5, `true` or "5" (strict pydantic
+# refuses 5.0, which the schema allows)
+Count = Annotated[int, Field(strict=False, ge=0), BeforeValidator(_json_number)]
 
 
 class ErrorPublic(BaseModel):
@@ -106,11 +121,11 @@ class BudgetChange(In):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_budget_change_schema)
 
-    tokens: int | None = Field(None, ge=0)
+    tokens: Count | None = None
     cost: float | None = Field(None, ge=0, allow_inf_nan=False)
-    messages: int | None = Field(None, ge=0, description="sent to and taken from specialists")
+    messages: Count | None = Field(None, description="sent to and taken from specialists")
     wall_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S, description="from the run's start")
-    counters: dict[CounterName, Annotated[int, Field(ge=0)] | None] | None = Field(
+    counters: dict[CounterName, Count | None] | None = Field(
         None, max_length=COUNTERS_MAX, description="named counters' limits"
     )
     warn_at: float | None = Field(None, gt=0, le=1, description="share of a limit that warns")

@@ -161,10 +161,18 @@ def test_budget_refusals(api: httpx.Client) -> None:
     assert r.status_code == 409 and "already success" in r.json()["detail"]
     live = _start(api, "e2e-budget", budget={"tokens": 1})
     _holding(api, live)
+    budget = api.get(f"/v1/runs/{live}").json()["budget"]
     for body in ({}, {"tokens": -1}, {"tokens": "many"}, {"colour": 1},
-                 {"counters": {"bad name": 1}}, {"warn_at": 2}):  # fmt: skip
+                 {"counters": {"bad name": 1}}, {"warn_at": 2},
+                 # JSON's other types are not numbers (pydantic's lax mode took them)
+                 {"tokens": "5000"}, {"tokens": True}, {"cost": False}, {"tokens": 1.5},
+                 {"wall_s": "60"}, {"warn_at": True}, {"counters": {"calls": "9"}}):  # fmt: skip
         r = api.post(f"/v1/runs/{live}/budget", json=body)
         assert r.status_code == 422, (body, r.text)
+    assert api.get(f"/v1/runs/{live}").json()["budget"] == budget  # none changed it
+    r = api.post(f"/v1/runs/{live}/budget", json={"counters": {"calls": 9.0}})
+    assert r.status_code == 200, r.text  # 9.0 is an integer to JSON Schema
+    assert r.json()["budget"]["counters"] == {"calls": 9}
     r = api.post(f"/v1/runs/{live}/budget", json={"counters": {"bad name": 1}})
     assert "budget.counters.bad name" in r.json()["detail"] or "bad name" in r.json()["detail"]
     r = api.post("/v1/runs", json={"cuelist": "e2e-budget", "budget": {"wall_s": 0}})

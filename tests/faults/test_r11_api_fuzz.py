@@ -101,11 +101,14 @@ parameters = {{ "path.run_id" = {{ dictionary = "runs", probability = 0.1 }} }}
 
 def _schemathesis(url: str, tmp_path: Path) -> tuple[int, str, dict[str, object]]:
     report = tmp_path / "report.json"
+    # one worker: with two, hypothesis parsed lambdas' source in two threads at once and
+    # CPython 3.11 raised "AST constructor recursion depth mismatch" (cpython gh-106905) in
+    # 2 of 5 CI runs
     argv = [
         sys.executable, "-m", "schemathesis.cli", "--config-file", str(_realistic(url, tmp_path)),
         "run", f"{url}/openapi.json",
         "--max-examples", str(EXAMPLES), "--seed", "1", "--generation-database", "none",
-        "--header", f"Authorization: Bearer {KEY}", "--no-color", "--workers", "2",
+        "--header", f"Authorization: Bearer {KEY}", "--no-color", "--workers", "1",
         "--report", "json", "--report-json-path", str(report), "--request-timeout", "20",
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -306,6 +306,17 @@ def test_dry_run(api: httpx.Client) -> None:
     assert run["record"]["fired"] == ["CUE-1", "CUE-2"]
 
 
+@pytest.mark.parametrize("dry", [1, "true", "yes", None])
+def test_a_value_of_another_json_type_is_refused_not_coerced(
+    api: httpx.Client, dry: object
+) -> None:
+    # pydantic's lax mode would take 1, "true" and "yes" as true: a typo must not start a
+    # real run that was meant to be dry, or the other way round
+    r = api.post("/v1/runs", json={"cuelist": "api-simple", "dry": dry})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["key"] == "dry"
+
+
 def test_one_idempotency_key_from_20_concurrent_clients_makes_one_run(
     stack: dict[str, Any],
 ) -> None:

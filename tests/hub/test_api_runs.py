@@ -49,6 +49,14 @@ cues:
     target_agents: [api-alpha]
     conditions: [approval_received]
 """
+# a condition's name may hold "/" (NAME_PATTERN): the route takes the rest of the path
+SLASHED = """
+cuelist: api-slashed
+cues:
+  - id: CUE-1
+    target_agents: [api-alpha]
+    conditions: [legal/ok]
+"""
 SLOW = """
 cuelist: api-slow
 cues:
@@ -94,7 +102,7 @@ def stack(
         echoes = {agent: procs.echo(agent) for agent in AGENTS}
         with httpx.Client(base_url=url, timeout=30) as client:
             wait_online(client, AGENTS)
-            for text in (SIMPLE, MANUAL, APPROVAL, SLOW, ARBITRATION):
+            for text in (SIMPLE, MANUAL, APPROVAL, SLASHED, SLOW, ARBITRATION):
                 r = client.post(
                     "/v1/cuelists", content=text, headers={"Content-Type": "application/yaml"}
                 )
@@ -262,6 +270,22 @@ def test_approval_condition(api: httpx.Client) -> None:
     assert r.status_code == 200
     assert r.json()["conditions"] == ["approval_received"]
     assert wait_done(api, run_id)["status"] == "success"
+
+
+@pytest.mark.parametrize("sent", ["legal/ok", "legal%2Fok"])
+def test_a_condition_whose_name_holds_a_slash_is_raised(api: httpx.Client, sent: str) -> None:
+    # it was a 404 either way: "%2F" is decoded before routing, and {name} is one segment
+    run_id = start(api, "api-slashed")
+    eventually_sync(lambda: cue_state(api, run_id, "CUE-1", "waiting"), 10, interval_s=0.05)
+    r = api.post(f"/v1/runs/{run_id}/conditions/{sent}")
+    assert r.status_code == 200, r.text
+    assert r.json()["condition"] == "legal/ok" and r.json()["conditions"] == ["legal/ok"]
+    assert wait_done(api, run_id)["status"] == "success"
+    other = start(api, "api-slashed")
+    r = api.post(f"/v1/runs/{other}/conditions/legal/other")
+    assert r.status_code == 422, r.text  # a name no cue waits for
+    assert r.json()["conditions"] == ["legal/ok"]
+    assert api.post(f"/v1/runs/{other}/cancel").status_code == 200
 
 
 def test_cancel_stands_down_and_ends_the_stream(api: httpx.Client, stack: dict[str, Any]) -> None:

@@ -211,13 +211,15 @@ async def rerun(
 
 
 @router.post(
-    "/{run_id}/conditions/{name}", response_model=ConditionPublic,
+    "/{run_id}/conditions/{name:path}", response_model=ConditionPublic,
     responses={**REFUSED, 422: {"model": ConditionRefused}},
 )  # fmt: skip
 async def raise_condition(
     run: RunDep, name: Name, hub: HubDep, key: AskedDep = None
 ) -> ConditionPublic:
-    """Raise a flag a cue of the run waits for (422, naming those, for any other)."""
+    """Raise a flag a cue of the run waits for (422, naming those, for any other). A
+    condition's name may hold `/` (protocols.cuelist.NAME_PATTERN): the rest of the path is
+    the name, sent as is or with its `/` encoded."""
 
     async def command() -> RaiseCondition:
         _must_be_live(run)

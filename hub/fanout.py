@@ -98,13 +98,19 @@ class EventFanout:
             )
 
     @contextlib.asynccontextmanager
-    async def follow(self, run_id: str, client: str, after: str) -> AsyncIterator[Follower]:
-        """Subscribe to the run's new events after the shared cursor; the caller replays
-        from `after` itself and skips what it already sent."""
+    async def follow(self, run_id: str, client: str) -> AsyncIterator[Follower]:
+        """Subscribe to the run's new events: those after the shared cursor, which the
+        first follower sets to the run's newest event (read before the caller's replay, so
+        nothing falls between them). The caller replays from its own position itself and
+        skips what it already sent: no client's position moves another's stream (one from
+        the future, the cursor, froze every follower's live events)."""
         self.admit(client)
+        newest = None if run_id in self._cursor else await self.store.events_position(run_id)
+        self.admit(client)  # again: others may have come in while the position was read
         follower = Follower(run_id, client)
         self._followers.setdefault(run_id, set()).add(follower)
-        self._cursor.setdefault(run_id, after)
+        if newest is not None:  # (unless another follower set the cursor meanwhile)
+            self._cursor.setdefault(run_id, newest)
         self._per_client[client] = self._per_client.get(client, 0) + 1
         self._count += 1
         self._ensure_reader()

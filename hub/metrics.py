@@ -55,6 +55,9 @@ class Metrics:
         self.active_runs = Gauge(
             "callboard_active_runs", "Runs in memory on the leader", registry=r
         )
+        self.event_streams = Gauge(
+            "callboard_event_streams", "Run event streams (SSE) this hub serves now", registry=r
+        )
         # usage reported against run budgets: by agent (never by run: unbounded)
         self.usage_tokens = Counter(
             "callboard_usage_tokens", "Tokens specialists reported spending", ["agent"],

@@ -149,6 +149,7 @@ class Hub:
             settings.redis_url, self.keys,
             max_streams=settings.sse_max_streams, per_client=settings.sse_per_client,
         )  # fmt: skip
+        self.metrics.event_streams.set_function(lambda: self.fanout.open_streams)
         self.commands = c.CommandClient(
             [p.own.commands for p in self.partitions], self._escalation_run
         )

@@ -46,7 +46,7 @@ async def follow(
     not end it."""
     deadline = time.monotonic() + max_s
     store = fanout.store
-    async with fanout.follow(run_id, client, after) as sub:
+    async with fanout.follow(run_id, client) as sub:
         last = after
         while True:  # replay what is there (the live queue fills meanwhile)
             batch = await store.events(run_id, last, count=BATCH)

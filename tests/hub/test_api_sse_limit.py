@@ -1,7 +1,11 @@
-"""An event stream is bounded (CALLBOARD_SSE_MAX_S); the client resumes with Last-Event-ID."""
+"""An event stream is bounded (CALLBOARD_SSE_MAX_S); the client resumes with Last-Event-ID;
+no client's position moves another's live events."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -10,9 +14,13 @@ import pytest
 
 from callboard.embedded import EmbeddedServer
 from tests.e2e.procs import child_env, processes
+from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.redis
 WAITS = "cuelist: sse-waits\ncues:\n  - {id: A, target_agents: [nobody], conditions: [never]}\n"
+TWO_FLAGS = WAITS.replace("sse-waits", "sse-flags") + (
+    "  - {id: B, target_agents: [nobody], conditions: [later]}\n"
+)
 
 
 def _stream(api: httpx.Client, run_id: str, last_id: str | None = None) -> list[str]:
@@ -42,3 +50,50 @@ def test_stream_of_a_waiting_run_ends_at_the_limit_and_resumes(
             api.post(f"/v1/runs/{run_id}/conditions/never")  # something new happens
             resumed = _stream(api, run_id, first[-1])
             assert resumed and not set(resumed) & set(first)  # from where it stopped
+
+
+def _streams_open(api: httpx.Client, n: int) -> bool:
+    found = re.search(r"^callboard_event_streams (\S+)$", api.get("/metrics").text, re.M)
+    return found is not None and float(found.group(1)) == n
+
+
+def _follow(url: str, run_id: str, after: str | None, kinds: list[str]) -> None:
+    """The kinds of the events a client is sent, until the hub ends the stream (or stops)."""
+    params = {"after": after} if after else {}
+    path = f"/v1/runs/{run_id}/events"
+    with (
+        contextlib.suppress(httpx.TransportError),
+        httpx.Client(base_url=url) as client,
+        client.stream("GET", path, params=params, timeout=30) as r,
+    ):
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                kinds.append(line.removeprefix("event:").strip())
+
+
+def test_a_client_asking_from_the_future_does_not_stall_the_others(
+    redis_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    # The first follower's position was the run's shared read position: one from the
+    # future (`after=9999999999999-0`) froze every follower's live events, the desk's too.
+    env = child_env(redis_server, CALLBOARD_SSE_MAX_S="20")
+    with processes(env, tmp_path) as procs:
+        url = procs.hub()
+        with httpx.Client(base_url=url, timeout=10) as api:
+            headers = {"Content-Type": "application/yaml"}
+            assert api.post("/v1/cuelists", content=TWO_FLAGS, headers=headers).status_code == 201
+            run_id = api.post("/v1/runs", json={"cuelist": "sse-flags"}).json()["run_id"]
+            ahead: list[str] = []
+            threading.Thread(
+                target=_follow, args=(url, run_id, "9999999999999-0", ahead), daemon=True
+            ).start()
+            eventually_sync(lambda: _streams_open(api, 1), 10, message="the first stream")
+            seen: list[str] = []
+            threading.Thread(target=_follow, args=(url, run_id, None, seen), daemon=True).start()
+            eventually_sync(lambda: _streams_open(api, 2), 10, message="the second stream")
+            replayed = len(eventually_sync(lambda: seen, 10, message="the replay"))
+            assert api.post(f"/v1/runs/{run_id}/conditions/never").status_code == 200
+            live = eventually_sync(lambda: seen[replayed:], 10, message="no live event came")
+            assert "condition" in live or "cue" in live, live
+            assert ahead == []  # its own position: nothing before it
+            api.post(f"/v1/runs/{run_id}/cancel")

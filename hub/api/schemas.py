@@ -13,8 +13,15 @@ from protocols.payloads import COUNTERS_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
-    """Epoch seconds as RFC 3339 UTC, or None for what has not happened."""
-    return None if epoch is None else rfc3339(datetime.fromtimestamp(epoch, UTC))
+    """Epoch seconds as RFC 3339 UTC, or None for what has not happened, and for a time
+    RFC 3339 cannot spell (before year 1, after 9999, not finite): clients parse these
+    fields as times, so null, never a 500 from `fromtimestamp` nor a string no parser reads."""
+    if epoch is None:
+        return None
+    try:
+        return rfc3339(datetime.fromtimestamp(epoch, UTC))
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class In(BaseModel):

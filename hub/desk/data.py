@@ -74,6 +74,16 @@ async def cuelist_of(hub: Hub, name: str, version: str) -> Cuelist:
     return found
 
 
+async def pinned_cuelist(hub: Hub, run: RunState) -> Cuelist | None:
+    """The cuelist version `run` ran, or None once it is deleted: a deleted version stays
+    only while some active run is pinned to it, and a finished run's page is drawn from
+    the run's own record without it."""
+    try:
+        return await cuelist_of(hub, run.cuelist, run.version)
+    except NotFound:
+        return None
+
+
 async def runs_page(
     hub: Hub, *, status: str | None, cuelist: str | None, page: int, per_page: int = PER_PAGE
 ) -> RunsPage:
@@ -108,7 +118,9 @@ async def approvals_of(hub: Hub, run: RunState) -> list[Approval]:
     """The operator-only conditions that waiting cues of `run` need and do not have yet."""
     if run.status.done:
         return []
-    cuelist = await cuelist_of(hub, run.cuelist, run.version)
+    cuelist = await pinned_cuelist(hub, run)
+    if cuelist is None:  # it ended, and its version was swept, since it was read
+        return []
     manual = operator_conditions(cuelist) - set(run.conditions)
     if not manual:
         return []

@@ -13,14 +13,16 @@ from fastapi.responses import HTMLResponse
 from hub.api.deps import AgentsDep, HubDep
 from hub.desk import dag, data, wiring
 from hub.desk.login import PageAuth
+from hub.desk.problems import PageRoute, missing
 from hub.desk.render import page
 from protocols import validation
 from protocols.errors import NotFound
 
-router = APIRouter(include_in_schema=False, dependencies=PageAuth)
+router = APIRouter(include_in_schema=False, dependencies=PageAuth, route_class=PageRoute)
 Version = Annotated[str | None, Query(max_length=200)]
 _WARNINGS: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()
 CACHED_WARNINGS = 64
+ENVELOPE_FIELDS = ("message_type", "run_id", "cue_id")  # what deadletters.html shows
 
 
 def _warnings(name: str, version: str, source: str | None) -> list[Any]:
@@ -51,7 +53,7 @@ async def cuelist(
             raise NotFound(f"no version {chosen} of cuelist {name}")
         model = await data.cuelist_of(hub, name, chosen)
     except NotFound as exc:
-        return HTMLResponse(page(request, "missing.html", what=str(exc), nav=""), 404)
+        return missing(request, str(exc))
     source = stored["source"] or json.dumps(stored["cuelist"], indent=2)
     return HTMLResponse(page(
         request, "cuelist.html", nav="cuelists", name=name, described=described,
@@ -81,13 +83,17 @@ async def escalations(request: Request, hub: HubDep) -> HTMLResponse:
     )
 
 
-def _envelope(raw_text: str) -> dict[str, Any]:
-    """The run and cue a dead letter belonged to, when its body is an envelope."""
+def _envelope(raw_text: str) -> dict[str, str]:
+    """The type, run and cue a dead letter belonged to, when its body is an envelope: only
+    those the page shows, and only strings (it was dead-lettered for being malformed, so
+    a `run_id` may be a number, a list or anything else JSON holds)."""
     try:
         body = json.loads(raw_text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a body of "[[[[..." nests past Python's stack
         return {}
-    return body if isinstance(body, dict) else {}
+    if not isinstance(body, dict):
+        return {}
+    return {k: body[k] for k in ENVELOPE_FIELDS if isinstance(body.get(k), str)}
 
 
 @router.get("/deadletters", response_class=HTMLResponse)

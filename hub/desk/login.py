@@ -10,9 +10,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hub.desk import session
+from hub.desk.problems import PageRoute
 from hub.desk.render import page
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
 MAX_FORM_BYTES = 4096
 
 

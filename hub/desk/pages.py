@@ -10,11 +10,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from hub.api.deps import HubDep
 from hub.desk import dag, data
 from hub.desk.login import PageAuth, signed_in
+from hub.desk.problems import PageRoute, missing
 from hub.desk.render import page
 from protocols.errors import NotFound
 from protocols.states import CueState, RunStatus
 
-router = APIRouter(include_in_schema=False, dependencies=PageAuth)
+router = APIRouter(include_in_schema=False, dependencies=PageAuth, route_class=PageRoute)
 parts_router = APIRouter(include_in_schema=False)  # answers 401 (not a redirect) to fetch()
 RUN_STATUSES = [s.value for s in RunStatus]
 CUE_STATES = [s.value for s in CueState]
@@ -26,10 +27,6 @@ Page = Annotated[int, Query(ge=1, le=100_000, alias="page")]
 
 def _part(name: str, request: Request, **context: Any) -> str:
     return page(request, name, **context)
-
-
-def _missing(request: Request, what: str) -> HTMLResponse:
-    return HTMLResponse(page(request, "missing.html", what=what, nav=""), status_code=404)
 
 
 async def _board(hub: Any, status: str | None, cuelist: str | None, page_no: int) -> dict[str, Any]:
@@ -66,14 +63,17 @@ async def board_parts(
 
 
 async def _run(hub: Any, run_id: str) -> dict[str, Any]:
+    """A run's page context. Without its cuelist version (deleted once no active run used
+    it) the page still shows the run's own record: its cues, states, events and context,
+    but no graph nor cue descriptions, which only the cuelist holds."""
     run = await data.run(hub, run_id)
-    cuelist = await data.cuelist_of(hub, run.cuelist, run.version)
+    cuelist = await data.pinned_cuelist(hub, run)
     escs = await data.run_escalations(hub, run_id)
     return {
         "run": run,
         "cuelist": cuelist,
-        "cue_of": {c.id: c for c in cuelist.cues},
-        "picture": dag.picture(run.cuelist, run.version, cuelist, run.cues),
+        "cue_of": {c.id: c for c in cuelist.cues} if cuelist else {},
+        "picture": dag.picture(run.cuelist, run.version, cuelist, run.cues) if cuelist else None,
         "approvals": await data.approvals_of(hub, run),
         "escalations": escs,
         "open_escalations": data.open_by_severity(escs),
@@ -90,7 +90,7 @@ async def run_page(request: Request, hub: HubDep, run_id: str) -> HTMLResponse:
     try:
         context = await _run(hub, run_id)
     except NotFound as exc:
-        return _missing(request, str(exc))
+        return missing(request, str(exc))
     return HTMLResponse(
         page(request, "run.html", nav="board", events_after=events_after, **context)
     )

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
@@ -26,26 +27,41 @@ STATIC_URL = "/desk-static"
 JSON_PREVIEW = 160
 
 
+def moment(epoch: float) -> datetime | None:
+    """The UTC time of an epoch, or None when the calendar has none: a context entry's time
+    is the agent's `sent_at`, which may lie before year 1 or after 9999 (or a stored number
+    may not be finite), and `fromtimestamp` raises on those rather than answer."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def clock(epoch: float | None) -> str:
-    """Time of day in UTC to the millisecond ("" for what has not happened)."""
+    """Time of day in UTC to the millisecond ("" for what has not happened; the number
+    itself for a time the calendar cannot hold)."""
     if epoch is None:
         return ""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S.%f")[:-3]
+    at = moment(epoch)
+    return str(epoch) if at is None else at.strftime("%H:%M:%S.%f")[:-3]
 
 
 def iso(epoch: float | None) -> str:
     if epoch is None:
         return ""
-    return (
-        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+    at = moment(epoch)
+    if at is None:
+        return str(epoch)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def when(epoch: float | None) -> str:
-    """Date and time in UTC to the second."""
+    """Date and time in UTC to the second (the number itself when it has no date)."""
     if epoch is None:
         return ""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    at = moment(epoch)
+    # isoformat, not strftime's %Y, which glibc writes unpadded ("1-01-01") before 1000
+    return str(epoch) if at is None else at.replace(tzinfo=None).isoformat(" ", "seconds")
 
 
 def seconds(start: float | None, end: float | None) -> str:
@@ -55,14 +71,25 @@ def seconds(start: float | None, end: float | None) -> str:
     return f"{span * 1000:.0f} ms" if span < 1 else f"{span:.2f} s"
 
 
-def short(ident: str | None, size: int = 8) -> str:
-    return (ident or "")[:size]
+def segment(name: str) -> str:
+    """`name` as one segment of a URL's path: a condition's name may hold `/` (and so `..`),
+    which a browser's fetch would otherwise read as other segments, another route."""
+    return quote(name, safe="")
 
 
-def tail(ident: str | None, size: int = 8) -> str:
+def _text(ident: object) -> str:
+    # what an agent sent need not be a string (a dead letter's run_id may be a number)
+    return "" if ident is None else str(ident)
+
+
+def short(ident: object, size: int = 8) -> str:
+    return _text(ident)[:size]
+
+
+def tail(ident: object, size: int = 8) -> str:
     """A run id for people: its random end (a UUIDv7 starts with the time, shared by runs
     started together); the full id is in the link and its title."""
-    text = ident or ""
+    text = _text(ident)
     return text if len(text) <= size else "…" + text[-size:]
 
 
@@ -134,7 +161,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         clock=clock, iso=iso, when=when, short=short, tail=tail, compact=compact, pretty=pretty,
-        entry_time=entry_time,
+        entry_time=entry_time, segment=segment,
     )  # fmt: skip
     env.globals.update(static=static, seconds=seconds, spend=spend)
     return env

@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 
 from hub.api import create_app
+from hub.api.schemas import ts
 from hub.desk import render
+from hub.desk.data import Approval
 from hub.engine.state import RunState
 from hub.service import Hub, HubSettings
 from protocols.cuelist import Budget
@@ -33,6 +35,38 @@ def test_formats() -> None:
     assert render.compact({"b": 1, "a": "x" * 300}, 20).endswith("…")
     assert len(render.compact({"a": "x" * 300}, 20)) == 20
     assert render.seconds(1.0, 1.25) == "250 ms" and render.seconds(0, 2) == "2.00 s"
+
+
+# 0001-01-01T00:00:00+14:00, an agent's valid sent_at, is before year 1 in UTC; then times
+# past 9999, past what the platform's time_t holds, and not finite
+NO_DATE = [-62135647200.0, 253402300800.0, 1e20, float("nan"), float("inf")]
+
+
+def test_a_time_the_calendar_cannot_hold_is_shown_as_its_number() -> None:
+    for epoch in NO_DATE:
+        assert render.clock(epoch) == render.iso(epoch) == render.when(epoch) == str(epoch)
+        assert ts(epoch) is None  # the API's fields are RFC 3339 or null: clients parse them
+    assert render.when(-62135596800.0) == "0001-01-01 00:00:00"  # the first day still is one
+    assert ts(1.5) == "1970-01-01T00:00:01.500000Z" and ts(None) is None
+
+
+def test_ids_that_are_not_strings_are_shown_as_text() -> None:
+    """A dead letter's envelope is what an agent sent: its run_id may be a number."""
+    assert render.tail(12345) == "12345" and render.short(12345, 3) == "123"
+    assert render.tail(1234567890123) == "…67890123"
+    assert render.tail(None) == render.short(None) == ""
+
+
+def test_a_condition_is_one_segment_of_its_buttons_url() -> None:
+    """A condition's name may hold "/": the "Raise" button's URL encodes it, so a name like
+    x/../../rerun stays a name and is not read by the browser as a path to another route."""
+    run = RunState(run_id="r1", cuelist="c", version="v", created_at=1.0, started_at=1.0)
+    approvals = [Approval(run=run, condition="x/../../rerun", cues=["A"])]
+    html = render.ENV.get_template("_needs.html").render(
+        run=run, live=True, approvals=approvals, open_escalations=[]
+    )
+    assert 'data-url="/v1/runs/r1/conditions/x%2F..%2F..%2Frerun"' in html
+    assert "/conditions/x/" not in html
 
 
 TEMPLATES = Path(render.__file__).parent / "templates"

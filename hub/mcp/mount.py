@@ -1,6 +1,6 @@
 """Mounting the MCP server at `/mcp`: one MCPServer and session manager per run of the app's
 lifespan (a session manager runs once), stateless streamable HTTP (any hub answers any
-request, a restart loses no session), behind the REST API's key check."""
+request, a restart loses no session), POST only, behind the REST API's key check."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ class McpEndpoint:
 def install(app: FastAPI, hub: Hub) -> None:
     """Route /mcp to the MCP server; the app's lifespan runs it (`app.state.lifespans`)."""
     endpoint = McpEndpoint(hub)
-    app.router.routes.append(
-        Route(MCP_PATH, RequireKey(endpoint), methods=["GET", "POST", "DELETE"])
-    )
+    # POST only: GET and DELETE are 405 (Allow: POST), as the spec lets a server without a
+    # standalone stream answer. Stateless, the SDK would open a GET stream that never
+    # carries a message (nothing is sent outside a POST's answer) and never ends, and there
+    # is no session to DELETE.
+    app.router.routes.append(Route(MCP_PATH, RequireKey(endpoint), methods=["POST"]))
     app.state.lifespans.append(endpoint.running)

@@ -2,7 +2,8 @@
 function (same checks, same answers, no second write path) and returns its schema.
 
 A refusal (no such run, a cue not armed, an invalid cuelist name...) is a tool error
-(`isError`) carrying the API's `detail`, so the assistant reads why."""
+(`isError`) carrying the API's `detail`, so the assistant reads why; so are arguments not
+as the signature says (`arguments`: taken as JSON sent them, never coerced)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hub.api.deps import get_run as load_run
 from hub.api.idempotency import Asked
+from hub.api.offload import off_the_loop_if
 from hub.api.routes import budgets as budget_routes
 from hub.api.routes import cuelists as cuelist_routes
 from hub.api.routes import escalations as escalation_routes
@@ -39,6 +42,7 @@ from hub.api.schemas import (
     RunsPublic,
     ValidationPublic,
 )
+from hub.mcp.arguments import tool_as_sent
 from hub.service import Hub
 from protocols import validation
 from protocols.errors import CallboardError
@@ -51,7 +55,7 @@ WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint
 Key = Annotated[
     str | None,
     Field(
-        min_length=1, max_length=200,
+        min_length=1, max_length=200,  # the REST API's Idempotency-Key header (hub.api.idempotency)
         description="call again with the same key and arguments (after a timeout, say): "
         "answered as the first call was, and nothing is done twice (the REST API's "
         "Idempotency-Key, kept a day)",
@@ -89,12 +93,14 @@ def _asked(key: str | None, path: str) -> Asked | None:
 
 def build(hub: Hub) -> MCPServer:
     """An MCPServer whose tools act on `hub`."""
-    server: MCPServer = MCPServer(
-        "callboard", title="callboard", instructions=INSTRUCTIONS, version="1", log_level="WARNING"
-    )
+    tools: list[Tool] = []
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[P, Awaitable[R]]], Any]:
-        return server.tool(annotations=annotations)
+        def register(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            tools.append(tool_as_sent(fn, annotations))
+            return fn
+
+        return register
 
     @tool(READ)
     @refusals
@@ -116,7 +122,11 @@ def build(hub: Hub) -> MCPServer:
     ) -> ValidationPublic:
         """Every check a submitted cuelist gets (schema, graph, contracts, conflicts); stores
         nothing. Errors name the cue, the key and the line."""
-        return cuelist_routes.validation_public(validation.validate_text(source, strict=strict))
+        # As the REST route does: a big one is checked in a worker thread, not on the loop
+        # the engine and the lease share (a character is at least a byte of the body).
+        big = len(source) > cuelist_routes.BIG_BODY_BYTES
+        check = functools.partial(validation.validate_text, source, strict=strict)
+        return cuelist_routes.validation_public(await off_the_loop_if(big, check))
 
     async def _start(
         cuelist: str, version: str | None, params: dict[str, Any] | None, dry: bool,
@@ -133,9 +143,7 @@ def build(hub: Hub) -> MCPServer:
         cuelist: str,
         version: Annotated[str | None, Field(description="default: the latest")] = None,
         params: dict[str, Any] | None = None,
-        idempotency_key: Annotated[
-            str | None, Field(description="the same key never starts a second run")
-        ] = None,
+        idempotency_key: Key = None,
         budget: Annotated[
             BudgetChange | None, Field(description="limits over the cuelist's own budget")
         ] = None,
@@ -239,4 +247,7 @@ def build(hub: Hub) -> MCPServer:
         key = _asked(idempotency_key, f"/v1/escalations/{escalation_id}/resolve")
         return await escalation_routes.resolve_escalation(hub, escalation_id, body, key)
 
-    return server
+    return MCPServer(
+        "callboard", title="callboard", instructions=INSTRUCTIONS, version="1",
+        log_level="WARNING", tools=tools,
+    )  # fmt: skip

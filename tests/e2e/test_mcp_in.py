@@ -1,10 +1,12 @@
 """The official `mcp` SDK's client operates a real hub process through its MCP server at /mcp:
 lists the tools, validates a cuelist, dry-runs and starts it, reads the run's reasons, gives
-the approval and the manual GO it waits for, and sees it succeed; refusals are tool errors;
-the key is required."""
+the approval and the manual GO it waits for, and sees it succeed; refusals are tool errors,
+arguments are taken as JSON sent them; a big cuelist is checked off the event loop; the key
+is required and POST is the only method."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -205,3 +207,70 @@ async def test_the_mcp_endpoint_needs_the_key(hub_url: str) -> None:
     async with httpx.AsyncClient() as anonymous:
         r = await anonymous.post(f"{hub_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "x"})
     assert r.status_code == 401 and r.json()["detail"].startswith("missing or wrong API key")
+
+
+def _big_cuelist(cues: int) -> str:
+    """A valid cuelist of `cues` chained cues: about 0.9 MB (under the 1 MB body limit as a
+    tool call), half a second or more to check."""
+    lines = [
+        f"  - {{id: C{i}, target_agents: [worker]"
+        + (f", depends_on: [C{i - 1}]" if i else "")
+        + ", action: {context: {n: 1}}}"
+        for i in range(cues)
+    ]
+    return "cuelist: mcp-big\ncues:\n" + "\n".join(lines) + "\n"
+
+
+async def test_a_big_cuelist_is_checked_off_the_event_loop(hub_url: str) -> None:
+    source = _big_cuelist(10_000)
+    async with connected(hub_url) as mcp:
+        started = time.monotonic()
+        checked = await call(mcp, "validate_cuelist", source=source)
+        took_ms = (time.monotonic() - started) * 1000
+    assert checked["valid"] is True and checked["name"] == "mcp-big"
+    async with httpx.AsyncClient() as client:
+        health = (await client.get(f"{hub_url}/healthz")).json()
+    # the hub's worst loop lag of the last 5 s: checked on the loop, it is about the call's
+    # whole time; in a worker thread, the loop only waits for the GIL now and then
+    assert health["loop_lag_ms"] < took_ms / 3, (health, took_ms)
+
+
+REFUSED_ARGUMENTS = [
+    ("list_runs", {"limit": True}, "limit"),  # a boolean is not a number
+    ("list_runs", {"limit": "2"}, "limit"),  # nor is a string
+    ("validate_cuelist", {"source": RELEASE, "strict": "yes"}, "strict"),
+    ("validate_cuelist", {"source": RELEASE, "strict": 1}, "strict"),
+    ("start_run", {"cuelist": "mcp-release", "budget": '{"tokens": 400}'}, "budget"),
+    ("start_run", {"cuelist": "mcp-release", "params": '{"by": "mcp"}'}, "params"),
+    ("start_run", {"cuelist": "mcp-release", "idempotency_key": "k" * 201}, "idempotency_key"),
+    ("start_run", {"cuelist": "mcp-release", "idempotency_key": ""}, "idempotency_key"),
+]
+
+
+async def test_arguments_are_taken_as_json_sent_them(hub_url: str) -> None:
+    async with connected(hub_url) as mcp:
+        for tool, arguments, name in REFUSED_ARGUMENTS:
+            result = await mcp.call_tool(tool, arguments)
+            text = str(result.content)
+            assert result.is_error, (tool, arguments, text)
+            assert f"Error executing tool {tool}" in text and name in text, text
+        runs = await call(mcp, "list_runs", limit=2)
+        assert runs["count"] <= 2
+        assert "valid" in await call(mcp, "validate_cuelist", source=RELEASE, strict=True)
+        # the REST API's Idempotency-Key takes up to 200 characters: so does the tool
+        key = "k" * 200
+        first = await call(mcp, "start_run", cuelist="mcp-release", idempotency_key=key)
+        again = await call(mcp, "start_run", cuelist="mcp-release", idempotency_key=key)
+        assert again == first
+        await call(mcp, "cancel_run", run_id=first["run_id"])
+
+
+async def test_post_is_the_only_method(hub_url: str) -> None:
+    """Stateless, nothing is ever sent outside a POST's answer: GET (the standalone stream)
+    and DELETE (a session's end) are 405, as the spec allows."""
+    headers = {"Authorization": f"Bearer {KEY}", "Accept": "text/event-stream"}
+    async with httpx.AsyncClient(headers=headers) as client:
+        for method in ("GET", "DELETE"):
+            async with client.stream(method, f"{hub_url}/mcp") as r:
+                assert r.status_code == 405, (method, r.status_code, r.headers)
+                assert r.headers["allow"] == "POST"

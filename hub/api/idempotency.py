@@ -41,10 +41,11 @@ from protocols.errors import Conflict, EngineError, TransportError
 # a request waiting on another's key looks again after POLL_S, then twice as long each
 # time up to POLL_MAX_S: a burst of retries does not poll Redis 50 times a second each
 POLL_S, POLL_MAX_S = 0.02, 0.32
+KEY_MAX = 200  # characters of an idempotency key (the header, an MCP tool's argument)
 KeyHeader = Annotated[
     str | None,
     Header(
-        min_length=1, max_length=200,
+        min_length=1, max_length=KEY_MAX,
         description="the same key and request again get the first one's answer, and do "
         "nothing twice (kept a day)",
     ),

@@ -18,7 +18,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hub.api.deps import get_run as load_run
-from hub.api.idempotency import Asked
+from hub.api.idempotency import KEY_MAX, Asked
 from hub.api.offload import off_the_loop_if
 from hub.api.routes import budgets as budget_routes
 from hub.api.routes import cuelists as cuelist_routes
@@ -55,7 +55,7 @@ WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint
 Key = Annotated[
     str | None,
     Field(
-        min_length=1, max_length=200,  # the REST API's Idempotency-Key header (hub.api.idempotency)
+        min_length=1, max_length=KEY_MAX,  # as the REST API's Idempotency-Key header
         description="call again with the same key and arguments (after a timeout, say): "
         "answered as the first call was, and nothing is done twice (the REST API's "
         "Idempotency-Key, kept a day)",

@@ -56,6 +56,12 @@ def is_entry_id(text: str) -> bool:
     return int(ms) < 1 << 64 and int(seq) < 1 << 64
 
 
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as what orders it: (milliseconds, sequence)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def hub_group(partition: int = 0) -> str:
     """The consumer group a partition's leader reads every `out` stream in (`hub` for
     partition 0: one partition reads as the engine always did)."""

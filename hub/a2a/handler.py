@@ -6,15 +6,15 @@ message id (the REST API's Idempotency-Key machinery); with a task id they are t
 client's reply to an INPUT_REQUIRED run, which raises the condition or fires the GO it
 waits for. `tasks/{id}:cancel` cancels the run. Every write is the REST route's own code;
 every read is the run state in Redis, so any hub answers for any task, restarts included.
+Every wait for a run's events (a stream, a subscription, a blocking send) is an event
+stream of the hub's fanout (hub.a2a.stream), under its caps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -34,11 +34,7 @@ from a2a.types import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
-    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
 )
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
@@ -52,30 +48,26 @@ from a2a.utils.errors import (
 from a2a.utils.task import validate_page_size
 
 from hub.a2a import replies
-from hub.a2a.tasks import (
-    CONTEXT_PARAM,
-    TERMINAL,
-    Need,
-    agent_message,
-    context_id,
-    needs,
-    plain,
-    task_of,
-)
+from hub.a2a.errors import translated
+from hub.a2a.stream import following, updates
+from hub.a2a.tasks import CONTEXT_PARAM, TERMINAL, context_id, needs, task_of
 from hub.api.idempotency import Asked, fingerprint
 from hub.api.routes import runs as routes
 from hub.api.schemas import CancelCreate, RunCreate
 from hub.engine.state import RunState
+from hub.fanout import Follower
 from hub.service import Hub
 from hub.store.idempotency import ReplyHold
+from hub.store.state import StateStore
 from protocols.cuelist import Cuelist
 from protocols.errors import Conflict, NotFound, Unprocessable
 
-BLOCK_MS = 1_000
-BATCH = 200
 SEND_WAIT_S = 30.0  # message:send answers when the run settles, or with its state by then
 REPLY_TTL_S = 24 * 3600
-INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+# tasks/list reads at most this many runs per request (filters may leave a page short: its
+# next_page_token goes on from where the scan stopped)
+LIST_SCAN_MAX = 1_000
+MAX_PAGE_SIZE = 100
 
 
 class RunTasks(RequestHandler):
@@ -85,54 +77,92 @@ class RunTasks(RequestHandler):
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def _run(self, run_id: str) -> RunState:
-        run = await self.hub.store.run(run_id) if run_id else None
+    async def _run(self, run_id: str, store: StateStore | None = None) -> RunState:
+        run = await (store or self.hub.store).run(run_id) if run_id else None
         if run is None:
             raise TaskNotFoundError(f"no task {run_id}")
         return run
 
-    async def _cuelist(self, run: RunState) -> Cuelist:
-        return await self.hub.cuelists.get(run.cuelist, run.version)
+    async def _cuelist(self, run: RunState) -> Cuelist | None:
+        """The run's cuelist version; None once it is deleted (the run outlives it)."""
+        try:
+            return await self.hub.cuelists.get(run.cuelist, run.version)
+        except NotFound:
+            return None
 
-    async def _task(self, run: RunState, *, artifacts: bool = True) -> Task:
+    async def _task(
+        self, run: RunState, *, artifacts: bool = True, store: StateStore | None = None
+    ) -> Task:
         """The run as a task; its `context` artifact is read only when asked for."""
-        context = await self.hub.store.context(run.run_id) if artifacts else None
+        context = await (store or self.hub.store).context(run.run_id) if artifacts else None
         return task_of(run, await self._cuelist(run), context)
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
-        return await self._task(await self._run(params.id))
+        with translated():
+            return await self._task(await self._run(params.id))
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
+        """The newest tasks first, filtered by context and state; a filtered page is filled
+        from older runs, reading at most LIST_SCAN_MAX runs: a page left short then has a
+        next_page_token (an offset into the runs, newest first) that goes on from there."""
         if params.HasField("page_size"):  # 1 to 100: a size below 1 was ZRANGE's end
             validate_page_size(params.page_size)
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
-        runs = await self.hub.store.runs(await self.hub.store.recent_run_ids(size))
-        tasks = []
-        for run in runs:
-            if params.context_id and context_id(run) != params.context_id:
-                continue
-            task = await self._task(run)
-            if params.status and task.status.state != params.status:
-                continue
-            tasks.append(task)
-        return ListTasksResponse(tasks=tasks, page_size=size, total_size=len(tasks))
+        start = _offset(params.page_token)
+        filtered = bool(params.context_id or params.status)
+        window = MAX_PAGE_SIZE if filtered else size
+        tasks: list[Task] = []
+        offset, drained = start, False
+        with translated():
+            while len(tasks) < size and offset - start < LIST_SCAN_MAX:
+                ids = await self.hub.store.recent_run_ids(window, offset)
+                runs = {run.run_id: run for run in await self.hub.store.runs(ids)}
+                read = 0
+                for run_id in ids:
+                    read += 1
+                    run = runs.get(run_id)
+                    listed = run is not None and await self._listed(run, params, tasks)
+                    if listed and len(tasks) == size:
+                        break
+                offset += read
+                if len(ids) < window:  # the runs ran out: drained if all of them were read
+                    drained = read == len(ids)
+                    break
+        return ListTasksResponse(
+            tasks=tasks, page_size=size, total_size=len(tasks),
+            next_page_token="" if drained else str(offset),
+        )  # fmt: skip
+
+    async def _listed(self, run: RunState, params: ListTasksRequest, tasks: list[Task]) -> bool:
+        """Add the run's task to `tasks` if it passes the request's filters."""
+        if params.context_id and context_id(run) != params.context_id:
+            return False
+        task = await self._task(run, artifacts=params.include_artifacts)
+        if params.status and task.status.state != params.status:
+            return False
+        tasks.append(task)
+        return True
 
     # -- writes --------------------------------------------------------------------------
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
-        run = await self._run(params.id)
-        if run.status.done:
-            raise TaskNotCancelableError(f"run {run.run_id} is already {run.status.value}")
-        try:
-            await routes.cancel(run, self.hub, CancelCreate(reason="cancelled by an A2A client"))
-        except Conflict as exc:
-            raise TaskNotCancelableError(str(exc)) from None
-        return await self._task(await self._run(run.run_id))
+        with translated():
+            run = await self._run(params.id)
+            if run.status.done:
+                raise TaskNotCancelableError(f"run {run.run_id} is already {run.status.value}")
+            try:
+                reason = CancelCreate(reason="cancelled by an A2A client")
+                await routes.cancel(run, self.hub, reason)
+            except Conflict as exc:
+                raise TaskNotCancelableError(str(exc)) from None
+            return await self._task(await self._run(run.run_id))
 
-    async def _accept(self, params: SendMessageRequest) -> tuple[str, bool]:
-        """Start a run for the message, or apply it as a reply; (run id, whether new)."""
+    async def _accept(self, params: SendMessageRequest) -> tuple[str, str]:
+        """Start a run for the message, or apply it as a reply; the run id, and the event
+        its updates follow: "0-0" for a new run (all of them), for a reply the run's
+        newest event before it (the client sees what its reply did)."""
         message = params.message
         if not message.message_id:
             raise InvalidParamsError("the message needs a message_id")
@@ -142,8 +172,9 @@ class RunTasks(RequestHandler):
                 raise InvalidParamsError(
                     f"task {run.run_id} is not of context {message.context_id}"
                 )
+            before = await self.hub.fanout.store.events_position(run.run_id)
             await self._reply(run, message)
-            return run.run_id, False
+            return run.run_id, before
         start = replies.start_of(message)
         run_params = dict(start.params)
         if message.context_id:
@@ -157,12 +188,13 @@ class RunTasks(RequestHandler):
             raise InvalidParamsError(str(exc)) from None
         except Conflict as exc:  # the message id was used for another request
             raise InvalidParamsError(str(exc)) from None
-        return created.run_id, True
+        return created.run_id, "0-0"
 
     async def _reply(self, run: RunState, message: Message) -> None:
         """Raise the conditions / fire the GOs the reply names, once per message id.
 
-        The first copy of a message reads it (against what the run waits for then) and
+        The first copy of a message reads it (against what the run waits for then: every
+        action is checked before any is sent, so a refused reply changes nothing) and
         keeps what it was read as under the message id, before anything is sent. Each
         action goes with an Idempotency-Key of its own, derived from the message id, so a
         copy sent again after an error whose outcome is unknown (a 503: the command may
@@ -177,7 +209,9 @@ class RunTasks(RequestHandler):
         while held is None:
             if run.status.done:
                 raise InvalidParamsError(f"run {run.run_id} is {run.status.value}: nothing waits")
-            actions = replies.actions(message, await self._wants(run))
+            cuelist = await self._cuelist(run)
+            actions = replies.actions(message, needs(run, cuelist))
+            replies.check(actions, run, cuelist)
             hold = ReplyHold(run_id=run.run_id, request=request, actions=actions)
             held = hold if await store.claim(key, hold, REPLY_TTL_S) else await store.reply(key)
         if held.request != request or held.run_id != run.run_id:
@@ -198,66 +232,56 @@ class RunTasks(RequestHandler):
         # Anything else (503: no leader in time, Redis refusing writes) keeps the message
         # id: a copy sent again sends the same actions under the same keys.
 
-    async def _wants(self, run: RunState) -> list[Need]:
-        return needs(run, await self._cuelist(run))
-
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
-        run_id, new = await self._accept(params)
-        if not params.configuration.return_immediately:
-            async for _ in self._updates(run_id, "0-0" if new else "$", max_s=SEND_WAIT_S):
-                pass
-        return await self._task(await self._run(run_id))
+        with translated():
+            if params.configuration.return_immediately:
+                run_id, _ = await self._accept(params)
+                return await self._task(await self._run(run_id))
+            client = _client(context)
+            self.hub.fanout.admit(client)  # no stream to spare: refused before anything is done
+            run_id, after = await self._accept(params)
+            async with following(self.hub.fanout, run_id, client) as sub:
+                async for _ in self._updates(sub, after, SEND_WAIT_S):
+                    pass
+            return await self._task(await self._run(run_id))
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        run_id, new = await self._accept(params)
-        yield await self._task(await self._run(run_id))
-        async for event in self._updates(run_id, "0-0" if new else "$"):
-            yield event
+        client = _client(context)
+        with translated():
+            self.hub.fanout.admit(client)
+            run_id, after = await self._accept(params)
+            async with following(self.hub.fanout, run_id, client) as sub:
+                yield await self._task(await self._run(run_id))
+                async for event in self._updates(sub, after):
+                    yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        task = await self._task(await self._run(params.id))
-        if task.status.state in TERMINAL:
-            raise UnsupportedOperationError(f"task {params.id} has ended")
-        yield task
-        async for event in self._updates(params.id, "$"):
-            yield event
+        with translated():
+            run = await self._run(params.id)
+            if task_of(run, await self._cuelist(run)).status.state in TERMINAL:
+                raise UnsupportedOperationError(f"task {params.id} has ended")
+            async with following(self.hub.fanout, run.run_id, _client(context)) as sub:
+                # the position, then the task: every event up to it is in that task
+                after = await self.hub.fanout.store.events_position(run.run_id)
+                yield await self._read(await self._run(run.run_id, self.hub.fanout.store), True)
+                async for event in self._updates(sub, after):
+                    yield event
 
-    async def _updates(
-        self, run_id: str, after: str, max_s: float | None = None
+    def _updates(
+        self, sub: Follower, after: str, max_s: float | None = None
     ) -> AsyncGenerator[Event, None]:
-        """Each run event as a WORKING status update; after each batch the task's state is
-        read from the run, and the stream ends when it ends or needs input (as A2A
-        streams do), after its artifacts; or after `max_s` (default `sse_max_s`: the
-        client resubscribes)."""
-        deadline = time.monotonic() + (max_s or self.hub.settings.sse_max_s)
-        last = after
-        while not self.stopping.is_set() and time.monotonic() < deadline:
-            batch = await self.hub.store.tail_events(run_id, last, BATCH, BLOCK_MS)
-            run = await self.hub.store.run(run_id)
-            if run is None:
-                return
-            for event in batch:
-                last = event.id
-                yield _event_update(run, event.id, event.data)
-            task = await self._task(run, artifacts=False)
-            if task.status.state in TERMINAL:
-                task = await self._task(run)
-                for artifact in task.artifacts:
-                    yield TaskArtifactUpdateEvent(
-                        task_id=task.id, context_id=task.context_id, artifact=artifact,
-                        last_chunk=True,
-                    )  # fmt: skip
-            if task.status.state in TERMINAL or task.status.state in INTERRUPTED:
-                yield TaskStatusUpdateEvent(
-                    task_id=task.id, context_id=task.context_id, status=task.status
-                )
-                return
+        max_s = max_s or self.hub.settings.sse_max_s  # then the client resubscribes
+        return updates(self.hub.fanout, sub, after, max_s, self._read, self.stopping)
+
+    async def _read(self, run: RunState, artifacts: bool) -> Task:
+        """The task of a run being followed: what it reads, on the fanout's connections."""
+        return await self._task(run, artifacts=artifacts, store=self.hub.fanout.store)
 
     # -- not offered ---------------------------------------------------------------------
 
@@ -294,12 +318,15 @@ def _key(kind: str, message_id: str) -> str:
     return f"{kind}:{message_id}"
 
 
-def _event_update(run: RunState, event_id: str, data: dict[str, Any]) -> TaskStatusUpdateEvent:
-    """One run event as a WORKING status update whose message says what happened."""
-    status = TaskStatus(
-        state=TaskState.TASK_STATE_WORKING,
-        message=agent_message(run, replies.describe(data), f"{run.run_id}:{event_id}"),
-    )
-    update = TaskStatusUpdateEvent(task_id=run.run_id, context_id=context_id(run), status=status)
-    update.metadata.update(plain({"event_id": event_id, **data}))
-    return update
+def _client(context: ServerCallContext) -> str:
+    """Who asks (the address mount.ClientContext noted), for the fanout's per-client cap."""
+    return str(context.state.get("client") or "unknown")
+
+
+def _offset(page_token: str) -> int:
+    """A tasks/list page token: the offset into the runs, newest first, it goes on from."""
+    if not page_token:
+        return 0
+    if not page_token.isdigit() or len(page_token) > 9:
+        raise InvalidParamsError(f"page token {page_token[:40]!r} is not one this hub gave")
+    return int(page_token)

@@ -1,22 +1,29 @@
 """Mounting callboard's A2A agent in the hub app: the card at `/.well-known/agent-card.json`,
 the HTTP+JSON binding under `/a2a` (`/a2a/message:send`, `/a2a/tasks/{id}:cancel`...) and
-JSON-RPC at `/a2a/jsonrpc`, all behind the REST API's key check."""
+JSON-RPC at `/a2a/jsonrpc`, all behind the REST API's key check; each call knows its
+client's address (the event streams' per-client cap), and a 503 says when to come back."""
 
 from __future__ import annotations
 
 import asyncio
 
+from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
+from a2a.server.routes import (
+    DefaultServerCallContextBuilder,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.applications import Starlette
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hub.a2a.card import A2A_PATH, RPC_PATH, hub_card
+from hub.a2a.errors import RETRY_AFTER_S
 from hub.a2a.handler import RunTasks
 from hub.api.deps import require_api_key
 from hub.service import Hub
@@ -47,6 +54,35 @@ class RequireKey:
         await self.app(scope, receive, send)
 
 
+class ClientContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the client's address in `state["client"]` (the REST
+    event stream counts streams per address too)."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state["client"] = request.client.host if request.client else "unknown"
+        return context
+
+
+class RetryAfter:
+    """Adds Retry-After to the binding's 503 answers (hub.a2a.errors.Unavailable): the SDK
+    writes the status and body, but no header of ours."""
+
+    def __init__(self, app: ASGIApp, retry_after_s: int) -> None:
+        self.app = app
+        self.value = str(retry_after_s).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"retry-after" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"retry-after", self.value)]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
     """Add the card route and mount the A2A bindings on `app`."""
 
@@ -61,7 +97,10 @@ def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
         dependencies=[Depends(require_api_key)],
     )  # fmt: skip
     handler = RunTasks(hub, stopping)
+    context = ClientContext()
     # the tenant Mount create_rest_routes adds is left out: no tenants here
-    rest = [r for r in create_rest_routes(handler) if isinstance(r, Route)]
-    bindings = Starlette(routes=[*create_jsonrpc_routes(handler, RPC_PATH), *rest])
-    app.mount(A2A_PATH, RequireKey(bindings))
+    rest = [r for r in create_rest_routes(handler, context) if isinstance(r, Route)]
+    bindings = Starlette(routes=[*create_jsonrpc_routes(handler, RPC_PATH, context), *rest])
+    # a refused stream's wait is the fanout's; a Redis outage's, ours
+    retry_after_s = max(hub.fanout.retry_after_s, RETRY_AFTER_S)
+    app.mount(A2A_PATH, RequireKey(RetryAfter(bindings, retry_after_s)))

@@ -1,6 +1,7 @@
 """What an A2A client's message asks of callboard: which cuelist to run, or, as a reply to
-an INPUT_REQUIRED task, which conditions to raise and which armed cues to GO; and how a
-run event reads as a status message."""
+an INPUT_REQUIRED task, which conditions to raise and which armed cues to GO (at most
+MAX_ACTIONS, each checked before any is sent); and how a run event reads as a status
+message."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
 from hub.a2a.tasks import Need
+from hub.api.routes.runs import unwanted_condition, waited_for
+from hub.engine.state import RunState
+from protocols.cuelist import Cuelist
+from protocols.states import CueState
 
 YES = frozenset({"yes", "y", "ok", "okay", "approve", "approved", "go", "proceed", "continue"})
+# Names one reply may give: each is a command to the leader with an idempotency key kept a
+# day, so a reply naming thousands would cost thousands of both.
+MAX_ACTIONS = 16
+EXACT_FLOAT_INT = 2**53  # past it a float no longer holds every integer
 
 
 @dataclass(frozen=True)
@@ -30,10 +39,23 @@ def data_parts(message: Message) -> list[dict[str, Any]]:
     out = []
     for part in message.parts:
         if part.WhichOneof("content") == "data":
-            value = MessageToDict(part.data)
+            value = as_sent(MessageToDict(part.data))
             if isinstance(value, dict):
                 out.append(value)
     return out
+
+
+def as_sent(data: Any) -> Any:
+    """JSON data read from a protobuf Struct, with its integers back: a Struct holds every
+    number as a double, so a client's `3` arrives as 3.0 (and `3.0` too: the two cannot be
+    told apart, and a parameter that is a whole number is far more often meant as one)."""
+    if isinstance(data, dict):
+        return {key: as_sent(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [as_sent(value) for value in data]
+    if isinstance(data, float) and data.is_integer() and abs(data) <= EXACT_FLOAT_INT:
+        return int(data)
+    return data
 
 
 def text_of(message: Message) -> str:
@@ -43,7 +65,7 @@ def text_of(message: Message) -> str:
 def start_of(message: Message) -> Start:
     """The run a new message asks for: metadata `skill`, or a data part `{cuelist: NAME}`
     (with `version`, `params` and `dry` if given)."""
-    metadata = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    metadata = as_sent(MessageToDict(message.metadata)) if message.HasField("metadata") else {}
     spec: dict[str, Any] = {}
     for data in data_parts(message):
         if "cuelist" in data:
@@ -56,9 +78,12 @@ def start_of(message: Message) -> Start:
         )
     params = spec.get("params") or {}
     version = spec.get("version")
+    dry = spec.get("dry", False)
     if not isinstance(params, dict) or not (version is None or isinstance(version, str)):
         raise InvalidParamsError("`params` must be an object and `version` a string")
-    return Start(name, version, params, bool(spec.get("dry", False)))
+    if not isinstance(dry, bool):  # "false" is a string, and bool("false") is True
+        raise InvalidParamsError(f"`dry` must be true or false, not {dry!r}")
+    return Start(name, version, params, dry)
 
 
 def actions(message: Message, wants: Sequence[Need]) -> list[tuple[str, str]]:
@@ -70,9 +95,13 @@ def actions(message: Message, wants: Sequence[Need]) -> list[tuple[str, str]]:
         for kind in ("condition", "go"):
             value = data.get(kind)
             names = value if isinstance(value, list) else [value] if value is not None else []
-            out += [(kind, str(n)) for n in names]
+            if not all(isinstance(n, str) and n for n in names):
+                raise InvalidParamsError(f"`{kind}` must be a name or a list of names")
+            out += [(kind, n) for n in names]
+    if len(out) > MAX_ACTIONS:
+        raise InvalidParamsError(f"a reply gives at most {MAX_ACTIONS} conditions and GOs")
     if out:
-        return out
+        return list(dict.fromkeys(out))  # the same one twice is sent once
     text = text_of(message)
     words = text.split()
     by_name = {n.name: n for n in wants}
@@ -83,6 +112,22 @@ def actions(message: Message, wants: Sequence[Need]) -> list[tuple[str, str]]:
         return [(wants[0].kind, wants[0].name)]
     options = "; ".join(n.describe() for n in wants) or "nothing an operator can give"
     raise InvalidParamsError(f"say what to give the run: it waits for {options}")
+
+
+def check(actions: Sequence[tuple[str, str]], run: RunState, cuelist: Cuelist | None) -> None:
+    """Refuse the reply (invalid params) unless every action may be given now, before any
+    is sent: a GO to a cue of the run that is armed, a condition a cue of it waits for."""
+    wanted = waited_for(cuelist) if cuelist is not None else []
+    for kind, name in actions:
+        if kind == "go":
+            cue = run.cues.get(name)
+            if cue is None:
+                raise InvalidParamsError(f"run {run.run_id} has no cue {name}")
+            if cue.state is not CueState.ARMED:
+                why = f": {cue.reason}" if cue.reason else ""
+                raise InvalidParamsError(f"cue {name} is not armed: it is {cue.state.value}{why}")
+        elif name not in wanted:
+            raise InvalidParamsError(str(unwanted_condition(run.run_id, name, wanted)))
 
 
 def describe(event: dict[str, Any]) -> str:

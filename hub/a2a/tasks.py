@@ -63,10 +63,13 @@ class Need:
         )
 
 
-def needs(run: RunState, cuelist: Cuelist) -> list[Need]:
-    """What the run waits for that no cue of it can still give."""
+def needs(run: RunState, cuelist: Cuelist | None) -> list[Need]:
+    """What the run waits for that no cue of it can still give. Without its cuelist (the
+    version was deleted) only the run's own record speaks: its armed cues."""
     if run.status.done:
         return []
+    if cuelist is None:
+        return [Need("go", cid, cid) for cid, cr in run.cues.items() if cr.state is CueState.ARMED]
     cues = {cue.id: cue for cue in cuelist.cues}
     givers: dict[str, set[str]] = {}  # condition -> cues that raise it and may still complete
     for cid, cue in cues.items():
@@ -155,7 +158,7 @@ def artifacts(run: RunState, context: dict[str, ContextEntry]) -> list[Artifact]
 
 
 def task_of(
-    run: RunState, cuelist: Cuelist, context: dict[str, ContextEntry] | None = None
+    run: RunState, cuelist: Cuelist | None, context: dict[str, ContextEntry] | None = None
 ) -> Task:
     waiting_for = needs(run, cuelist)
     task = Task(

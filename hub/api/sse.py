@@ -11,6 +11,7 @@ from typing import Any
 from hub.api.schemas import ts
 from hub.fanout import EventFanout
 from hub.store.state import RunEvent, StateStore
+from protocols.keys import entry_order
 from protocols.states import RunStatus
 
 BATCH = 500
@@ -29,11 +30,6 @@ def finishes(event: dict[str, Any]) -> bool:
 def _public(event: dict[str, Any]) -> dict[str, Any]:
     at = event.get("at")
     return {**event, "at": ts(at)} if isinstance(at, int | float) else event
-
-
-def _order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 async def follow(
@@ -64,7 +60,7 @@ async def follow(
                 return  # at the limit: the client resumes from its Last-Event-ID
             if new is None:
                 return  # ended: the hub is stopping, the run is gone, or the client is behind
-            if last != "0-0" and _order(new.id) <= _order(last):
+            if last != "0-0" and entry_order(new.id) <= entry_order(last):
                 continue  # already sent by the replay
             last = new.id
             yield RunEvent(new.id, _public(new.data))

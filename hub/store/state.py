@@ -118,8 +118,9 @@ class StateStore:
             m.decode() for m in await self.db.smembers(self.keys.active_runs(self.partition))
         )
 
-    async def recent_run_ids(self, limit: int = 100) -> list[str]:
-        ids = await self.db.zrange(self.keys.all_runs, 0, limit - 1, desc=True)
+    async def recent_run_ids(self, limit: int = 100, offset: int = 0) -> list[str]:
+        """Up to `limit` run ids, newest first, after the `offset` newest."""
+        ids = await self.db.zrange(self.keys.all_runs, offset, offset + limit - 1, desc=True)
         return [i.decode() for i in ids]
 
     async def expired_run_ids(self, created_before: float, count: int = 1_000) -> list[str]:

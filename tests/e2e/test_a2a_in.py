@@ -20,6 +20,7 @@ from a2a.types import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -260,3 +261,61 @@ def test_a_registered_contract_exported_as_an_agent_card(hub: Hub) -> None:
 
     parsed = parse_agent_card(card)
     assert [s.id for s in parsed.skills] == ["implemented_code", "build_log"]
+
+
+async def test_a_task_whose_cuelist_was_deleted_is_still_read_and_listed(
+    hub: Hub, http: httpx.AsyncClient
+) -> None:
+    """GetTask and every ListTasks page holding such a task answered -32603 / HTTP 500 (the
+    cuelist version was read to build the task); it is built from the run's record now."""
+    doomed = {"cuelist": "doomed", "cues": [{"id": "A", "target_agents": ["worker"]}]}
+    async with httpx.AsyncClient(base_url=hub.url, headers=http.headers) as api:
+        assert (await api.post("/v1/cuelists", json=doomed)).status_code == 201
+        _, client = await _client(hub, http, "JSONRPC", streaming=False)
+        [answer] = await _events(client, _message(new_text_part("x"), skill="doomed"))
+        assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert (await api.delete("/v1/cuelists/doomed")).status_code in (200, 204)
+    for binding in ("JSONRPC", "HTTP+JSON"):
+        _, client = await _client(hub, http, binding)
+        task = await client.get_task(GetTaskRequest(id=answer.task.id))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        listed = await client.list_tasks(ListTasksRequest())
+        assert answer.task.id in {t.id for t in listed.tasks}
+
+
+async def test_bad_params_are_invalid_params_not_internal_errors(
+    hub: Hub, http: httpx.AsyncClient
+) -> None:
+    """A skill over 200 characters failed the run request's model: -32603 and a traceback in
+    the hub's log. A `dry` of "false" started a dry run; a param 3 arrived as 3.0."""
+    for binding in ("JSONRPC", "HTTP+JSON"):
+        _, client = await _client(hub, http, binding, streaming=False)
+        with pytest.raises(InvalidParamsError, match="200 characters"):
+            await _events(client, _message(new_text_part("x"), skill="s" * 300))
+        spec = {"cuelist": "manual-release", "dry": "false"}
+        with pytest.raises(InvalidParamsError, match="dry"):
+            await _events(client, _message(new_data_part(spec)), return_immediately=True)
+    assert "Traceback" not in hub.procs.log(f"hub-{hub.port}")
+    start = _message(new_data_part({"cuelist": "manual-release", "params": {"n": 3, "x": 2.5}}))
+    [answer] = await _events(client, start, return_immediately=True)
+    async with httpx.AsyncClient(headers=http.headers) as api:
+        run = (await api.get(f"{hub.url}/v1/runs/{answer.task.id}")).json()
+    assert run["dry"] is False
+    assert run["params"]["n"] == 3 and isinstance(run["params"]["n"], int)
+    assert run["params"]["x"] == 2.5
+
+
+async def test_a_refused_reply_gives_nothing(hub: Hub, http: httpx.AsyncClient) -> None:
+    """A reply raising a condition and firing a cue that does not exist was refused after
+    the condition was raised; every action is checked before any is sent now."""
+    _, client = await _client(hub, http, "HTTP+JSON")
+    events = await _events(client, _message(new_text_part("deploy"), skill="approve-deploy"))
+    run_id = _task_id(events)
+    assert _last_state(events) == TaskState.TASK_STATE_INPUT_REQUIRED
+    both = new_data_part({"condition": "approval_received", "go": "NOPE"})
+    with pytest.raises(InvalidParamsError, match="no cue NOPE"):
+        await _events(client, _message(both, task_id=run_id), return_immediately=True)
+    async with httpx.AsyncClient(headers=http.headers) as api:
+        run = (await api.get(f"{hub.url}/v1/runs/{run_id}")).json()
+    assert run["conditions"] == []
+    await client.cancel_task(CancelTaskRequest(id=run_id))

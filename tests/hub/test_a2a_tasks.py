@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from a2a.helpers import new_data_part, new_text_part
 from a2a.server.context import ServerCallContext
-from a2a.types import ListTasksRequest, Message, Role, TaskState
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.types import GetTaskRequest, ListTasksRequest, Message, Role, TaskState
+from a2a.utils.error_handlers import build_rest_error_payload
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from hub.a2a.handler import RunTasks, _event_update
-from hub.a2a.replies import actions, start_of
-from hub.a2a.tasks import Need, needs, state_of, task_of
+from hub.a2a.errors import Unavailable
+from hub.a2a.handler import RunTasks
+from hub.a2a.replies import actions, check, start_of
+from hub.a2a.stream import _event_update
+from hub.a2a.tasks import CONTEXT_PARAM, Need, needs, state_of, task_of
 from hub.api.routes.runs import create_run
 from hub.api.schemas import RunCreate
 from hub.service import Hub
 from hub.store.state import ContextEntry
 from protocols.canonical import canonical_json
+from protocols.errors import Unreachable
 from protocols.validation import load_cuelist
 from tests.hub.sim import Sim, plan_of
 
@@ -125,3 +131,92 @@ async def test_a_task_list_page_is_1_to_100_tasks(hub: Hub) -> None:
     for size in (-1, -(2**31), 101):
         with pytest.raises(InvalidParamsError, match="page size"):
             await tasks.on_list_tasks(ListTasksRequest(page_size=size), call)
+
+
+def test_a_reply_gives_at_most_16_things_each_once() -> None:
+    """One reply naming the same condition 2,000 times sent 2,000 commands to the leader,
+    each with an idempotency key kept a day."""
+    one = [Need("condition", "approval_received", "TEST")]
+    again = new_data_part({"condition": ["approval_received"] * 3, "go": ["SHIP", "SHIP"]})
+    assert actions(_reply(again), one) == [("condition", "approval_received"), ("go", "SHIP")]
+    assert len(actions(_reply(new_data_part({"go": [f"C{n}" for n in range(16)]})), one)) == 16
+    for many in (["approval_received"] * 2000, [f"c{n}" for n in range(17)]):
+        with pytest.raises(InvalidParamsError, match="at most 16"):
+            actions(_reply(new_data_part({"condition": many})), one)
+    with pytest.raises(InvalidParamsError, match="name or a list of names"):
+        actions(_reply(new_data_part({"go": {"cue": "SHIP"}})), one)
+
+
+def test_values_are_taken_as_sent() -> None:
+    """`dry: "false"` started a dry run (bool("false")); `params: {n: 3}` arrived as 3.0."""
+    spec = {"cuelist": "gated", "params": {"n": 3, "x": 2.5, "big": 2**60, "l": [1, {"m": 2}]}}
+    params = start_of(_reply(new_data_part(spec))).params
+    assert params == {"n": 3, "x": 2.5, "big": float(2**60), "l": [1, {"m": 2}]}
+    assert type(params["n"]) is int and type(params["l"][1]["m"]) is int
+    assert type(params["big"]) is float  # past 2**53 a float is not the integer sent
+    for dry in ("false", 0, "yes", None):
+        with pytest.raises(InvalidParamsError, match="dry"):
+            start_of(_reply(new_data_part({"cuelist": "gated", "dry": dry})))
+
+
+def test_a_reply_is_checked_whole_before_anything_is_sent() -> None:
+    plan = plan_of(GATED)
+    sim = Sim(plan)
+    sim.start()
+    run = sim.run()
+    check([("condition", "approval_received")], run, plan.cuelist)
+    with pytest.raises(InvalidParamsError, match="no cue NOPE"):
+        check([("condition", "approval_received"), ("go", "NOPE")], run, plan.cuelist)
+    with pytest.raises(InvalidParamsError, match="SHIP is not armed: it is waiting"):
+        check([("go", "SHIP")], run, plan.cuelist)
+    with pytest.raises(InvalidParamsError, match="did you mean approval_received"):
+        check([("condition", "aproval_received")], run, plan.cuelist)
+
+
+async def test_redis_out_is_unavailable_not_a_traceback() -> None:
+    """A Redis outage in a handler reached the SDK as an unknown exception: HTTP 500, or
+    -32603, and a traceback in the log. It is Unavailable now: 503 with the reason."""
+
+    class Down:
+        async def run(self, run_id: str) -> None:
+            raise Unreachable("connection refused")
+
+    tasks = RunTasks(SimpleNamespace(store=Down()), asyncio.Event())  # type: ignore[arg-type]
+    with pytest.raises(Unavailable, match="cannot reach Redis") as refused:
+        await tasks.on_get_task(GetTaskRequest(id="r1"), ServerCallContext())
+    payload = build_rest_error_payload(refused.value)["error"]
+    assert (payload["code"], payload["status"]) == (503, "UNAVAILABLE")
+    assert payload["details"][0]["metadata"] == {"retry_after_s": "5"}
+    assert build_error_response(1, refused.value)["error"]["code"] == -32603
+
+
+@pytest.mark.redis
+async def test_tasks_of_a_context_are_found_past_the_newest_page(hub: Hub) -> None:
+    """tasks/list by context filtered only the newest page (50 runs): a context's older
+    tasks were not listed at all. Older runs fill the page now, and a page token goes on."""
+    text = "cuelist: paged\ncues:\n  - {id: A, target_agents: [nobody]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    mine = [
+        (await create_run(RunCreate(cuelist="paged", dry=True, params={CONTEXT_PARAM: "ctx"}),
+                          hub, None)).run_id
+        for _ in range(3)
+    ]  # fmt: skip
+    for _ in range(60):
+        await create_run(RunCreate(cuelist="paged", dry=True), hub, None)
+    tasks = RunTasks(hub, asyncio.Event())
+    call = ServerCallContext()
+    found = await tasks.on_list_tasks(ListTasksRequest(context_id="ctx"), call)
+    assert sorted(t.id for t in found.tasks) == sorted(mine)
+    assert found.next_page_token == ""  # every run was read
+    seen: list[str] = []
+    token = ""
+    for _ in range(10):
+        page = await tasks.on_list_tasks(ListTasksRequest(page_size=25, page_token=token), call)
+        seen += [t.id for t in page.tasks]
+        token = page.next_page_token
+        if not token:
+            break
+    assert len(seen) == len(set(seen)) == 63 and set(mine) <= set(seen)
+    with pytest.raises(InvalidParamsError, match="page token"):
+        await tasks.on_list_tasks(ListTasksRequest(page_token="-3"), call)

@@ -28,7 +28,7 @@ from protocols.payloads import (
 from protocols.transport import Delivery
 from specialists.cue import CUE_REASON_CHARS, Cue
 from specialists.errors import Reject, Retry
-from specialists.work import _fail, run_work
+from specialists.work import failure, run_work, settle, settled_before
 
 if TYPE_CHECKING:
     from specialists.runtime import Runtime
@@ -265,6 +265,9 @@ class Dispatcher:
     async def _standdown(self, d: Delivery, m: Envelope) -> bool:
         p = m.body(CoordStanddown)
         for key in [k for k in self.cues if k[:2] == (m.run_id, p.cue_id) and k[2] <= p.attempt]:
+            cue = self.cues.pop(key, None)
+            if cue is None:  # a copy of this standdown took it while our hook awaited
+                continue
             prep = self.preps.pop(key, None)
             if prep is not None:
                 prep.cancel()
@@ -274,7 +277,6 @@ class Dispatcher:
                 if task is not None:
                     self.stood_down[key] = p.reason or "stood down"
                     task.cancel()
-            cue = self.cues.pop(key)
             try:  # honoured above; the hook only releases, so it may not hold the entry
                 await self.bounded("standdown", self.spec.standdown(cue, p.reason))
             except Exception:
@@ -301,9 +303,13 @@ class Dispatcher:
             if reason is None:
                 raise  # shutting down: the entry stays pending for another replica
             if task is not None:
-                task.uncancel()  # the cancel was ours and is handled: report, then ack
-            await _fail(self, m, cue, f"stood down: {reason}")
-            return True  # settled: acknowledge it
+                task.uncancel()  # the cancel was ours and is handled: report it, with the ack
+            # a replayed GO whose replayed standdown came while its marker was checked: the
+            # attempt's outcome is written already, and it has one
+            if await settled_before(self, d, cue):
+                return True
+            await settle(self, d, m, cue, failure(self, m, cue, f"stood down: {reason}"))
+            return False  # settled
         finally:
             self.working.pop(key, None)
             self.cues.pop(key, None)

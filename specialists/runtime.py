@@ -109,13 +109,14 @@ class Runtime:
         """Have the hub dead-letter an entry of the inbox: `status.rejected` on the out stream
         and the entry's XACK, in one atomic write (a replica writes nowhere else; the hub
         copies the entry from the inbox itself, so nobody can forge a dead letter)."""
-        await self.send(self._rejected(d, reason), ack=[d])
+        await self.send(self.rejection(d, reason), ack=[d])
 
     async def reject_poison(self, items: list[tuple[Delivery, str]]) -> None:
         """Entries delivered too often (the transport's poison check), rejected together."""
-        await self.send(*[self._rejected(d, why) for d, why in items], ack=[d for d, _ in items])
+        await self.send(*[self.rejection(d, why) for d, why in items], ack=[d for d, _ in items])
 
-    def _rejected(self, d: Delivery, reason: str) -> Envelope:
+    def rejection(self, d: Delivery, reason: str) -> Envelope:
+        """The `status.rejected` of `d`; it must be written with the entry's XACK."""
         log.warning("rejecting %s %s: %s", self.inbox, d.entry_id, reason)
         m = d.message  # run and cue, when the entry says them, for the reader's sake
         payload = StatusRejected(
@@ -144,9 +145,12 @@ class Runtime:
                 await self.transport.publish_many(
                     items, ack=ack, group=self.group, then=then, atomic=True
                 )
-                self.refused = False
+                if self.refused:  # writes land again: so may the outcomes of new work
+                    self.refused = False
+                    self.changed()
                 return [None] * len(batch)
             except (OutOfMemory, ReadOnly) as exc:
+                self.refused = True
                 if waited_s >= self.settings.refused_write_retry_s or self.closed.is_set():
                     raise
                 if not waited_s:
@@ -257,10 +261,12 @@ class Runtime:
 
     def read_budget(self) -> int:
         """How many entries to take now. A replica holds up to `prefetch` (work done and only
-        being written does not count); when everything it holds is running, it takes one
-        more, so acks keep flowing while every slot is busy. While entries wait their turn,
-        it reads again only once half the room is free, so reads come in batches."""
-        held = len(self.in_flight) - self.settling
+        being written does not count, unless Redis refuses writes: then its outcome may not
+        land for a while, and new work would only add outcomes that cannot be written);
+        when everything it holds is running, it takes one more, so acks keep flowing while
+        every slot is busy. While entries wait their turn, it reads again only once half the
+        room is free, so reads come in batches."""
+        held = len(self.in_flight) - (0 if self.refused else self.settling)
         room = self.prefetch - held
         if held <= self.busy:  # nothing waits (read but not yet running counts as waiting)
             return max(room, 1)
@@ -273,6 +279,11 @@ class Runtime:
         return task
 
     def accept(self, delivery: Delivery) -> None:
+        if delivery.entry_id in self.in_flight:
+            # delivered again while handled here (a consumer group made again replays its
+            # entries): the first handler still owns it, renews it and acks it with its outcome
+            log.info("%s %s delivered again while in hand", self.inbox, delivery.entry_id)
+            return
         self.in_flight[delivery.entry_id] = delivery
         self.spawn(self._handle(delivery))
 
@@ -406,8 +417,7 @@ class Runtime:
                             count=count,
                             on_poison=self.reject_poison,
                         ):
-                            if delivery.entry_id not in self.in_flight:
-                                self.accept(delivery)
+                            self.accept(delivery)
             except TransportError as exc:
                 await self._backoff("claim", exc)
             pause_s = max(0.0, min(next_renew, next_claim) - time.monotonic())

@@ -1,9 +1,10 @@
 """Running a GO or task.assign: started, the author's `execute`, then context, handoff and
-completion in one atomic write; `Retry`, `Reject` and failures reported as PROTOCOL.md says."""
+the outcome in one atomic write; `Retry`, `Reject` and failures reported as PROTOCOL.md says."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -18,21 +19,20 @@ if TYPE_CHECKING:
     from specialists.dispatch import Dispatcher
 
 log = logging.getLogger("callboard.specialists")
-COMPLETED = "__completed__"  # done-marker set once an attempt's completion is published
+# done-marker set with an attempt's outcome, whichever it is (named when only completions
+# were marked; the name stays, so markers set before still count)
+SETTLED = "__completed__"
 
 
 async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     """Execute `cue` once; True when the entry is to be acked, False when it was settled.
 
-    The slot is held for `execute` only: the completion is written (with the XACK and the
-    done-marker, atomically) while the next piece of work already runs, and writes made
-    meanwhile share one round trip. status.started goes out unless the outcome is ready
-    before it could be written; then the outcome alone says it (see `Write`)."""
+    The slot is held for `execute` only: the outcome is written (with the XACK and the
+    done-marker, atomically: see `settle`) while the next piece of work already runs, and
+    writes made meanwhile share one round trip. status.started goes out unless the outcome
+    is ready before it could be written; then the outcome alone says it (see `Write`)."""
     rt, spec = dp.rt, dp.spec
-    # Done already, by a replica that died before its XACK? Only an entry delivered before can
-    # be (or any entry, once a lost consumer group was made again and replays old entries).
-    again = d.deliveries > 1 or rt.transport.groups_recreated
-    if again and await cue.already_done(COMPLETED):
+    if await settled_before(dp, d, cue):
         return True
     async with rt.work_slot():
         with _invoking(dp, m, cue):
@@ -45,10 +45,11 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
                 superseded=work,
             )
             tries = d.deliveries
+            outcome: Sequence[Envelope | bytes]
             while True:
                 try:
                     result = Result.coerce(await spec.execute(cue))
-                    batch = _completion(dp, m, cue, result)
+                    outcome = _completion(dp, m, cue, result)
                     break
                 except Retry as exc:
                     if tries < rt.settings.max_deliveries:
@@ -56,25 +57,44 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
                         await dp.sleep_or_abandon(exc.delay_s)
                         continue
                     error = f"gave up after {tries} tries: {exc.reason or 'Retry'}"
-                    await _fail(dp, m, cue, error)
-                    await rt.reject(d, error)
-                    return False
+                    outcome = [*failure(dp, m, cue, error), rt.rejection(d, error)]
+                    break
                 except Reject as exc:
-                    await _fail(dp, m, cue, f"rejected: {exc.reason}")
-                    await rt.reject(d, f"rejected: {exc.reason}")
-                    return False
+                    error = f"rejected: {exc.reason}"
+                    outcome = [*failure(dp, m, cue, error), rt.rejection(d, error)]
+                    break
                 except Exception as exc:
                     # the hub gets one line; the traceback goes to this replica's own log
                     log.exception("execute of %r failed", cue)
-                    await _fail(dp, m, cue, f"{type(exc).__name__}: {exc}")
-                    return True
-    marker = rt.markers.set_command(cue.token(COMPLETED))
+                    outcome = failure(dp, m, cue, f"{type(exc).__name__}: {exc}")
+                    break
+    await settle(dp, d, m, cue, outcome)
+    return False
+
+
+async def settled_before(dp: Dispatcher, d: Delivery, cue: Cue) -> bool:
+    """Whether the attempt's outcome is written already (and `d` is a copy of its entry).
+    Only an entry delivered before can be (or any entry, once a lost consumer group was
+    made again and replays old entries)."""
+    again = d.deliveries > 1 or dp.rt.transport.groups_recreated
+    return bool(again) and await cue.already_done(SETTLED)
+
+
+async def settle(
+    dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue, outcome: Sequence[Envelope | bytes]
+) -> None:
+    """Write the attempt's outcome, the XACK of its entry and its done-marker in one atomic
+    write: a replica dying any time leaves either all three or none (and a redelivery of
+    the attempt is run again), never an outcome whose entry is run again. From here on a
+    standdown no longer calls the work off: one attempt has one outcome."""
+    rt, work = dp.rt, (m.run_id, cue.cue_id, cue.attempt)
+    dp.working.pop(work, None)
+    marker = rt.markers.set_command(cue.token(SETTLED))
     rt.settling += 1
     try:
-        await rt.send(*batch, ack=[d], then=[marker], settles=work)
+        await rt.send(*outcome, ack=[d], then=[marker], settles=work)
     finally:
         rt.settling -= 1
-    return False
 
 
 def _invoking(dp: Dispatcher, m: Envelope, cue: Cue) -> AbstractContextManager[None]:
@@ -127,14 +147,14 @@ def _completion(dp: Dispatcher, m: Envelope, cue: Cue, result: Result) -> list[b
     return _encoded(dp, messages)
 
 
-async def _fail(dp: Dispatcher, m: Envelope, cue: Cue, error: str) -> None:
-    """Context written so far, then status.failed (the error cut to a readable size)."""
+def failure(dp: Dispatcher, m: Envelope, cue: Cue, error: str) -> list[bytes]:
+    """Context written so far, then status.failed (the error cut to a readable size),
+    encoded, for `settle`."""
     if dp.spec.tracer is not None:  # the work's span (when this runs inside it) failed
         dp.spec.tracer.failed(error)
     failed = StatusFailed(attempt=cue.attempt, error=error[-4000:], replica=dp.spec.replica)
     messages = [_reply(dp, m, cue, MessageType.STATUS_FAILED, failed)]
     try:
-        batch = _encoded(dp, [*_context(dp, m, cue, cue.pending_context), *messages])
+        return _encoded(dp, [*_context(dp, m, cue, cue.pending_context), *messages])
     except (ValueError, TypeError):  # the context cannot go: report the failure alone
-        batch = _encoded(dp, messages)
-    await dp.rt.send(*batch, settles=(m.run_id, cue.cue_id, cue.attempt))
+        return _encoded(dp, messages)

@@ -29,6 +29,7 @@ from protocols.settings import Settings
 from protocols.transport import Transport
 from specialists import Specialist
 from tests.helpers import eventually
+from tests.specialists.sample import Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "agent-a"
@@ -212,3 +213,12 @@ def spawn(env: dict[str, str]) -> Iterator[Spawner]:
         r.proc.wait(10)
         if r.proc.stdout:
             r.proc.stdout.close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[None]:
+    """`Scripted` (tests.specialists.sample) fresh for the test, and let go after it."""
+    Scripted.reset()
+    yield
+    if Scripted.release is not None:
+        Scripted.release.set()

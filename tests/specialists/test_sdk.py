@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,22 +28,14 @@ from protocols.payloads import (
 )
 from protocols.settings import Settings
 from protocols.transport import Transport, WriteAhead
-from specialists import Specialist
-from tests.helpers import eventually
+from specialists import Cue, Specialist
+from tests.helpers import eventually, run_out_of_memory
 from tests.specialists.conftest import AGENT, RUN, HubSide, Starter
 from tests.specialists.sample import Scripted
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("scripted")]
 
 M = MessageType
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    Scripted.reset()
-    yield
-    if Scripted.release is not None:
-        Scripted.release.set()
 
 
 async def test_online_announces_replica_kind_and_concurrency(start: Starter, hub: HubSide) -> None:
@@ -275,6 +267,31 @@ async def test_standdown_ends_a_readiness_check_that_never_returns(
     await eventually(lambda: Scripted.stood_down == [f"CUE-H{n}" for n in range(5)])
     await eventually(lambda: _zero(hub))  # every entry acknowledged: none held for ever
     assert await hub.of(M.ACK_STANDBY) == []  # the hub no longer waits for these answers
+
+
+class SlowRelease(Scripted):
+    async def standdown(self, cue: Cue, reason: str) -> None:
+        self.stood_down.append(cue.cue_id)
+        await asyncio.sleep(0.05)  # releases something over the network
+
+
+async def test_a_repeated_standdown_with_a_hook_that_awaits_is_harmless(
+    start: Starter, hub: HubSide, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two copies of a standdown of a cue held at two attempts, the hook awaiting: the copy
+    handled second takes the attempt the first has not reached yet, and both entries are
+    acknowledged. On the code before, the first copy then failed on the attempt it no
+    longer found (KeyError), and its entry stayed pending for another replica."""
+    await start(SlowRelease)
+    await hub.warning("CUE-1", attempt=1)
+    await hub.warning("CUE-1", attempt=2)
+    await hub.wait(M.ACK_WARNING, "CUE-1", n=2)
+    standdown = CoordStanddown(cue_id="CUE-1", attempt=2, reason="run cancelled")
+    await hub.send(M.COORD_STANDDOWN, standdown)
+    await hub.send(M.COORD_STANDDOWN, standdown)  # a copy
+    await eventually(lambda: len(SlowRelease.stood_down) == 2, message="both attempts released")
+    await eventually(lambda: _zero(hub), message="both standdowns acknowledged")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
 class Hasty(Scripted):
@@ -512,6 +529,40 @@ async def test_a_replica_holds_at_most_prefetch_entries(
     Scripted.release.set()
     await hub.wait(M.STATUS_COMPLETED, n=5)
     assert Scripted.most_running == 1
+
+
+async def test_while_redis_refuses_writes_a_replica_takes_no_more_work(
+    start: Starter, hub: HubSide, settings: Settings
+) -> None:
+    """Redis out of memory: the outcomes of the work a replica holds cannot be written (it
+    tries again, for up to `refused_write_retry_s`), and it reads no more GOs meanwhile, as
+    each would only add an outcome that cannot be written; once a write lands it reads on.
+    On the code before, work whose outcome was being written did not count against
+    `prefetch`: the replica read and executed every GO of its inbox, holding them all."""
+    spec = await start(Scripted, settings_=settings.model_copy(update={"prefetch": 2}))
+    rt = spec._runtime
+    for n in range(12):
+        await hub.go(f"CUE-{n}", plain=True, block=True)
+    await eventually(lambda: _held(hub, 2), message="two entries read")
+    restore = await run_out_of_memory(hub.t._client)
+    try:
+        assert Scripted.release is not None
+        Scripted.release.set()
+
+        def only_writing() -> bool:  # all it holds is done, its outcome refused
+            return rt.refused and rt.busy == 0 and rt.settling == len(rt.in_flight)
+
+        await eventually(only_writing, message="the work held done, its writes refused")
+        assert rt.read_budget() == 0
+        # past prefetch by one read at most: the read that brought the first refusal back
+        assert len(rt.in_flight) <= 2 * rt.prefetch + 1 < 12
+        assert len(Scripted.calls) == len(rt.in_flight)  # executed: only what it holds
+        assert await hub.of(M.STATUS_COMPLETED) == []
+    finally:
+        await restore()
+    await hub.wait(M.STATUS_COMPLETED, n=12, timeout_s=10)
+    assert sorted(Scripted.calls) == sorted(("execute", f"CUE-{n}") for n in range(12))
+    await eventually(lambda: _zero(hub))
 
 
 async def _held(hub: HubSide, n: int) -> bool:

@@ -75,7 +75,7 @@ async function dispatch(entryId, m, p, attempt, cue, deliveries) {
       return answer(entryId, [message('ack.standby', { attempt, ready, reason }, m)]);
     }
     case 'coord.go': case 'task.assign':
-      if (deliveries > 1 && await db.exists(done(`${cue}|completed`))) return answer(entryId, []);
+      if (deliveries > 1 && await db.exists(done(`${cue}|outcome`))) return answer(entryId, []);
       return work(entryId, m, cue);
     case 'coord.standdown':
       for (const [key, abort] of working) if (key.startsWith(`${m.run_id}|${p.cue_id}|`)) abort.abort(p.reason);
@@ -98,10 +98,10 @@ async function work(entryId, m, cue) {
     if (action.handoff) out.push(message('task.handoff', { from_agent: AGENT, to_agent: action.handoff.to,
       task_id: p.cue_id, attempt, handoff_context: action.handoff.context ?? {} }, m));
     out.push(message('status.completed', { attempt, result: action.result ?? { echo: action }, replica: REPLICA }, m));
-    await answer(entryId, out, `${cue}|completed`);
+    await answer(entryId, out, `${cue}|outcome`);
   } catch (e) {
     const error = abort.signal.aborted ? `stood down: ${abort.signal.reason ?? ''}` : String(e.message ?? e);
-    await answer(entryId, [message('status.failed', { attempt, error, replica: REPLICA }, m)]);
+    await answer(entryId, [message('status.failed', { attempt, error, replica: REPLICA }, m)], `${cue}|outcome`);
   } finally { working.delete(cue); }
 }
 

@@ -255,7 +255,12 @@ class Router:
             msg = d.message
             mine = self._mine(msg)
             if msg is not None and not mine and msg.message_type in _REGISTRY_TYPES:
-                if self.registry.apply(msg):  # another partition's: this hub learns of it
+                # another partition's to check and store, but this hub's registry learns
+                # of it too: as from the agent its stream names, and only when the body
+                # names none other (such a one the owner dead-letters as spoofed). Applied
+                # as the body said, one agent wrote any other's contract and made up agents
+                named = msg.from_agent in ("", agent)
+                if named and self.registry.apply(msg.model_copy(update={"from_agent": agent})):
                     registry_changed.add(agent)
                 continue
             if not mine:

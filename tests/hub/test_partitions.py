@@ -17,6 +17,7 @@ from hub.store.members import MemberStore
 from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.codec import encode, make
+from protocols.contracts import Contract
 from protocols.errors import Conflict, EngineError
 from protocols.ids import new_id_in
 from protocols.keys import STREAM_FIELD, partition_of
@@ -193,3 +194,45 @@ async def test_a_hostile_sender_is_refused_once_whatever_the_partitions(cluster:
     letters = [fields[b"reason"].decode() for _, fields in await client.xrange(hub.keys.dead)]
     assert len(letters) == 2, letters
     assert any("spoofed_sender" in r for r in letters) and any("mallory" in r for r in letters)
+
+
+async def test_a_registry_message_naming_another_agent_is_applied_by_no_partition(
+    cluster: Cluster,
+) -> None:
+    """Partitions other than the owner's applied a registry message as its body said, before
+    any check: one agent wrote another's contract, took its replica offline, and made up
+    agents a `target:` would then call. Now every partition applies it as from the agent its
+    stream names, and one whose body names another agent nowhere (the owner dead-letters it)."""
+    hub = cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="leads 4")
+    client = hub.transport._client
+    honest = p.StatusOnline(replica="v1", kind="builder", contract=Contract(provides=("build",)))
+    victim = make(T.STATUS_ONLINE, honest, from_agent="victim")
+    await client.xadd(hub.keys.out("victim"), {STREAM_FIELD: encode(victim)})
+    await eventually(lambda: "victim" in hub.registry.online(), 10, message="victim online")
+    out = hub.keys.out("mallory")
+    made_up = p.StatusOnline(replica="r", contract=Contract(provides=("build",)))
+    spoofs = [
+        make(T.STATUS_ONLINE, p.StatusOnline(replica="m", kind="evil"), from_agent="victim"),
+        make(T.STATUS_OFFLINE, p.StatusOffline(replica="v1"), from_agent="victim"),
+        *[make(T.STATUS_ONLINE, made_up, from_agent=f"fake-{i}") for i in range(20)],
+        # its own, with no sender in the body: applied as from mallory, by every reader
+        make(T.STATUS_ONLINE, p.StatusOnline(replica="m1", kind="worker")),
+    ]
+    for message in spoofs:
+        await client.xadd(out, {STREAM_FIELD: encode(message)})
+
+    async def read_by_all() -> bool:
+        groups = await client.xinfo_groups(out)
+        return len(groups) == PARTITIONS and all(
+            g["pending"] == 0 and g["entries-read"] == len(spoofs) for g in groups
+        )
+
+    await eventually(read_by_all, 10, message="every partition's reader took them all")
+    record = hub.registry.agents["victim"]
+    assert (record.kind, record.contract["provides"]) == ("builder", ["build"])
+    assert record.replicas["v1"].online and set(record.replicas) == {"v1"}
+    assert not [a for a in hub.registry.agents if a.startswith("fake-")]
+    assert hub.registry.agents["mallory"].kind == "worker"
+    letters = await client.xlen(hub.keys.dead)
+    assert letters == len(spoofs) - 1  # each spoof once, by partition 0

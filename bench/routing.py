@@ -136,6 +136,10 @@ async def pipeline(url: str, total: int, rate: float, *, via_hub: bool) -> dict[
         # The bench is the flood the per-sender budget of handoffs outside a run (100, then
         # 10/s) refuses; sized to the bench's count, every handoff is checked and forwarded.
         hub.router.runless_handoffs = Budgets(total, 0.0)
+        # The receiver has come online (a handoff outside a run goes to a known agent only),
+        # as the registry hears it from the receiver's own status.online.
+        online = p.StatusOnline(replica=f"{RECEIVER}-1", kind="bench")
+        hub.registry.apply(make(MessageType.STATUS_ONLINE, online, from_agent=RECEIVER))
         await hub.leadership.try_acquire()
         await hub.router.discover()
         task: asyncio.Future[Any] = asyncio.ensure_future(hub.router.run(stop))

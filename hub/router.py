@@ -294,8 +294,8 @@ class Router:
                     bad.append(Bad(d, guard.HANDOFF_FLOOD, detail, agent))
                     continue
                 forward = self._runless_handoff(msg, agent)
-                if forward is None:
-                    detail = "handoff outside a run misses required keys"
+                if isinstance(forward, str):
+                    detail = f"{agent}: handoff outside a run refused: {forward}"
                     bad.append(Bad(d, guard.HANDOFF_REJECTED, detail, agent))
                     continue
                 stream, out = forward
@@ -427,16 +427,23 @@ class Router:
                 cue_id=b.cue_id,
             )  # fmt: skip
 
-    def _runless_handoff(self, msg: Envelope, agent: str) -> tuple[str, Envelope] | None:
-        """A handoff outside any run: checked against the registry's contracts, then forwarded."""
+    def _runless_handoff(self, msg: Envelope, agent: str) -> tuple[str, Envelope] | str:
+        """A handoff outside any run: checked against the registry's contracts, then
+        forwarded (the receiver's inbox and the message); or why it is refused."""
         body = msg.body(p.TaskHandoff)
+        if body.from_agent != agent:
+            return f"its body names {body.from_agent!r} as the sender"
+        if body.to_agent not in self.registry.agents:
+            # an inbox of a name no agent has: a key nothing reads, trims or expires, one a
+            # handoff to each made-up name (up to a message's size each, without end)
+            return f"no agent {body.to_agent!r} has come online"
         problem, _ = inputs.handoff_problem(
             agent, self.registry.contract_of(agent),
             body.to_agent, self.registry.contract_of(body.to_agent),
             body.handoff_context.provided_keys(),
         )  # fmt: skip
-        if problem or body.from_agent != agent:
-            return None
+        if problem:
+            return problem
         stamped = {"from_agent": agent, "target_agents": (body.to_agent,)}
         if msg.from_agent == agent and msg.target_agents == stamped["target_agents"]:
             return (self.keys.inbox(body.to_agent), msg)

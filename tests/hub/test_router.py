@@ -37,6 +37,19 @@ def _handoff(sender: str, to: str, **ctx: Any) -> Envelope:
     return make(T.TASK_HANDOFF, body, from_agent=sender, target_agents=(to,))
 
 
+# who the handoffs outside a run below go to: a known agent (one that came online), or
+# they are refused (a made-up name's inbox would be a key nothing reads, trims or expires)
+RECEIVERS = ("receiver", "bob", "dave", "frank", "gina", "karl", "olga", "quin", "sven")
+
+
+@pytest.fixture
+async def receivers(hub: Hub) -> None:
+    for agent in RECEIVERS:
+        online = p.StatusOnline(replica=f"{agent}-1", kind="echo")
+        await _send(hub, agent, make(T.STATUS_ONLINE, online, from_agent=agent))
+    await eventually(lambda: set(RECEIVERS) <= set(hub.registry.agents), 10)
+
+
 async def _inbox(hub: Hub, agent: str) -> list[Envelope]:
     rows = await hub.transport._client.xrange(hub.keys.inbox(agent))
     return [decode(fields[STREAM_FIELD.encode()]) for _, fields in rows]
@@ -51,6 +64,7 @@ async def _violations(hub: Hub) -> list[Any]:
     return [e for e in await hub.store.escalations() if e.type is T.ESCALATION_PROTOCOL_VIOLATION]
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_garbage_is_dead_lettered_and_routing_goes_on(hub: Hub, keys: Keys) -> None:
     garbage = [
         b"\xff\xfe not json",
@@ -83,6 +97,7 @@ async def _has(rows_coro: Any, n: int) -> Any:
     return rows if len(rows) >= n else None
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_spoofed_sender_is_refused(hub: Hub) -> None:
     await _send(hub, "mallory", _handoff("alice", "bob", secret="x"))
     dead = await eventually(lambda: _dead(hub), 10)
@@ -101,6 +116,7 @@ async def test_a_specialist_may_not_send_hub_commands(hub: Hub) -> None:
     assert await _inbox(hub, "victim") == []
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_from_agent_is_stamped_from_the_stream(hub: Hub) -> None:
     unsigned = make(T.TASK_HANDOFF, _handoff("carol", "dave").payload)  # body names no sender
     await _send(hub, "carol", unsigned)
@@ -109,6 +125,7 @@ async def test_from_agent_is_stamped_from_the_stream(hub: Hub) -> None:
     assert forwarded.message_id == unsigned.message_id
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_a_message_seen_twice_is_handled_once(hub: Hub) -> None:
     message = _handoff("erin", "frank", n=1)
     await _send(hub, "erin", message)
@@ -119,6 +136,7 @@ async def test_a_message_seen_twice_is_handled_once(hub: Hub) -> None:
     assert [m.payload.handoff_context.model_extra["n"] for m in inbox] == [1, 2]  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_another_agent_reusing_a_message_id_does_not_get_it_skipped(hub: Hub) -> None:
     """Duplicates are told apart per sender: a hostile agent that sends a message under
     an honest one's id first (or at the same time) gets nothing of it dropped."""
@@ -130,6 +148,7 @@ async def test_another_agent_reusing_a_message_id_does_not_get_it_skipped(hub: H
     assert sorted(m.payload.handoff_context.model_extra["n"] for m in inbox) == [1, 2]  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_handoff_against_registered_contracts(hub: Hub) -> None:
     from protocols.contracts import Contract
 
@@ -144,6 +163,7 @@ async def test_handoff_against_registered_contracts(hub: Hub) -> None:
     assert "handoff_rejected" in dead[0]["reason"].decode()
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_a_handoff_to_what_is_not_an_agent_id_is_dead_lettered(hub: Hub) -> None:
     """The hub forwards a handoff to its receiver's inbox, a key named after it: a sender
     with no contract (which limits its receivers) cannot have it make a key of any name."""
@@ -158,6 +178,22 @@ async def test_a_handoff_to_what_is_not_an_agent_id_is_dead_lettered(hub: Hub) -
     (dead,) = await eventually(lambda: _dead(hub), 10)
     assert "to_agent" in dead["reason"].decode() and dead["raw"] == bad
     assert not await hub.transport._client.keys(f"{hub.keys.prefix}*Gina*")
+
+
+async def test_a_handoff_outside_a_run_to_no_known_agent_is_refused(hub: Hub) -> None:
+    """A sender with no contract may hand off to anyone; the forward made the receiver's
+    inbox, a key of its own: one for each made-up name, up to a message's size each, that
+    nothing read, trimmed or expired. Only an agent that came online receives one now."""
+    for n in range(5):
+        await _send(hub, "mallory", _handoff("mallory", f"ghost-{n}", blob="x" * 10_000))
+    dead = await eventually(lambda: _letters(hub, 5), 10)
+    assert all("no agent 'ghost-" in letter["reason"].decode() for letter in dead)
+    assert not await hub.transport._client.keys(f"{hub.keys.prefix}*ghost*")
+
+
+async def _letters(hub: Hub, n: int) -> list[dict[str, Any]]:
+    found = await _dead(hub)
+    return found if len(found) >= n else []
 
 
 async def _registered(hub: Hub, agent: str) -> bool:
@@ -181,6 +217,7 @@ def _rejected(agent: str, entry_id: str, reason: str, deliveries: int = 1) -> En
     return make(T.STATUS_REJECTED, body, from_agent=agent)
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_status_rejected_dead_letters_the_entry_of_the_senders_own_inbox(
     hub: Hub, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -253,6 +290,7 @@ async def test_a_refused_reply_is_linked_to_its_cue(hub: Hub) -> None:
     await hub.driver.step(lambda e: e.cancel(run.run_id))
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_handoffs_outside_a_run_are_held_to_a_budget_per_sender(hub: Hub) -> None:
     hub.router.runless_handoffs.burst, hub.router.runless_handoffs.per_s = 3, 0.001
     for n in range(10):
@@ -336,6 +374,7 @@ def _spy_on_reads(hub: Hub) -> list[Any]:
     return told
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_a_batch_that_only_forwards_is_written_in_the_next_reads_round_trip(
     hub: Hub,
 ) -> None:
@@ -365,6 +404,7 @@ async def _pending_is(hub: Hub, agent: str, pending: int, after: int) -> bool:
     return bool(group["entries-read"] == after and group["pending"] == pending)
 
 
+@pytest.mark.usefixtures("receivers")
 async def test_forwards_refused_out_of_memory_are_not_acknowledged(
     hub: Hub, caplog: pytest.LogCaptureFixture
 ) -> None:

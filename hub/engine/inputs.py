@@ -55,6 +55,15 @@ def handle(engine: Engine, msg: Envelope) -> None:
         return
     cr = run.cues[cue_id]
     if msg.message_type is T.TASK_HANDOFF:
+        if guard.is_debugger(engine, run, cue_id, msg.from_agent):
+            # its debugger answers for the cue with a diagnosis only: a handoff it sent was
+            # taken as the cue's (before anything had failed), and the targets' one dropped
+            detail = f"task.handoff: {msg.from_agent} is the debugger of {cue_id}, not a target"
+            guard.violation(
+                engine, run, cue_id, guard.NOT_A_TARGET, msg.from_agent, detail,
+                entry_id=msg.message_id,
+            )  # fmt: skip
+            return
         _handoff(engine, run, cue_id, cr, msg)
         return
     if guard.is_debugger(engine, run, cue_id, msg.from_agent):

@@ -148,6 +148,35 @@ def test_only_the_debugger_may_diagnose_and_only_while_asked() -> None:
     assert sim.cue("BUILD").state is CueState.WAITING and sim.cue("BUILD").debugger == "doc"
 
 
+HANDED_OFF = LIST.replace(
+    "    on_repeated_failure:", "    handoff: {to: c}\n    on_repeated_failure:"
+).replace("a: {provides: [build]}", "a: {provides: [build], handoff_to: [c]}")
+
+
+def test_a_cues_handoff_is_its_targets_to_send_not_its_debuggers() -> None:
+    """The debugger counts as the cue's for its diagnosis; a handoff it sent (before
+    anything failed) was taken as the cue's, and its target's own then dropped unseen."""
+    sim = Sim(plan_of(HANDED_OFF))
+    _online(sim, ["a", "b", "c", "doc"])
+    sim.start()
+    sim.take_sent()
+
+    def handoff(sender: str, artifact: str) -> None:
+        context = p.HandoffContext(artifact=artifact)
+        body = p.TaskHandoff(from_agent=sender, to_agent="c", task_id="BUILD",
+                             handoff_context=context)  # fmt: skip
+        sim.send(sender, T.TASK_HANDOFF, body, cue_id="BUILD")
+
+    handoff("doc", "evil://doc")
+    assert sim.run().record.protocol_violations == 1
+    handoff("a", "s3://build")
+    sim.complete("a", "BUILD", attempt=1)
+    forwarded = [(to, m.from_agent) for to, m in sim.take_sent(T.TASK_HANDOFF)]
+    assert forwarded == [("c", "a")]
+    (ship,) = [m for to, m in sim.take_sent(T.TASK_ASSIGN) if to == "c"]
+    assert ship.payload.context["artifact"] == "s3://build"  # type: ignore[attr-defined]
+
+
 def test_the_debugger_is_asked_at_most_max_consults_times() -> None:
     sim = Sim(plan_of(LIST.replace("timeout_s: 60}", "timeout_s: 60, max_consults: 1}")))
     _online(sim, ["a", "b"])

@@ -31,7 +31,7 @@ from hub.store.layout import Op
 from hub.store.schedules import ScheduleState, ScheduleStore
 from hub.store.state import StateStore
 from protocols.cuelist import Cuelist
-from protocols.errors import CallboardError, StaleLeader, TransportError
+from protocols.errors import CallboardError, NotFound, StaleLeader, TransportError
 from protocols.ids import new_id
 from protocols.states import Overlap
 
@@ -79,7 +79,10 @@ class Scheduler:
             version = await self.cuelists.latest(name)
             if version is None:
                 continue
-            cuelist = await self.cuelists.get(name, version)
+            try:
+                cuelist = await self.cuelists.get(name, version)
+            except NotFound:  # deleted since `latest` (another hub's API): nothing is due
+                continue
             if not cuelist.schedule:
                 continue
             run_id = await self._due(name, version, cuelist, now)
@@ -109,6 +112,10 @@ class Scheduler:
             elif due:
                 state.last, state.skipped = now, state.skipped + 1
                 await self._save(name, state)
+            return None
+        if not await self.cuelists.listed(name, version):
+            # deleted since it was read (another hub's API: this hub's copy is cached): a run
+            # of it would hold no version a next leader could load
             return None
         run_id = self.new_run_id()
         taken = state.model_copy(update={"last": now, "run_id": run_id, "buffered": False})

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported only when tracing is on (hub.service)
 
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
+GONE_REASON = "its cuelist version was deleted while it ran: the hub cannot go on with it"
 BACKLOG_CHUNK = CHUNK  # cues a step evaluates of the backlog (see hub.engine.base.CHUNK)
 DRY_EVENTS_PER_WRITE = 2_000  # a dry run's events, written after it this many at a time
 LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
@@ -133,8 +134,20 @@ class Driver:
             self.engine.paused = await self.store.paused()
             found = await self.store.runs_and_escalations(await self.store.active_run_ids())
             runs = [run for run, _ in found]
+            orphans = []
             for run in runs:
-                self.engine.adopt(run, await self.plan(run.cuelist, run.version))
+                try:
+                    plan = await self.plan(run.cuelist, run.version)
+                except NotFound:
+                    # deleted in a race with a start or a retry (a delete keeps the versions
+                    # active runs use): raised here, it ended every term of every hub
+                    log.error("run %s: %s", run.run_id, GONE_REASON)
+                    called = {c: [*cr.targets] for c, cr in run.cues.items()}
+                    plan = Plan.stand_in(run.cuelist, run.version, called)
+                    orphans.append(run)
+                self.engine.adopt(run, plan)
+            for run in orphans:
+                self._end(run, GONE_REASON)
             self._release_orphans()
             self.engine.agents_online(self.online())  # cues waiting for an agent re-check
             # the record's first escalations too: a run written before its hash named them
@@ -175,10 +188,15 @@ class Driver:
             run = previous.runs[run_id]
             log.error("run %s: its state is gone from Redis; failing it", run_id)
             self.engine.adopt(run, previous.plans[run_id])
-            if run.status.done:  # failed in memory already, the write was refused
-                self.engine.out.finished.add(run_id)
-            else:
-                self.engine.abort(run_id, LOST_REASON)
+            self._end(run, LOST_REASON)
+
+    def _end(self, run: RunState, reason: str) -> None:
+        """End an adopted run the hub cannot go on with: its cues not done fail, saying why
+        (one failed in memory already, its write refused, is written as it is)."""
+        if run.status.done:
+            self.engine.out.finished.add(run.run_id)
+        else:
+            self.engine.abort(run.run_id, reason)
 
     def discard(self) -> None:
         """Forget the engine's state (a write failed, so it is not what Redis holds): the

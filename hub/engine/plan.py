@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocols.contracts import Contract
+from protocols.cuelist import Cue, Cuelist
 
 
 @dataclass
@@ -54,6 +55,15 @@ class Plan:
         plan.ahead = max(numbers, default=0)
         plan.ahead_all = len(numbers) < count
         return plan
+
+    @classmethod
+    def stand_in(cls, name: str, version: str, called: dict[str, list[str]]) -> Plan:
+        """A plan for a run whose cuelist version is gone (deleted while the run went on):
+        its cues by id, each naming the agents it called (`called`), with no edges nor
+        triggers. Enough to stand the run's calls down and end it; nothing fires from it."""
+        cues = [Cue.model_construct(id=cue_id, target_agents=agents)
+                for cue_id, agents in called.items()]  # fmt: skip
+        return cls.build(Cuelist.model_construct(cuelist=name, cues=cues), version)
 
     @property
     def name(self) -> str:

@@ -205,6 +205,18 @@ cues:
 """
 
 
+def test_a_run_whose_cuelist_was_deleted_is_not_retried(api: httpx.Client) -> None:
+    """A run that ended holds no version: a retry reopened it on the leader's cached plan
+    after its cuelist was deleted, and no hub after that leader could load the run."""
+    submit(api, FLAKY.replace("ans-flaky", "ans-doomed"))
+    run_id = start(api, "ans-doomed")
+    assert wait_done(api, run_id)["status"] == "failed"
+    assert api.delete("/v1/cuelists/ans-doomed").status_code == 200
+    r = api.post(f"/v1/runs/{run_id}/cues/BUILD/retry")
+    assert r.status_code == 404 and "was deleted" in r.json()["detail"], r.text
+    assert api.get(f"/v1/runs/{run_id}").json()["status"] == "failed"
+
+
 def test_retry_a_blocked_cue_of_a_failed_run_then_rerun_it(api: httpx.Client) -> None:
     submit(api, FLAKY)
     run_id = start(api, "ans-flaky")

@@ -221,3 +221,26 @@ async def test_a_stale_leaders_skip_is_refused_by_the_fence(
             await hub.scheduler.tick(T0 + 61)  # due, and its last run is going: a skip
     state = await harness.schedules.get("nightly")
     assert (state.last, state.run_id, state.skipped) == (T0, "r-new", 0)
+
+
+async def test_a_version_deleted_while_the_tick_reads_it_starts_nothing(
+    harness: Harness, keys: Keys
+) -> None:
+    """Deleted from another hub's API as the tick reads it: the tick raised NotFound (ending
+    partition 0's term, again each term), or started a run of the version it had cached,
+    which no next leader could load."""
+    await harness.seen("skip", "none")
+    await harness.submit("allow")  # a second version, the latest: the tick reads and caches it
+    await harness.scheduler.tick(T0 + 1)
+    other = CuelistStore(Storage(harness.client), keys)  # another hub's API
+    real_latest = harness.cuelists.latest
+
+    async def latest_then_deleted(name: str) -> str | None:
+        found = await real_latest(name)
+        if found is not None:
+            await other.delete(name, found)  # the first version stays: so does the schedule
+        return found
+
+    harness.cuelists.latest = latest_then_deleted  # type: ignore[method-assign]
+    assert await harness.scheduler.tick(T0 + 120) == []
+    assert harness.asked == []

@@ -177,6 +177,10 @@ async def retry(run: RunDep, cue_id: Name, hub: HubDep, key: AskedDep = None) ->
     async def command() -> Retry:
         if cue_id not in run.cues:
             raise NotFound(f"run {run.run_id} has no cue {cue_id}")
+        # a run that ended keeps no hold on its version: reopened after a delete, it ran on
+        # the leader's cached plan, and no hub after it could load the run
+        if not await hub.cuelists.listed(run.cuelist, run.version):
+            raise NotFound(f"version {run.version} of cuelist {run.cuelist} was deleted")
         return Retry(run_id=run.run_id, cue_id=cue_id)
 
     reply = await idempotency.call(hub, key, Retry, command)

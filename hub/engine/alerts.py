@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from hub.engine import answers
 from hub.engine.base import MOVING, PAUSED, EngineBase, _all
 from hub.engine.budgets import held_by_budget
+from hub.engine.contest import check_winner
 from hub.engine.escalations import Escalation
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
@@ -42,6 +43,10 @@ class AlertsMixin(EngineBase):
             raise NotFound(f"no open escalation {esc_id}")
         if esc.status == "resolved":
             raise Conflict(f"escalation {esc_id} is already resolved")
+        if esc.type is T.ESCALATION_CONFLICT and winner:
+            # before anything changes: a step's partial effects are committed with its
+            # refusal, and a winner refused here left the escalation resolved all the same
+            check_winner(esc, winner)
         esc.status = "resolved"
         esc.resolution = {"winner": winner, "note": note, "at": self.clock()}
         if answer:

@@ -113,10 +113,7 @@ class ContestMixin(EngineBase):
         self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
 
     def arbitrate(self, esc: Escalation, winner: str) -> None:
-        holder = _holder(winner, esc.run_id)
-        rivals = [_holder(c, esc.run_id) for c in esc.payload.get("cues_involved", [])]
-        if holder not in rivals:
-            raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
+        holder = check_winner(esc, winner)
         claim = self.book.waiting.get(holder)
         if claim is None:
             return
@@ -144,6 +141,16 @@ class ContestMixin(EngineBase):
         for victim in outcome.preempt:
             self._preempt(victim, by=claim)
         return outcome.granted or bool(outcome.preempt)
+
+
+def check_winner(esc: Escalation, winner: str) -> tuple[str, str]:
+    """The (run, cue) `winner` names among the conflict's rivals; Conflict when it names
+    none of them."""
+    holder = _holder(winner, esc.run_id)
+    rivals = [_holder(c, esc.run_id) for c in esc.payload.get("cues_involved", [])]
+    if holder not in rivals:
+        raise Conflict(f"{winner} is not one of {', '.join('/'.join(r) for r in rivals)}")
+    return holder
 
 
 def _holder(ref: str, default_run: str | None) -> tuple[str, str]:

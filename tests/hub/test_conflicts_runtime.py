@@ -7,6 +7,7 @@ import pytest
 from hub.engine import guard
 from protocols import payloads as p
 from protocols.codec import make
+from protocols.errors import Conflict
 from protocols.messages import MessageType as T
 from protocols.states import CueState, RunStatus, Severity
 from tests.hub.sim import Sim, plan_of
@@ -85,6 +86,21 @@ def test_arbitration_opens_a_conflict_and_the_resolution_binds() -> None:
     sim.ack_standby("a", "LOW", run_id="r1")
     sim.complete("a", "LOW", run_id="r1")
     assert sim.cue("HIGH", "r2").state is CueState.STANDBY
+
+
+def test_a_winner_refused_leaves_the_conflict_open_for_a_right_one() -> None:
+    """The escalation was marked resolved before the winner was checked, and a step's
+    partial effects are committed with its refusal: the operator got a 409, the conflict
+    read resolved with the bogus winner, and the right one was refused as already resolved."""
+    sim = _two_runs("arbitration")
+    sim.ack_warning("b", "HIGH", run_id="r2")
+    (esc,) = [e for e in sim.engine.escalations.by_id.values() if e.type is T.ESCALATION_CONFLICT]
+    with pytest.raises(Conflict, match="is not one of"):
+        sim.engine.resolve(esc.id, "r1-prefix/LOW", "a run id cut short")
+    assert esc.status != "resolved" and esc.resolution is None
+    sim.engine.resolve(esc.id, "r1/LOW", "LOW keeps it")
+    sim._drain()
+    assert esc.status == "resolved" and sim.cue("LOW", "r1").state is CueState.STANDBY
 
 
 def test_arbitration_falls_back_to_priority_after_timeout() -> None:

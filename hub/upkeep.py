@@ -55,6 +55,9 @@ class Upkeep:
         self.retention_s = retention_s
         self.every_s = every_s
         self.partitions = partitions  # hub groups of partitions past it are dropped
+        # where the next round looks in the index's old entries: past those kept (runs still
+        # there), so FORGET_BATCH of them cannot hide every expired one behind them forever
+        self._forget_from = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -75,8 +78,11 @@ class Upkeep:
             )
         forgotten = 0
         if self.retention_s is not None:
-            gone = await self.store.expired_run_ids(time.time() - self.retention_s, FORGET_BATCH)
+            cutoff = time.time() - self.retention_s
+            gone, read = await self.store.expired_run_ids(cutoff, FORGET_BATCH, self._forget_from)
             forgotten = await self.store.forget_runs(gone)
+            # the runs kept are passed over next time; at the end, back to the oldest
+            self._forget_from = 0 if read < FORGET_BATCH else self._forget_from + read - len(gone)
         if trimmed or forgotten:
             log.info("upkeep: %d stream entries trimmed, %d expired runs forgotten",
                      trimmed, forgotten)  # fmt: skip

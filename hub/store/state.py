@@ -123,14 +123,17 @@ class StateStore:
         ids = await self.db.zrange(self.keys.all_runs, offset, offset + limit - 1, desc=True)
         return [i.decode() for i in ids]
 
-    async def expired_run_ids(self, created_before: float, count: int = 1_000) -> list[str]:
-        """Runs in the index created before `created_before` whose state Redis no longer
-        holds (retention expired it): what `forget_runs` may drop from the index."""
+    async def expired_run_ids(
+        self, created_before: float, count: int = 1_000, offset: int = 0
+    ) -> tuple[list[str], int]:
+        """Of the `count` runs in the index created before `created_before` after the
+        `offset` oldest, those whose state Redis no longer holds (retention expired it):
+        what `forget_runs` may drop; and how many were read."""
         old = [
             i.decode()
-            for i in await self.db.zrange_below(self.keys.all_runs, created_before, count)
+            for i in await self.db.zrange_below(self.keys.all_runs, created_before, count, offset)
         ]
-        return await self.missing_runs(old)
+        return await self.missing_runs(old), len(old)
 
     async def forget_runs(self, run_ids: list[str]) -> int:
         """Drop runs from the index (their state has expired)."""

@@ -143,11 +143,13 @@ class Storage(Gateway):
         )
         return [(_bytes(row[0]), float(row[1])) for row in rows]
 
-    async def zrange_below(self, key: str, score: float, count: int) -> list[bytes]:
-        """The first `count` members scored at most `score`, lowest first."""
+    async def zrange_below(
+        self, key: str, score: float, count: int, offset: int = 0
+    ) -> list[bytes]:
+        """`count` members scored at most `score`, lowest first, after the `offset` lowest."""
         rows = await self._call(
             "ZRANGE",
-            lambda: self._client.zrangebyscore(key, "-inf", score, start=0, num=count),
+            lambda: self._client.zrangebyscore(key, "-inf", score, start=offset, num=count),
         )
         return [_bytes(m) for m in rows]
 

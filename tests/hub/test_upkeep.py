@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hub import commands as c
+from hub import upkeep
 from hub.service import Hub
 from protocols.canonical import canonical_json
 from protocols.keys import STREAM_FIELD
@@ -64,6 +65,29 @@ async def test_a_running_run_is_never_forgotten(hub: Hub) -> None:
     assert run_id in await hub.store.recent_run_ids()
     assert await hub.store.run(run_id) is not None
     await hub.driver.step(lambda e: e.cancel(run_id))
+
+
+async def test_expired_runs_behind_a_batch_of_kept_ones_are_forgotten(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round looked at the FORGET_BATCH oldest old entries only: with that many runs still
+    held (long-running, or ended within the retention), no expired one behind them was ever
+    dropped, and the index grew without bound. Rounds now go on past the ones kept."""
+    monkeypatch.setattr(upkeep, "FORGET_BATCH", 3)
+    client = hub.transport._client
+    for i in range(3):  # old, still held
+        await client.zadd(hub.keys.all_runs, {f"held-{i}": 10.0 + i})
+        await client.hset(hub.keys.run(f"held-{i}"), "x", "1")
+    await client.zadd(hub.keys.all_runs, {f"gone-{i}": 20.0 + i for i in range(10)})
+
+    async def left() -> bool:
+        ids = await client.zrange(hub.keys.all_runs, 0, -1)
+        return not [i for i in ids if i.startswith(b"gone-")]
+
+    await eventually(left, 10, message="the expired runs behind the held ones are forgotten")
+    held = await client.zrange(hub.keys.all_runs, 0, 2)
+    assert held == [b"held-0", b"held-1", b"held-2"]
+    await client.delete(*[hub.keys.run(f"held-{i}") for i in range(3)])
 
 
 async def test_streams_are_trimmed_to_the_cap_but_never_past_a_pending_entry(hub: Hub) -> None:

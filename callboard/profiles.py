@@ -16,6 +16,10 @@ What wins, first to last: a flag on the command line (`--url`, `--api-key`); the
 named by `--profile` or CALLBOARD_PROFILE; CALLBOARD_URL / CALLBOARD_API_KEY; the file's
 `default` profile; http://127.0.0.1:8080 and no key. A named profile beats the variables
 so that `--profile prod` never quietly talks to the hub an `export CALLBOARD_URL=` set up.
+
+A key goes only to the hub it was given for: `--api-key`; a profile's key when the URL is
+that profile's; CALLBOARD_API_KEY when CALLBOARD_URL is unset or is the URL. So
+`--url http://other` or an exported CALLBOARD_URL never carries a profile's key elsewhere.
 """
 
 from __future__ import annotations
@@ -96,13 +100,23 @@ def resolve(
             return env.get(str(p["api_key_env"])) or None
         return str(p["api_key"]) if p.get("api_key") else None
 
-    url = (
+    url = str(
         url_flag
         or (named or {}).get("url")
         or env.get("CALLBOARD_URL")
         or (fallback or {}).get("url")
         or DEFAULT_URL
+    ).rstrip("/")
+
+    def for_url(other: Any) -> bool:
+        return bool(other) and str(other).rstrip("/") == url
+
+    env_key = env.get("CALLBOARD_API_KEY") if for_url(env.get("CALLBOARD_URL") or url) else None
+    api_key = (
+        key_flag
+        or (key_of(named) if for_url((named or {}).get("url")) else None)
+        or env_key
+        or (key_of(fallback) if for_url((fallback or {}).get("url")) else None)
     )
-    api_key = key_flag or key_of(named) or env.get("CALLBOARD_API_KEY") or key_of(fallback)
     used = chosen or (default if fallback is not None else None)
-    return Target(str(url).rstrip("/"), api_key or None, used)
+    return Target(url, api_key or None, used)

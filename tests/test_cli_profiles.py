@@ -121,3 +121,34 @@ def test_ids_are_whole_when_piped_and_told_apart_on_a_terminal() -> None:
     assert short(ids[0]) == "0190a3b4-5c6d-7e8f-9a0b-1" and short(ids[1]).endswith("-f")
     far = shortener(["0190a3b4-aaaa", "0290a3b4-bbbb"], terminal=True)
     assert far("0190a3b4-aaaa") == "0190a3b4"  # never under 8 characters
+
+
+def test_a_key_goes_only_to_the_hub_it_was_given_for(config: Path) -> None:
+    env = {"CALLBOARD_CONFIG": str(config), "PROD_KEY": "prod-secret"}
+    scratch = resolve(env={**env, "CALLBOARD_PROFILE": "prod"}, url_flag="http://other.test")
+    assert (scratch.url, scratch.api_key) == ("http://other.test", None)
+    up = {**env, "CALLBOARD_URL": "http://scratch.test"}  # what `callboard up` exported
+    assert resolve(env=up).api_key is None  # neither the default's key nor any other
+    mine = resolve(env=env, profile="staging", url_flag="https://staging.test")
+    assert mine.api_key == "staging-key"  # the flag names the profile's own hub
+    keyed = resolve(env={**up, "CALLBOARD_API_KEY": "k"}, url_flag="http://elsewhere.test")
+    assert keyed.api_key is None  # the variable's key is for the variable's URL
+    assert resolve(env={**up, "CALLBOARD_API_KEY": "k"}).api_key == "k"
+    assert resolve(env=env, url_flag="http://x.test", key_flag="typed").api_key == "typed"
+
+
+def test_an_exported_url_never_gets_the_default_profiles_key(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch, config: Path
+) -> None:
+    config.write_text(
+        'default = "prod"\n[profiles.prod]\nurl = "https://prod.test"\napi_key = "S"\n'
+    )
+    monkeypatch.setenv("CALLBOARD_URL", "http://scratch.test:8080")
+    assert CliRunner().invoke(app, ["agents"]).exit_code == 0
+    assert "authorization" not in fake.calls[-1][2].headers
+    monkeypatch.delenv("CALLBOARD_URL")
+    monkeypatch.setenv("CALLBOARD_PROFILE", "prod")
+    assert CliRunner().invoke(app, ["agents", "--url", "http://other.test"]).exit_code == 0
+    assert "authorization" not in fake.calls[-1][2].headers
+    assert CliRunner().invoke(app, ["agents"]).exit_code == 0
+    assert fake.calls[-1][2].headers["authorization"] == "Bearer S"

@@ -8,6 +8,7 @@ one parseable JSON document (NDJSON for `events`) on stdout and nothing else.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ def _walk(routes: Any, prefix: str = "") -> Iterator[tuple[str, str, str]]:
             continue
         module = getattr(getattr(route, "endpoint", None), "__module__", "") or ""
         for method in getattr(route, "methods", None) or ():
-            if method != "HEAD":
-                yield method, prefix + route.path, module
+            if method != "HEAD":  # `{name:path}` is spelled `{name}`, as in OpenAPI
+                yield method, re.sub(r"\{(\w+):\w+\}", r"{\1}", prefix + route.path), module
 
 
 def served() -> dict[tuple[str, str], str]:

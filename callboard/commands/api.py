@@ -1,8 +1,11 @@
 """What the API-client commands share: the hub options, `-o json|table`, exit codes.
 
-Exit codes: 0 ok, 1 a refused request or a failed run, 2 unusable input or no hub.
-With `-o json` stdout carries only the hub's JSON answer (messages go to stderr), so
-`callboard runs -o json | jq` works; errors are on stderr either way.
+Exit codes: 0 ok, 1 a refused request or a failed run, 2 unusable input, no hub, an answer
+that is not the hub's API, or a command whose outcome is unknown (sent, never answered:
+the message gives the Idempotency-Key to send it again with). With `-o json` stdout carries
+only the hub's JSON answer (messages go to stderr), so `callboard runs -o json | jq`
+works; errors are on stderr either way. Text from the hub is never read as Rich markup
+(the consoles have markup off; our own styling is built as `Text`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console, RenderableType
+from rich.text import Text
 
-from callboard.client import ApiError, Client, Unreachable
+from callboard.client import ApiError, BadAnswer, Client, OutcomeUnknown, Unreachable
 from callboard.profiles import ProfileError, resolve
 
 OK, REFUSED, UNUSABLE = 0, 1, 2
@@ -51,10 +55,18 @@ ProfileOpt = Annotated[
 OutputOpt = Annotated[
     Output, typer.Option("--output", "-o", help="table for people, json for programs")
 ]
+KeyedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key", show_default=False,
+        help="the command's Idempotency-Key (default: a new one): the hub does it once however "
+        "often it is sent with the same key, so after an unknown outcome send it again with it",
+    ),
+]  # fmt: skip
 
-console = Console()
+console = Console(markup=False)
 PIPED_WIDTH = 400
-errors = Console(stderr=True)
+errors = Console(stderr=True, markup=False)
 # Tests replace this to run every command against an httpx.MockTransport.
 TRANSPORT: httpx.BaseTransport | None = None
 
@@ -69,15 +81,23 @@ def connect(url_flag: str | None, key_flag: str | None, profile: str | None) -> 
     try:
         with Client(hub.url, hub.api_key, transport=TRANSPORT) as c:
             yield c
-    except Unreachable as exc:
+    except (Unreachable, BadAnswer) as exc:
         fail(str(exc), UNUSABLE)
+    except OutcomeUnknown as exc:
+        fail(
+            f"{exc}; whether it took effect is unknown: see with `status`, or send it again "
+            f"with --idempotency-key {exc.key} (the hub does it at most once)",
+            UNUSABLE,
+        )
     except ApiError as exc:
-        errors.print(f"[red]refused ({exc.status}):[/] {exc.detail}", highlight=False)
+        refused = Text.assemble((f"refused ({exc.status}):", "red"), f" {exc.detail}")
+        errors.print(refused, soft_wrap=True)
         for issue in exc.body.get("errors") or []:
             where = " ".join(
                 f"{k}={issue[k]}" for k in ("cue", "key", "line") if issue.get(k) is not None
             )
-            errors.print(f"  - [{issue.get('code')}] {issue.get('message')}  {where}".rstrip())
+            line = f"  - [{issue.get('code')}] {issue.get('message')}  {where}".rstrip()
+            errors.print(line, soft_wrap=True)
         raise typer.Exit(UNUSABLE if exc.status >= 500 else REFUSED) from None
 
 
@@ -128,7 +148,8 @@ def hub_options(
 
 
 def fail(message: str, code: int = UNUSABLE) -> Any:
-    errors.print(f"[red]error:[/] {message}", highlight=False)
+    # one line, unwrapped: a message is for grep and logs as much as for a person
+    errors.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -150,11 +171,12 @@ def print_table(table: RenderableType) -> None:
     if console.is_terminal:
         console.print(table)
     else:  # a console of its own: print(width=) cannot go past the console's width
-        Console(width=PIPED_WIDTH, highlight=False).print(table)
+        Console(width=PIPED_WIDTH, highlight=False, markup=False).print(table)
 
 
-def say(message: str) -> None:
-    """A line for a person: on stdout in table mode (the caller skips it for json)."""
+def say(message: str | Text) -> None:
+    """A line for a person: on stdout in table mode (the caller skips it for json). A str
+    is printed as it is (hub text may hold brackets); style goes in a `Text`."""
     console.print(message, highlight=False)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from callboard.commands.api import (
     Hub,
@@ -107,7 +108,7 @@ def show(
 
 
 def _show_table(found: dict[str, Any]) -> None:
-    say(f"[bold]{found['name']}[/] latest {found['latest']}")
+    say(Text.assemble((found["name"], "bold"), f" latest {found['latest']}"))
     table = Table(show_edge=False)
     for column in ("version", "stored", "cues"):
         table.add_column(column)

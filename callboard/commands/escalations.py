@@ -8,8 +8,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from callboard.client import Client
 from callboard.commands.api import (
     Hub,
+    KeyedOpt,
     KeyOpt,
     Output,
     OutputOpt,
@@ -106,6 +108,7 @@ def resolve(
         str | None,
         typer.Option(help="the answer to an agent's question (input_required): sent to it"),
     ] = None,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -114,5 +117,15 @@ def resolve(
     """Resolve an escalation (binding); a critical one's pause on new GOs lifts."""
     hub = hub_options(ctx, output, url, api_key, profile)
     with hub.client() as c:
-        resolved = c.resolve(escalation_id(c, escalation), winner, note, answer)
+        esc_id = escalation_id(c, escalation)
+        resolved = c.resolve(esc_id, _winner(c, winner), note, answer, idempotency_key)
     emit(hub.output, resolved, lambda a: say(f"escalation {a['id']}: {a['status']}"))
+
+
+def _winner(c: Client, winner: str | None) -> str | None:
+    """`RUN/CUE` with RUN a prefix, as every other command takes it, made whole: the hub
+    compares the winner with the rivals' full `run/cue`. A bare cue id goes as typed."""
+    if not winner or "/" not in winner:
+        return winner
+    run, _, cue = winner.partition("/")
+    return f"{resolve_run(c, run)}/{cue}"

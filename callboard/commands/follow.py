@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from callboard.client import Client, Unreachable
 from callboard.commands.api import (
     KeyOpt,
     Output,
@@ -23,14 +21,12 @@ from callboard.commands.api import (
     say,
 )
 from callboard.commands.ids import run_id as resolve_run
-from callboard.commands.live import DONE
 from callboard.commands.runs import RunArg
+from callboard.commands.stream import follow
 
 # What each event type shows after its time and type, for people (-o json has it all).
 SHOWN = ("cue", "state", "status", "attempt", "reason", "fired_by", "names", "to", "key",
          "source", "severity", "error", "id")  # fmt: skip
-Event = tuple[str | None, str, dict[str, Any]]
-RECONNECTS = 100  # the hub ends a stream after CALLBOARD_SSE_MAX_S; resume from the last id
 
 
 def events(
@@ -44,30 +40,18 @@ def events(
     api_key: KeyOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
-    """Follow the run's events from its start, live, until it ends (Ctrl-C stops sooner).
+    """Follow the run's events from its start, live, until its final event (Ctrl-C stops
+    sooner); a stream the hub ends or that breaks is resumed after the last id read.
     With -o json: one JSON object per line, {id, event, data}; --since ID resumes."""
     hub = hub_options(ctx, output, url, api_key, profile)
     with hub.client() as c:
         full = resolve_run(c, run)
-        for entry_id, name, data in _stream(c, full, since):
+        for entry_id, name, data in follow(c, full, since):
             if hub.output is Output.json:
                 print(json.dumps({"id": entry_id, "event": name, "data": data}), flush=True)
             else:
                 detail = " ".join(f"{k}={data[k]}" for k in SHOWN if data.get(k) not in (None, ""))
                 say(f"{data.get('at') or '':<27} {name:<14} {detail}")
-
-
-def _stream(c: Client, run_id: str, since: str | None) -> Iterator[Event]:
-    last = since
-    for _ in range(RECONNECTS):
-        try:
-            for entry_id, name, data in c.event_entries(run_id, last):
-                last = entry_id or last
-                yield entry_id, name, data
-        except Unreachable:
-            pass  # the stream broke (hub restarting?): resume below if the run goes on
-        if c.run(run_id)["status"] in DONE:
-            return
 
 
 def context(

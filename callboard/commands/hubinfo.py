@@ -7,9 +7,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from callboard.commands.api import (
     REFUSED,
+    KeyedOpt,
     KeyOpt,
     Output,
     OutputOpt,
@@ -133,6 +135,7 @@ def broadcast(
         str | None, typer.Option(help="a notice's text; the reason of a pause, resume, shutdown")
     ] = None,
     payload: Annotated[str | None, typer.Option(help="the whole payload, as JSON")] = None,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -147,7 +150,7 @@ def broadcast(
     if message is not None:  # the payload's field: a notice has `text`, the others `reason`
         body["text" if full == MessageType.BROADCAST_NOTICE.value else "reason"] = message
     with hub.client() as c:
-        answer = c.broadcast(full, body)
+        answer = c.broadcast(full, body, idempotency_key)
     emit(hub.output, answer, lambda a: say(f"sent {full} ({a['sent']})"))
 
 
@@ -186,7 +189,7 @@ def _wiring_table(found: dict[str, Any]) -> None:
     for column in ("key", "provided by", "required by"):
         keys.add_column(column)
     for k in found.get("context_keys") or []:
-        provided = " ".join(k["provided_by"]) or "[red]nobody[/]"
+        provided = " ".join(k["provided_by"]) or Text("nobody", "red")
         keys.add_row(k["key"], provided, " ".join(k["required_by"]))
     print_table(keys)
 

@@ -12,7 +12,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from callboard.client import Client, Unreachable
+from callboard.client import Client
+from callboard.commands.stream import DONE, follow, run_now
 
 COLORS = {
     "pending": "dim", "waiting": "yellow", "armed": "magenta", "warning": "cyan",
@@ -20,8 +21,6 @@ COLORS = {
     "blocked": "red", "cancelled": "dim", "success": "bold green", "partial": "yellow",
     "running": "cyan", "holding": "magenta", "dry": "blue",
 }  # fmt: skip
-DONE = ("success", "partial", "failed", "cancelled", "dry")
-POLL_S = 0.5
 
 
 def _epoch(moment: str | None) -> float | None:
@@ -53,12 +52,12 @@ def run_table(run: dict[str, Any], now: float | None = None) -> Group:
         state = cue["state"]
         targets = " ".join(f"{a}:{s}" for a, s in cue["targets"].items())
         reason = cue.get("error") if state in ("failed", "blocked") else cue.get("reason")
-        row = [
-            cue_id, Text(state, COLORS.get(state, "")), str(cue["attempt"] or ""),
-            reason or "", targets, elapsed(cue, now),
+        row: list[Text | str] = [  # hub text as Text: a `[...]` in it is not markup
+            Text(cue_id), Text(state, COLORS.get(state, "")), str(cue["attempt"] or ""),
+            Text(reason or ""), Text(targets), elapsed(cue, now),
         ]  # fmt: skip
         if with_results:
-            row.append(results_of(cue))
+            row.append(Text(results_of(cue)))
         table.add_row(*row)
     spend = budget_line(run)
     return Group(head, Text(spend, "dim"), table) if spend else Group(head, table)
@@ -97,18 +96,12 @@ class RunView:
 
 def watch(client: Client, run_id: str, console: Console) -> dict[str, Any]:
     """Follow a run live until it finishes; returns its final state."""
-    view = RunView(client.run(run_id))
+    view = RunView(run_now(client, run_id))
     with Live(view, console=console, refresh_per_second=4):
         if view.run["status"] not in DONE:
-            try:
-                for _name, _data in client.events(run_id):
-                    view.run = client.run(run_id)
-            except Unreachable:
-                pass  # the stream broke (hub restarting?): poll instead
-        view.run = client.run(run_id)
-        while view.run["status"] not in DONE:
-            time.sleep(POLL_S)
-            view.run = client.run(run_id)
+            for _event in follow(client, run_id):
+                view.run = run_now(client, run_id)
+            view.run = run_now(client, run_id)
     if not console.is_terminal:
         console.line()  # Live leaves the last frame without a line end when not on a tty
     return view.run
@@ -116,15 +109,9 @@ def watch(client: Client, run_id: str, console: Console) -> dict[str, Any]:
 
 def wait_done(client: Client, run_id: str) -> dict[str, Any]:
     """Follow a run until it finishes without drawing it (for `-o json`); its final state."""
-    run = client.run(run_id)
+    run = run_now(client, run_id)
     if run["status"] not in DONE:
-        try:
-            for _name, _data in client.events(run_id):
-                pass
-        except Unreachable:
-            pass  # the stream broke (hub restarting?): poll instead
-    run = client.run(run_id)
-    while run["status"] not in DONE:
-        time.sleep(POLL_S)
-        run = client.run(run_id)
+        for _event in follow(client, run_id):
+            pass
+        run = run_now(client, run_id)
     return run

@@ -8,9 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
+from callboard.client import ApiError, BadAnswer, Unreachable
 from callboard.commands.api import (
     OK,
     REFUSED,
+    KeyedOpt,
     KeyOpt,
     Output,
     OutputOpt,
@@ -58,7 +60,7 @@ def run(
     dry: Annotated[bool, typer.Option("--dry", help="walk it with stand-in agents")] = False,
     version: Annotated[str | None, typer.Option(help="a stored version (default: latest)")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE (JSON)")] = None,
-    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    idempotency_key: KeyedOpt = None,
     budget: Annotated[
         list[str] | None,
         typer.Option(
@@ -87,11 +89,17 @@ def run(
             else:
                 console.print(run_id, highlight=False, soft_wrap=True)
             return
-        if as_json:
-            final = wait_done(c, run_id) if watch_ else c.run(run_id)
-        else:
+        if not as_json:
             say(f"run {run_id}")
-            final = watch(c, run_id, console) if watch_ else c.run(run_id)
+        try:
+            if as_json:
+                final = wait_done(c, run_id) if watch_ else c.run(run_id)
+            else:
+                final = watch(c, run_id, console) if watch_ else c.run(run_id)
+        except (ApiError, BadAnswer, Unreachable):
+            if as_json:  # the run started: its id is printed whatever happens next
+                print_json({"run_id": run_id})
+            raise
     if as_json:
         print_json(final)
     else:

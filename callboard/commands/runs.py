@@ -7,10 +7,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from callboard.client import ApiError, BadAnswer, Unreachable
 from callboard.commands.api import (
     OK,
     REFUSED,
+    KeyedOpt,
     KeyOpt,
     Output,
     OutputOpt,
@@ -44,8 +47,7 @@ def runs_table(page: dict[str, Any]) -> None:
         table.add_column(column, no_wrap=column != "cues")
     for r in runs:
         counts = " ".join(f"{k}:{v}" for k, v in sorted(r["counts"].items()))
-        color = COLORS.get(r["status"], "")
-        status_cell = f"[{color}]{r['status']}[/]" if color else r["status"]
+        status_cell = Text(r["status"], COLORS.get(r["status"], ""))
         table.add_row(short(r["run_id"]), r["cuelist"], status_cell, r["started_at"] or "", counts)
     print_table(table)
 
@@ -72,6 +74,7 @@ def cancel(
     ctx: typer.Context,
     run: RunArg,
     reason: Annotated[str | None, typer.Option(help="recorded on the run")] = None,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -79,7 +82,7 @@ def cancel(
 ) -> None:
     """Cancel a run: every cue not yet done is stood down."""
     with hub_options(ctx, output, url, api_key, profile).client() as c:
-        answer = c.cancel(resolve_run(c, run), reason)
+        answer = c.cancel(resolve_run(c, run), reason, idempotency_key)
     emit(output, answer, lambda a: say(f"run {a['run_id']}: {a['status']}"))
 
 
@@ -87,6 +90,7 @@ def condition(
     ctx: typer.Context,
     run: RunArg,
     name: Annotated[str, typer.Argument(help="e.g. approval_received")],
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -94,7 +98,7 @@ def condition(
 ) -> None:
     """Raise a condition on a run (an approval, say); cues waiting for it may fire."""
     with hub_options(ctx, output, url, api_key, profile).client() as c:
-        answer = c.condition(resolve_run(c, run), name)
+        answer = c.condition(resolve_run(c, run), name, idempotency_key)
     emit(output, answer, lambda a: say(f"raised {name}; raised so far: {a['conditions']}"))
 
 
@@ -102,6 +106,7 @@ def retry(
     ctx: typer.Context,
     run: RunArg,
     cue: CueArg,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -109,7 +114,7 @@ def retry(
 ) -> None:
     """Retry a failed or blocked cue (a new attempt; its dependents are unblocked)."""
     with hub_options(ctx, output, url, api_key, profile).client() as c:
-        answer = c.retry(resolve_run(c, run), cue)
+        answer = c.retry(resolve_run(c, run), cue, idempotency_key)
     emit(output, answer, lambda a: say(f"retry {cue}: {a['state']} (attempt {a['attempt']})"))
 
 
@@ -120,6 +125,7 @@ def rerun(
         bool, typer.Option("--from-failure", help="skip the cues that completed")
     ] = False,
     watch_: Annotated[bool, typer.Option("--watch", help="follow the new run live")] = False,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -127,17 +133,21 @@ def rerun(
 ) -> None:
     """Start a new run of the same cuelist version; the two runs link to each other."""
     with hub_options(ctx, output, url, api_key, profile).client() as c:
-        answer = c.rerun(resolve_run(c, run), from_failure)
+        answer = c.rerun(resolve_run(c, run), from_failure, idempotency_key)
         new_id = str(answer["run_id"])
         if not watch_:
             emit(output, answer, lambda a: say(f"run {a['run_id']} (rerun of {a['rerun_of']})"))
             return
-        if output is Output.json:
-            final = wait_done(c, new_id)
-            print_json(final)
-        else:
+        if output is Output.table:
             say(f"run {new_id} (rerun of {answer['rerun_of']})")
-            final = watch(c, new_id, console)
+        try:
+            final = wait_done(c, new_id) if output is Output.json else watch(c, new_id, console)
+        except (ApiError, BadAnswer, Unreachable):
+            if output is Output.json:  # the run started: its id is printed whatever happens
+                print_json(answer)
+            raise
+        if output is Output.json:
+            print_json(final)
     raise typer.Exit(OK if final["status"] == "success" else REFUSED)
 
 
@@ -152,6 +162,7 @@ def budget(
         list[str] | None,
         typer.Option(metavar="NAME=N", help="a named counter's limit (repeatable)"),
     ] = None,
+    idempotency_key: KeyedOpt = None,
     output: OutputOpt = Output.table,
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -170,7 +181,7 @@ def budget(
     if not limits:
         fail("give at least one of --tokens, --cost, --messages, --wall-s, --counter")
     with hub_options(ctx, output, url, api_key, profile).client() as c:
-        answer = c.budget(resolve_run(c, run), limits)
+        answer = c.budget(resolve_run(c, run), limits, idempotency_key)
     emit(output, answer, _budget_lines)
 
 

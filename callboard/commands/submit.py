@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from callboard.commands.api import (
     REFUSED,
@@ -30,7 +31,8 @@ def content_type(path: Path) -> str:
 def _issues(kind: str, items: list[dict[str, Any]]) -> None:
     for w in items:
         where = " ".join(f"{k}={w[k]}" for k in ("cue", "key", "line") if w.get(k) is not None)
-        say(f"  [yellow]{kind}[/] [{w.get('code')}] {w.get('message')}  {where}".rstrip())
+        line = f" [{w.get('code')}] {w.get('message')}  {where}".rstrip()
+        say(Text.assemble("  ", (kind, "yellow"), line))
 
 
 def submit(
@@ -62,7 +64,7 @@ def submit(
         stored = c.submit(text, content_type(file))
 
     def show(s: dict[str, Any]) -> None:
-        say(f"stored [bold]{s['name']}[/] version {s['version']}")
+        say(Text.assemble("stored ", (s["name"], "bold"), f" version {s['version']}"))
         _issues("warning", s.get("warnings") or [])
 
     emit(output, stored, show)
@@ -72,6 +74,6 @@ def _show_report(report: dict[str, Any]) -> None:
     if report["valid"]:
         say(f"valid: {report.get('name')} version {report.get('version')}")
     else:
-        say(f"[red]invalid[/], {len(report['errors'])} errors")
+        say(Text.assemble(("invalid", "red"), f", {len(report['errors'])} errors"))
     _issues("error", report.get("errors") or [])
     _issues("warning", report.get("warnings") or [])

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from callboard.commands import api
 from callboard.commands.routes import ESC, ROUTES, RUN
 
 RUN2 = "0190a3b4-5c6d-7e8f-9a0b-222222222222"
@@ -228,3 +231,15 @@ class FakeHub:
     @property
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeHub:
+    """A FakeHub the CLI talks to (as http://hub.test), with no profile, key or URL of the
+    environment's in the way."""
+    hub = FakeHub()
+    monkeypatch.setattr(api, "TRANSPORT", hub.transport)
+    for name in ("CALLBOARD_PROFILE", "CALLBOARD_API_KEY", "CALLBOARD_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CALLBOARD_URL", "http://hub.test")
+    monkeypatch.setenv("CALLBOARD_CONFIG", str(tmp_path / "no-profiles.toml"))
+    return hub

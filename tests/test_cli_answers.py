@@ -15,7 +15,7 @@ from callboard import client as cli_client
 from callboard.cli import app
 from callboard.commands import api
 from callboard.commands.routes import RUN
-from tests.cli_fake_hub import ESCALATION, SUMMARY, FakeHub, run_body, sse
+from tests.cli_fake_hub import ESCALATION, SUMMARY, FakeHub, installed, run_body, sse
 
 RUN_OTHER = "0190a3b4-5c6d-7e8f-9a0b-ffffffffffff"
 PAGE = "<html><body>Sign in to continue</body></html>"
@@ -34,14 +34,8 @@ KEYED = [  # every command that changes state, with the route it posts to
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeHub:
-    hub = FakeHub()
-    monkeypatch.setattr(api, "TRANSPORT", hub.transport)
     monkeypatch.setattr(cli_client, "WAIT_S", 0.0)
-    for name in ("CALLBOARD_PROFILE", "CALLBOARD_API_KEY", "CALLBOARD_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CALLBOARD_URL", "http://hub.test")
-    monkeypatch.setenv("CALLBOARD_CONFIG", str(tmp_path / "no-profiles.toml"))
-    return hub
+    return installed(monkeypatch, tmp_path)
 
 
 def invoke(argv: list[str]) -> object:

@@ -24,7 +24,7 @@ from hub.api import create_app
 from hub.service import Hub, HubSettings
 from protocols.messages import MessageType
 from protocols.payloads import PAYLOAD_MODELS
-from tests.cli_fake_hub import FakeHub, run_body, sse
+from tests.cli_fake_hub import FakeHub, installed, run_body, sse
 
 # Routes the CLI table may list before the hub serves them: none (a command is written
 # with its route).
@@ -72,13 +72,7 @@ def test_every_served_route_has_a_command_or_is_excluded_by_name() -> None:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeHub:
-    hub = FakeHub()
-    monkeypatch.setattr(api, "TRANSPORT", hub.transport)
-    for name in ("CALLBOARD_PROFILE", "CALLBOARD_API_KEY", "CALLBOARD_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CALLBOARD_URL", "http://hub.test")
-    monkeypatch.setenv("CALLBOARD_CONFIG", str(tmp_path / "no-profiles.toml"))
-    return hub
+    return installed(monkeypatch, tmp_path)
 
 
 def invoke(argv: list[str]) -> Any:

@@ -16,7 +16,7 @@ from callboard import client as cli_client
 from callboard.cli import app
 from callboard.commands import api, stream
 from callboard.commands.routes import RUN
-from tests.cli_fake_hub import FakeHub, run_body
+from tests.cli_fake_hub import FakeHub, installed, run_body
 
 STORED = [  # the run's stream on the hub
     ("1-0", "cue", {"cue": "CUE-1", "state": "go"}),
@@ -28,16 +28,10 @@ Handler = Callable[[httpx.Request], httpx.Response | None]
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeHub:
-    hub = FakeHub()
-    monkeypatch.setattr(api, "TRANSPORT", hub.transport)
     monkeypatch.setattr(cli_client, "WAIT_S", 0.0)
     monkeypatch.setattr(stream, "FIRST_WAIT_S", 0.0)
     monkeypatch.setattr(stream, "MAX_WAIT_S", 0.0)
-    for name in ("CALLBOARD_PROFILE", "CALLBOARD_API_KEY", "CALLBOARD_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CALLBOARD_URL", "http://hub.test")
-    monkeypatch.setenv("CALLBOARD_CONFIG", str(tmp_path / "no-profiles.toml"))
-    return hub
+    return installed(monkeypatch, tmp_path)
 
 
 def serve(fake: FakeHub, handler: Handler) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from callboard.client import ApiError, Client, Unreachable
+from callboard.client import ApiError, BadAnswer, Client, Unreachable
 from callboard.embedded import EmbeddedServer
 
 STOP_TIMEOUT_S = 10.0
@@ -164,6 +164,6 @@ def _health(client: Client) -> tuple[int | None, dict[str, object]]:
     """(status, body) of /healthz; (None, {}) when what answers is no callboard hub."""
     try:
         status, body = client.health()
-    except (ApiError, ValueError):
+    except (ApiError, BadAnswer, ValueError):
         return None, {}
     return (status, body) if "hub_id" in body else (None, {})

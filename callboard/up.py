@@ -21,8 +21,9 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
-from callboard.client import ApiError, Client, Unreachable
+from callboard.client import ApiError, BadAnswer, Client, OutcomeUnknown, Unreachable
 from callboard.cluster import Cluster, DataDir, UpError, log_name, port_taken, wait_for_own_hub
 from callboard.commands.live import watch
 from callboard.embedded import EmbeddedServer, free_port
@@ -238,8 +239,8 @@ def _run(
     except KeyboardInterrupt:
         console.print("stopping")
         return 0
-    except (ApiError, Unreachable, UpError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+    except (ApiError, BadAnswer, OutcomeUnknown, Unreachable, UpError) as exc:
+        console.print("[red]error:[/]", escape(str(exc)))  # its text is no markup of ours
         return 2
     finally:
         cluster.stop()

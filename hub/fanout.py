@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from hub.store.state import RunEvent, StateStore
 from protocols.errors import TransportError
-from protocols.keys import Keys
+from protocols.keys import Keys, entry_order
 
 log = logging.getLogger(__name__)
 READ_BLOCK_MS = 250  # how long the shared read blocks before it looks for new followers
@@ -25,6 +25,7 @@ READ_COUNT = 500
 LIVE_CHECK_S = 10.0  # this often, followers of runs gone or over are ended
 QUEUE_MAX = 1_000  # events a slow follower may fall behind before it is cut off (it resumes)
 POOL = 4  # connections: the shared read, and replays
+REPLAY_COUNT = 500  # events a replay reads at once
 
 
 class TooManyStreams(Exception):
@@ -34,6 +35,18 @@ class TooManyStreams(Exception):
         super().__init__(detail)
         self.detail = detail
         self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Events of a run a follower is given at once. `caught_up`: the follower has every
+    event stored so far (the replay's last batch, and each live one; an empty live batch:
+    nothing came before the deadline); `ended`: the fanout ended the follower (the hub is
+    stopping, the run is gone, or the client fell behind)."""
+
+    events: list[RunEvent]
+    caught_up: bool
+    ended: bool = False
 
 
 @dataclass(eq=False)
@@ -131,6 +144,29 @@ class EventFanout:
                     del self._followers[run_id]
                     self._cursor.pop(run_id, None)
 
+    async def batches(
+        self, sub: Follower, after: str, deadline: float, stopping: asyncio.Event
+    ) -> AsyncIterator[Batch]:
+        """The run's events after entry `after`: what is stored, replayed on the fanout's
+        own connections (the live queue fills meanwhile; the last replay batch is short,
+        maybe empty), then what the shared reader queues for `sub`, less what the replay
+        gave. Ends after the batch that ends the follower, at `deadline` (an empty live
+        batch first), or once `stopping` is set."""
+        last, caught_up = after, False
+        while not caught_up:
+            events = await self.store.events(sub.run_id, last, count=REPLAY_COUNT)
+            last = events[-1].id if events else last
+            caught_up = len(events) < REPLAY_COUNT
+            yield Batch(events, caught_up)
+        while not stopping.is_set():
+            queued = await _queued(sub, deadline)
+            events = [e for e in queued if e is not None and entry_order(e.id) > entry_order(last)]
+            last = events[-1].id if events else last
+            ended = None in queued
+            yield Batch(events, caught_up=True, ended=ended)
+            if ended or not queued:  # not queued: the deadline passed
+                return
+
     def end_all(self) -> None:
         """End every open stream (the hub is stopping): each client resumes elsewhere."""
         for followers in self._followers.values():
@@ -182,3 +218,16 @@ class EventFanout:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         await self.store.close()
+
+
+async def _queued(sub: Follower, deadline: float) -> list[RunEvent | None]:
+    """What is queued for the follower, waiting for the first until `deadline` (none by
+    then: empty); a None among them ends the follower."""
+    try:
+        first = await asyncio.wait_for(sub.queue.get(), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return []
+    found = [first]
+    while found[-1] is not None and not sub.queue.empty():
+        found.append(sub.queue.get_nowait())
+    return found

@@ -26,10 +26,7 @@ from hub.a2a.errors import translated
 from hub.a2a.tasks import TERMINAL, agent_message, context_id, plain
 from hub.engine.state import RunState
 from hub.fanout import EventFanout, Follower
-from hub.store.state import RunEvent
-from protocols.keys import entry_order
 
-BATCH = 200
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 TaskOf = Callable[[RunState, bool], Awaitable[Task]]  # (run, with its context artifact)
 
@@ -46,30 +43,19 @@ async def updates(
     fanout: EventFanout, sub: Follower, after: str, max_s: float, task_of: TaskOf,
     stopping: asyncio.Event,
 ) -> AsyncGenerator[Event, None]:  # fmt: skip
-    """The run's events after entry `after`, each as a WORKING status update. After the
-    replay, and after each live batch, the task's state is read from the run: the stream
-    ends when the task ends or needs input (as A2A streams do: its artifacts, then its
-    final status), when the hub stops or the fanout ends it (the client fell behind), or
-    after `max_s` (the client resubscribes)."""
+    """The run's events after entry `after`, each as a WORKING status update. Once the
+    replay has caught up, and after each live batch, the task's state is read from the
+    run: the stream ends when the task ends or needs input (as A2A streams do: its
+    artifacts, then its final status), when the hub stops or the fanout ends it (the
+    client fell behind), or after `max_s` (the client resubscribes)."""
     deadline = time.monotonic() + max_s
-    store, run_id, last = fanout.store, sub.run_id, after
-    replaying = True
-    while True:
-        ended = False
-        if replaying:  # what is there (the live queue fills meanwhile)
-            batch = await store.events(run_id, last, count=BATCH)
-            replaying = len(batch) == BATCH
-        else:
-            batch, ended = await _next_batch(sub, deadline)
-            # what the replay sent already is left out
-            batch = [e for e in batch if entry_order(e.id) > entry_order(last)]
-        run = await store.run(run_id)
+    async for batch in fanout.batches(sub, after, deadline, stopping):
+        run = await fanout.store.run(sub.run_id)
         if run is None:
             return  # expired
-        for event in batch:
-            last = event.id
+        for event in batch.events:
             yield _event_update(run, event.id, event.data)
-        if replaying:
+        if not batch.caught_up:
             continue  # the state is read when the replay has caught up
         task = await task_of(run, False)
         if task.status.state in TERMINAL:
@@ -84,22 +70,6 @@ async def updates(
                 task_id=task.id, context_id=task.context_id, status=task.status
             )
             return
-        if ended or stopping.is_set() or time.monotonic() >= deadline:
-            return
-
-
-async def _next_batch(sub: Follower, deadline: float) -> tuple[list[RunEvent], bool]:
-    """The events queued for the follower (waiting for one until the deadline), and
-    whether the fanout ended it."""
-    try:
-        first = await asyncio.wait_for(sub.queue.get(), max(0.0, deadline - time.monotonic()))
-    except TimeoutError:
-        return [], False
-    found = [first]
-    while not sub.queue.empty() and len(found) < BATCH:
-        found.append(sub.queue.get_nowait())
-    events = [e for e in found if e is not None]
-    return events, len(events) < len(found)
 
 
 def _event_update(run: RunState, event_id: str, data: dict[str, Any]) -> TaskStatusUpdateEvent:

@@ -11,10 +11,7 @@ from typing import Any
 from hub.api.schemas import ts
 from hub.fanout import EventFanout
 from hub.store.state import RunEvent, StateStore
-from protocols.keys import entry_order
 from protocols.states import RunStatus
-
-BATCH = 500
 
 
 def finishes(event: dict[str, Any]) -> bool:
@@ -41,35 +38,13 @@ async def follow(
     Last-Event-ID). A final event that later ones follow (a retry ran the run again) does
     not end it."""
     deadline = time.monotonic() + max_s
-    store = fanout.store
     async with fanout.follow(run_id, client) as sub:
-        last = after
-        while True:  # replay what is there (the live queue fills meanwhile)
-            batch = await store.events(run_id, last, count=BATCH)
-            for n, event in enumerate(batch, 1):
-                last = event.id
+        async for batch in fanout.batches(sub, after, deadline, stopping):
+            for event in batch.events:
                 yield RunEvent(event.id, _public(event.data))
-                if finishes(event.data) and n == len(batch) and await _ended(store, run_id):
-                    return
-            if len(batch) < BATCH:
-                break
-        while not stopping.is_set():  # live: woken by new events, an end, or the deadline
-            try:
-                new = await asyncio.wait_for(_next(sub.queue), deadline - time.monotonic())
-            except TimeoutError:
-                return  # at the limit: the client resumes from its Last-Event-ID
-            if new is None:
-                return  # ended: the hub is stopping, the run is gone, or the client is behind
-            if last != "0-0" and entry_order(new.id) <= entry_order(last):
-                continue  # already sent by the replay
-            last = new.id
-            yield RunEvent(new.id, _public(new.data))
-            if finishes(new.data) and sub.queue.empty() and await _ended(store, run_id):
+            last = batch.events[-1] if batch.events else None
+            if last is not None and finishes(last.data) and await _ended(fanout.store, run_id):
                 return
-
-
-async def _next(queue: asyncio.Queue[RunEvent | None]) -> RunEvent | None:
-    return await queue.get()
 
 
 async def _ended(store: StateStore, run_id: str) -> bool:

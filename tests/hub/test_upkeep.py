@@ -75,9 +75,9 @@ async def test_expired_runs_behind_a_batch_of_kept_ones_are_forgotten(
     dropped, and the index grew without bound. Rounds now go on past the ones kept."""
     monkeypatch.setattr(upkeep, "FORGET_BATCH", 3)
     client = hub.transport._client
-    for i in range(3):  # old, still held
-        await client.zadd(hub.keys.all_runs, {f"held-{i}": 10.0 + i})
+    for i in range(3):  # old, still held: the state first, or a sweep between finds none
         await client.hset(hub.keys.run(f"held-{i}"), "x", "1")
+        await client.zadd(hub.keys.all_runs, {f"held-{i}": 10.0 + i})
     await client.zadd(hub.keys.all_runs, {f"gone-{i}": 20.0 + i for i in range(10)})
 
     async def left() -> bool:

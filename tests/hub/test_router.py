@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pytest
@@ -48,6 +48,13 @@ async def receivers(hub: Hub) -> None:
         online = p.StatusOnline(replica=f"{agent}-1", kind="echo")
         await _send(hub, agent, make(T.STATUS_ONLINE, online, from_agent=agent))
     await eventually(lambda: set(RECEIVERS) <= set(hub.registry.agents), 10)
+    # applied is not yet written: the batch's XACKs may ride the router's next read
+    await eventually(lambda: _all_acknowledged(hub, RECEIVERS), 10)
+
+
+async def _all_acknowledged(hub: Hub, agents: Iterable[str]) -> bool:
+    counts = [await hub.transport.pending_count(hub.keys.out(a), "hub") for a in agents]
+    return not any(counts)
 
 
 async def _inbox(hub: Hub, agent: str) -> list[Envelope]:

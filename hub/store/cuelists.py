@@ -50,6 +50,8 @@ class CuelistStore:
         self.keys = keys
         self.partitions = partitions  # whose active sets `pinned` reads
         self._cache: dict[tuple[str, str], Cuelist] = {}
+        self._drop_unlisted = db.script(_DROP_UNLISTED)
+        self._forget_deleted = db.script(_FORGET_DELETED)
 
     async def put(self, cuelist: Cuelist, version: str, canonical: str, source: str | None) -> bool:
         """Store one version; returns False when that exact version was already stored."""
@@ -161,27 +163,43 @@ class CuelistStore:
 
     async def sweep_deleted(self) -> int:
         """Remove the deleted versions no active run is pinned to any more (and not stored
-        again since); returns how many. Cheap while nothing waits to be swept."""
-        waiting = [m.decode() for m in await self.db.zrange(self.keys.deleted_versions, 0, -1)]
+        again since); returns how many. Cheap while nothing waits to be swept.
+
+        Each document goes in one script that deletes it only while its version is not
+        listed, so a `put` of the same version landing at any moment keeps its document;
+        the entry leaves the deleted set only while it is the one read (not deleted again
+        since). A failure part way leaves the rest for the next round."""
+        waiting = await self.db.zrange_scored(self.keys.deleted_versions, 0, -1)
         if not waiting:
             return 0
         pinned = await self.pinned()
-        free = [(n, v) for n, _, v in (m.partition(" ") for m in waiting) if (n, v) not in pinned]
-        if not free:
-            return 0
-        stored_again = [await self.listed(n, v) for n, v in free]
-
-        def build(pipe: Pipeline) -> None:
-            for (name, version), again in zip(free, stored_again, strict=True):
-                if not again:
-                    pipe.hdel(self.keys.cuelist(name), version)
-                pipe.zrem(self.keys.deleted_versions, _member(name, version))
-
-        await self.db.pipeline("SWEEP CUELISTS", build, transaction=True)
-        for key, again in zip(free, stored_again, strict=True):
-            if not again:
-                self._cache.pop(key, None)
+        free = [(m.decode(), at) for m, at in waiting if _version_of(m.decode()) not in pinned]
+        for member, at in free:
+            name, version = _version_of(member)
+            keys = [self.keys.cuelist(name), self.keys.cuelist_versions(name)]
+            if await self._drop_unlisted(keys, [version]):
+                self._cache.pop((name, version), None)
+            await self._forget_deleted([self.keys.deleted_versions], [member, repr(at)])
         return len(free)
+
+
+# KEYS: a cuelist's documents, its listed versions (one slot); ARGV: a version
+_DROP_UNLISTED = """
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+# KEYS: the deleted set; ARGV: a member, the score it was read with
+_FORGET_DELETED = """
+local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if at and tonumber(at) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
+def _version_of(member: str) -> tuple[str, str]:
+    name, _, version = member.partition(" ")
+    return name, version
 
 
 def _member(name: str, version: str) -> str:

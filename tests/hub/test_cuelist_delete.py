@@ -3,6 +3,7 @@ pinned to them until none is active, then swept (on a real server)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -75,3 +76,34 @@ async def test_storing_a_deleted_version_again_lists_it_and_the_sweep_keeps_it(
     assert await store.sweep_deleted() == 0  # nothing waits: storing it again took it back
     assert (await CuelistStore(db, keys).get("doomed", version)).description == "one"
     assert [v.version for v in (await store.describe("doomed")).versions] == [version]
+
+
+async def test_a_version_stored_again_while_the_sweep_runs_keeps_its_document(
+    real_redis: Any, keys: Keys
+) -> None:
+    await _store_again_while_sweeping(real_redis, keys)
+
+
+async def test_on_a_cluster_too(cluster_redis: Any, keys: Keys) -> None:
+    await _store_again_while_sweeping(cluster_redis, keys)  # the scripts touch one slot each
+
+
+async def _store_again_while_sweeping(real_redis: Any, keys: Keys) -> None:
+    db = Storage(real_redis)
+    store, state = CuelistStore(db, keys), StateStore(db, keys)
+    for round_trips in range(12):  # the other hub's store lands at each step of the sweep
+        version = await _put(store, "one")
+        await state.save_run(RunState(run_id="r1", cuelist="doomed", version=version, created_at=1))
+        await real_redis.sadd(keys.active_runs(), "r1")
+        await store.delete("doomed")  # kept for r1, which then ends
+        await real_redis.srem(keys.active_runs(), "r1")
+
+        async def stored_again(after: int = round_trips) -> None:
+            for _ in range(after):
+                await real_redis.ping()
+            await _put(CuelistStore(db, keys), "one")  # another hub's API
+
+        await asyncio.gather(store.sweep_deleted(), stored_again())
+        assert await store.listed("doomed", version), round_trips
+        assert (await CuelistStore(db, keys).get("doomed", version)).description == "one"
+        assert await real_redis.exists(keys.deleted_versions) == 0

@@ -133,6 +133,21 @@ async def test_a_paused_schedule_starts_nothing_and_resumes_without_making_up(
     assert not (await schedules.get("nightly")).paused  # the scheduler's saves kept it
 
 
+async def test_a_schedule_paused_before_it_exists_starts_paused(
+    harness: Harness, keys: Keys
+) -> None:
+    plain = "cuelist: nightly\ncues:\n  - {id: A, target_agents: [a]}\n"
+    cuelist, version = load_cuelist(plain)
+    await harness.cuelists.put(cuelist, version, canonical_json(cuelist), plain)
+    await harness.schedules.set_paused("nightly", True)  # nothing scheduled yet
+    await harness.submit("allow")  # the version with a schedule comes later
+    tick = harness.scheduler.tick
+    assert await tick(T0) == [] and await tick(T0 + 61) == []  # stored paused: nothing
+    assert (await harness.schedules.get("nightly")).paused  # first sight kept the pause
+    await harness.schedules.set_paused("nightly", False)
+    assert len(await tick(T0 + 125)) == 1
+
+
 @pytest.mark.parametrize("fault", ["lost", "stale"])
 async def test_a_tick_whose_write_did_not_land_fires_on_the_next_tick(
     harness: Harness, fault: str

@@ -38,9 +38,11 @@ def _json_number(value: object) -> object:
     return value
 
 
-# JSON Schema's integer, at least 0: 5 and 5.0, not 5.5, `true` or "5" (strict pydantic
-# refuses 5.0, which the schema allows)
-Count = Annotated[int, Field(strict=False, ge=0), BeforeValidator(_json_number)]
+# With `int` and Field(strict=False, bounds...) before it, JSON Schema's integer: 5 and 5.0,
+# not 5.5, `true` or "5" (strict pydantic refuses 5.0, which the schema allows). The bounds
+# go in that Field: after the validator, they would be lost from the JSON Schema.
+AS_JSON_NUMBER = BeforeValidator(_json_number)
+Count = Annotated[int, Field(strict=False, ge=0), AS_JSON_NUMBER]
 
 
 class ErrorPublic(BaseModel):

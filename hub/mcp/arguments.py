@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import ToolAnnotations
+from pydantic import ConfigDict
 
 
 class AsSent(FuncMetadata):
@@ -18,11 +19,11 @@ class AsSent(FuncMetadata):
     client's slip would be acted on as a guess. Refused, it is the SDK's tool error for bad
     arguments (`Error executing tool ...`), which names the argument and what it should be.
 
-    Strict also refuses 5.0 for an integer, which JSON Schema's "integer" would take: no
-    client of ours sends one, and a count is sent as a count."""
+    An integer argument says `strict=False` and `AS_JSON_NUMBER` (hub/api/schemas.py) to
+    take 5.0 as JSON Schema's "integer" does, as the REST API does."""
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
-        model = self.arg_model.model_validate(arguments_to_validate, strict=True)
+        model = self.arg_model.model_validate(arguments_to_validate)
         return model.model_dump_one_level()
 
 
@@ -30,5 +31,15 @@ def tool_as_sent(fn: Callable[..., Any], annotations: ToolAnnotations) -> Tool:
     """The SDK's tool for `fn`, its arguments validated by `AsSent`."""
     made = Tool.from_function(fn, annotations=annotations)
     meta = made.fn_metadata
-    made.fn_metadata = AsSent(**{name: getattr(meta, name) for name in FuncMetadata.model_fields})
+    fields = {name: getattr(meta, name) for name in FuncMetadata.model_fields}
+    made.fn_metadata = AsSent(**{**fields, "arg_model": _strict(meta.arg_model)})
     return made
+
+
+def _strict(model: type[ArgModelBase]) -> type[ArgModelBase]:
+    """`model`, strict by its config: unlike `model_validate(strict=True)`, a field that
+    says otherwise (an integer's `strict=False`) is still heard. The same name, so the
+    same schema."""
+    config = ConfigDict(**{**model.model_config, "strict": True})
+    namespace = {"model_config": config, "__module__": model.__module__}
+    return type(model.__name__, (model,), namespace)

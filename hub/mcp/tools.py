@@ -25,6 +25,7 @@ from hub.api.routes import cuelists as cuelist_routes
 from hub.api.routes import escalations as escalation_routes
 from hub.api.routes import runs as run_routes
 from hub.api.schemas import (
+    AS_JSON_NUMBER,
     BudgetChange,
     BudgetPublic,
     CancelCreate,
@@ -169,7 +170,7 @@ def build(hub: Hub) -> MCPServer:
     @tool(READ)
     @refusals
     async def list_runs(
-        limit: Annotated[int, Field(ge=1, le=1000)] = 20,
+        limit: Annotated[int, Field(strict=False, ge=1, le=1000), AS_JSON_NUMBER] = 20,
         cuelist: str | None = None,
         status: Annotated[str | None, Field(description="running, holding, success...")] = None,
     ) -> RunsPublic:

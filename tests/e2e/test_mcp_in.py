@@ -238,6 +238,7 @@ async def test_a_big_cuelist_is_checked_off_the_event_loop(hub_url: str) -> None
 REFUSED_ARGUMENTS = [
     ("list_runs", {"limit": True}, "limit"),  # a boolean is not a number
     ("list_runs", {"limit": "2"}, "limit"),  # nor is a string
+    ("list_runs", {"limit": 2.5}, "limit"),  # nor a fraction
     ("validate_cuelist", {"source": RELEASE, "strict": "yes"}, "strict"),
     ("validate_cuelist", {"source": RELEASE, "strict": 1}, "strict"),
     ("start_run", {"cuelist": "mcp-release", "budget": '{"tokens": 400}'}, "budget"),
@@ -256,6 +257,12 @@ async def test_arguments_are_taken_as_json_sent_them(hub_url: str) -> None:
             assert f"Error executing tool {tool}" in text and name in text, text
         runs = await call(mcp, "list_runs", limit=2)
         assert runs["count"] <= 2
+        runs = await call(mcp, "list_runs", limit=2.0)  # an integer to JSON Schema
+        assert runs["count"] <= 2
+        limit = next(t for t in (await mcp.list_tools()).tools if t.name == "list_runs")
+        assert limit.input_schema["properties"]["limit"] == {
+            "default": 20, "minimum": 1, "maximum": 1000, "title": "Limit", "type": "integer"
+        }  # fmt: skip
         assert "valid" in await call(mcp, "validate_cuelist", source=RELEASE, strict=True)
         # the REST API's Idempotency-Key takes up to 200 characters: so does the tool
         key = "k" * 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -61,13 +62,23 @@ class Usage(Payload):
         default_factory=dict, max_length=COUNTERS_MAX
     )
 
-    def plus(self, other: Usage, keep: int = COUNTERS_MAX) -> Usage:
-        """The sum of two usages, each total stopping at its cap; counter names past the
-        first `keep` are left out."""
-        counters = dict(self.counters)
+    def plus(self, other: Usage, keep: int = COUNTERS_MAX, kept: Collection[str] = ()) -> Usage:
+        """The sum of two usages, each total stopping at its cap. At most `keep` counter
+        names stay: every one of `kept` (at most `keep`), then the others in the order first
+        seen while slots are left."""
+        summed = dict(self.counters)
         for name, n in other.counters.items():
-            if name in counters or len(counters) < keep:
-                counters[name] = min(counters.get(name, 0) + n, USAGE_MAX)
+            summed[name] = min(summed.get(name, 0) + n, USAGE_MAX)
+        # slots are held for `kept` names, seen or not, so that no number of other names
+        # reported first can push out one a budget limits
+        left = keep - len(set(kept))
+        counters: dict[str, int] = {}
+        for name, n in summed.items():
+            if name in kept:
+                counters[name] = n
+            elif left > 0:
+                counters[name] = n
+                left -= 1
         cost = min(round(self.cost + other.cost, 9), COST_MAX)  # sums of cents stay exact
         tokens = min(self.tokens + other.tokens, USAGE_MAX)
         return Usage(tokens=tokens, cost=cost, counters=counters)

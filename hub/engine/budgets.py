@@ -89,12 +89,18 @@ class BudgetMixin(EngineBase):
             if once in cr.usage_ids:
                 return
             cr.usage_ids = [*cr.usage_ids, once][-USAGE_IDS_KEPT:]
-        cr.usage = (cr.usage or p.Usage()).plus(usage)
-        total = run.usage.plus(usage)
+        limited = list(run.budget.counters) if run.budget is not None else []
+        cr.usage = (cr.usage or p.Usage()).plus(usage, kept=limited)
+        total = run.usage.plus(usage, kept=limited)
         dropped = sorted(set(usage.counters) - set(total.counters))
         if dropped:
             run.record.note("errors", f"usage counters of {agent} not kept (a run keeps "
                             f"{p.COUNTERS_MAX}): {', '.join(dropped)}")  # fmt: skip
+        # a limit added since the run's slots filled takes one from a name no limit names
+        evicted = sorted(set(run.usage.counters) - set(total.counters))
+        if evicted:
+            run.record.note("errors", f"usage counters no longer kept, their slots taken by "
+                            f"ones the budget limits: {', '.join(evicted)}")  # fmt: skip
         run.usage = total
         self.mark_dirty(run, cue_id)
         self.record_event(run, "usage", cue=cue_id, agent=agent, **usage.model_dump())

@@ -61,9 +61,7 @@ class DebugMixin(EngineBase):
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
         elif cr.consults >= repeated.max_consults:
             self.fail_cue(run, cue_id, f"{error} (its debugger was asked {cr.consults} times)")
-        elif (
-            held := self.paused if self.paused is not None else self.over_budget(run)
-        ) is not None:
+        elif (held := self._held(run)) is not None:
             # the debugger's task is new work: held back as a GO is, until GOs resume or
             # the budget is raised (`consult_held`)
             self.clear_deadline(cr)
@@ -73,13 +71,24 @@ class DebugMixin(EngineBase):
 
     def consult_held(self, run: RunState, cue_id: str) -> bool:
         """The cue's debugger was not asked, held back by a pause or a spent budget: ask it
-        now (True), else nothing (False)."""
+        now, or hold it again saying what holds it now (True); False when the cue holds no
+        debugger's task back."""
         cr = run.cues[cue_id]
         repeated = self.plans[run.run_id].cues[cue_id].on_repeated_failure
         if repeated is None or cr.debugger is not None or cr.failures_in_row < repeated.after:
             return False
-        self._consult(run, cue_id)
+        # a resume may find the budget spent, a raise another limit spent or GOs paused; the
+        # reason names what holds it, so the next resume or raise finds the cue again. True
+        # even so: the caller fires the cue on False, calling its target again unasked
+        if (held := self._held(run)) is not None:
+            self._set(run, cue_id, CueState.WAITING, f"{PAUSED}{held}")
+        else:
+            self._consult(run, cue_id)
         return True
+
+    def _held(self, run: RunState) -> str | None:
+        """What holds new work back now: paused GOs, else a spent budget."""
+        return self.paused if self.paused is not None else self.over_budget(run)
 
     def _consult(self, run: RunState, cue_id: str) -> None:
         plan, cr = self.plans[run.run_id], run.cues[cue_id]

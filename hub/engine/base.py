@@ -297,6 +297,10 @@ class EngineBase(ABC):
         """Every target prepared: claim the cue's resources and send STANDBY."""
 
     @abstractmethod
+    def _unfinished(self, run: RunState, cue_id: str) -> bool:
+        """Some predecessor of the cue has not let it go yet (hub.engine.ahead)."""
+
+    @abstractmethod
     def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """Every target ready: GO (one recorded event per attempt), or task.assign."""
 

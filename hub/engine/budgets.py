@@ -55,6 +55,12 @@ def num(value: float) -> str:
     return f"{value:,.4f}".rstrip("0").rstrip(".")
 
 
+def completion(attempt: int) -> str:
+    """What makes a completion's usage one report (with its sender): its attempt, so a copy
+    with a new message id, or a late one after the on-time one, is not counted again."""
+    return f"completed {attempt}"
+
+
 def held_by_budget(cr: CueRun) -> bool:
     return (cr.reason or "").startswith(HELD)
 

@@ -182,6 +182,14 @@ class Engine(
             return  # waiting for its debugger's diagnosis (hub.engine.debugging)
         if cr.state not in (CueState.PENDING, CueState.WAITING, CueState.ARMED) and not early:
             return
+        if (
+            cr.fired_by is not None
+            and cr.state is CueState.WAITING
+            and ((run.run_id, cue_id) in self.book.waiting)
+        ):  # fired, and queued for a resource: fired again once it is free (retry_waiters)
+            return
+        if self.consult_held(run, cue_id):
+            return  # its failure is its debugger's to diagnose first (asked now, or held)
         root = self._block_root(run, cue_id)
         if root is not None:
             if early:
@@ -283,6 +291,8 @@ class Engine(
         if cue.coordination is Coordination.DIRECT:
             if self._claim(run, cue_id):
                 self.go(run, cue_id, assign=True)
+            elif cr.state is CueState.GO:  # a retry, its failed GO's state else kept:
+                self._set(run, cue_id, CueState.WAITING, cr.reason)  # called again once free
             return
         cr.attempt += 1
         # a new attempt of a cue warned early (a retry) is early still: no STANDBY before
@@ -311,6 +321,9 @@ class Engine(
     # -- the call -------------------------------------------------------------------------
     def to_standby(self, run: RunState, cue_id: str) -> None:
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
+        if self._unfinished(run, cue_id):  # a predecessor runs again (an operator's retry)
+            self._prepared_early(run, cue_id)
+            return
         if not self._claim(run, cue_id):
             return
         cr.standby_at = self.clock()
@@ -322,19 +335,33 @@ class Engine(
         )  # fmt: skip
         self._send_all(run, cue_id, T.COORD_STANDBY, payload)
 
+    def _prepared_early(self, run: RunState, cue_id: str) -> None:
+        """No STANDBY before every predecessor completes: the cue is as one warned early,
+        which `evaluate` sends on once they are done; out of the resource queue meanwhile,
+        so a resource it cannot use yet stays free for others."""
+        run.cues[cue_id].early = True
+        if self.book.waiting.pop((run.run_id, cue_id), None) is not None:
+            self.out.resources_changed = True
+        self.set_reason(run, cue_id, "prepared: waiting for its predecessor to complete")
+
     def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """GO: one recorded event per attempt, sent to every target in one write."""
         plan, cr = self.plans[run.run_id], run.cues[cue_id]
         cue = plan.cues[cue_id]
         if self.paused is not None:
+            # it waits for the operator, not for its targets: ready, it may not time out
+            self.clear_deadline(cr)
             self._hold(run, cue_id, self.paused)
             return
         if self.hold_for_budget(run, cue_id):
             return  # a spent budget: no new GO until the operator raises it
-        if assign:
+        if assign:  # a new attempt, as fire() starts a cued one
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}
+            cr.not_ready = {}
+            cr.dead_replies = {}
             cr.clear_results()
+            cr.handoff_ok = False  # the attempt before's handoff is not this one's
         if any(g["attempt"] == cr.attempt for g in cr.gos):
             return  # GO is idempotent per cue and attempt
         now = self.clock()

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hub.engine.base import PAUSED, EngineBase
+from hub.engine.budgets import completion
 from hub.engine.outbox import DEBUG, Timer
 from hub.engine.state import RunState
 from protocols import payloads as p
@@ -148,6 +149,10 @@ class DebugMixin(EngineBase):
         if msg.message_type not in _REPLIES or cr.debugger is None or attempt != cr.attempt:
             self.late_reply(run, f"{msg.message_type.value} from debugger {msg.from_agent} "
                             f"for {cue_id} attempt {attempt}")  # fmt: skip
+            late = msg.body(p.StatusCompleted) if msg.message_type is T.STATUS_COMPLETED else None
+            if late is not None and late.usage is not None and late.attempt <= cr.attempt:
+                # its work was done: counted once, as a target's late completion is
+                self.count_usage(run, cue_id, msg.from_agent, late.usage, completion(late.attempt))
             return
         if msg.message_type in (T.STATUS_STARTED, T.STATUS_BLOCKED):
             return
@@ -159,7 +164,7 @@ class DebugMixin(EngineBase):
             return
         done = msg.body(p.StatusCompleted)
         if done.usage is not None:  # what the diagnosis cost is the run's, as any target's
-            self.count_usage(run, cue_id, msg.from_agent, done.usage)
+            self.count_usage(run, cue_id, msg.from_agent, done.usage, completion(done.attempt))
         try:
             found = Diagnosis.model_validate(done.result)
         except ValidationError as exc:

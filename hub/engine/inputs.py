@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hub.engine import guard
 from hub.engine.base import named
-from hub.engine.budgets import BUDGET, usage_in_context
+from hub.engine.budgets import BUDGET, completion, usage_in_context
 from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, DEBUG, Timer
 from hub.engine.state import CueRun, RunState
@@ -74,19 +74,24 @@ def handle(engine: Engine, msg: Envelope) -> None:
 
 def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelope) -> None:
     expected_cue, new_target = _EXPECTS[msg.message_type]
-    attempt = getattr(msg.payload, "attempt", cr.attempt)
+    attempt = sent_for = getattr(msg.payload, "attempt", cr.attempt)
     agent = msg.from_agent
-    if agent not in cr.resolved and engine.plans[run.run_id].cues[cue_id].target is not None:
+    if not _current(engine, run, cue_id, cr, agent):
         attempt = -1  # a target of an earlier attempt only (guard.is_target): late
     # a target that completed this attempt did so once: a copy (its XADD sent again after
-    # a lost reply, read by a leader that never saw the first) is a duplicate; an attempt
-    # whose failure the cue's debugger is asked about is over (what its targets say: late)
+    # a lost reply, read by a leader that never saw the first) is a duplicate
     again = msg.message_type is T.STATUS_COMPLETED and cr.targets.get(agent) is new_target
-    over = again or cr.debugger is not None
+    # over for it: its attempt failed, or it was stood down; over for all: the attempt's
+    # failure is with the cue's debugger, or the cue waits (no call of it is out)
+    over = again or cr.targets.get(agent) in _LAST_WORD or cr.debugger is not None
+    over = over or cr.state is CueState.WAITING
     if attempt != cr.attempt or cr.state in _AFTER.get(expected_cue, ()) or cr.state.done or over:
         mt = msg.message_type.value
         engine.late_reply(run, f"{mt} from {agent} for {cue_id} attempt {attempt} "
                           f"(now attempt {cr.attempt}, {cr.state.value})")  # fmt: skip
+        mine = sent_for < cr.attempt or (sent_for == cr.attempt and attempt == sent_for)
+        if msg.message_type is T.STATUS_COMPLETED and mine and not again:
+            _late_usage(engine, run, cue_id, agent, msg.body(p.StatusCompleted), sent_for)
         return  # late or duplicate: it changes nothing (idempotent handling)
     if cr.state is not expected_cue:
         mt = msg.message_type.value
@@ -110,13 +115,38 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         done = msg.body(p.StatusCompleted)
         cr.keep_result(agent, done.result)
         if done.usage is not None:
-            engine.count_usage(run, cue_id, agent, done.usage)
+            engine.count_usage(run, cue_id, agent, done.usage, completion(attempt))
     elif mt is T.STATUS_STARTED and cr.targets.get(agent) is TargetState.COMPLETED:
         return  # started arrived after completed (reordered redelivery)
     cr.not_ready.pop(agent, None)
     cr.targets[agent] = new_target
     engine.mark_dirty(run, cue_id)
     _advance(engine, run, cue_id, cr)
+
+
+_LAST_WORD = (TargetState.FAILED, TargetState.STOOD_DOWN)
+
+
+def _current(engine: Engine, run: RunState, cue_id: str, cr: CueRun, agent: str) -> bool:
+    """Whether `agent` (a target of the cue, guard.is_target says) is one of its current
+    attempt: not one a debugger's reassign, or a `target` resolved again, replaced."""
+    if cr.assigned:
+        return agent in cr.assigned
+    if engine.plans[run.run_id].cues[cue_id].target is not None:
+        return agent in cr.resolved
+    return True
+
+
+def _late_usage(
+    engine: Engine, run: RunState, cue_id: str, agent: str, done: p.StatusCompleted,
+    attempt: int,
+) -> None:  # fmt: skip
+    """A late completion changes nothing but the budget: the work it reports was done
+    (an attempt past its deadline, or replaced), and dropping its usage let an agent that
+    always answers late spend past any limit. Only for an attempt the sender may have
+    worked on: an earlier one, or the cue's last while it is still a target of it."""
+    if done.usage is not None:
+        engine.count_usage(run, cue_id, agent, done.usage, completion(attempt))
 
 
 def _context_usage(engine: Engine, run: RunState, cue_id: str, msg: Envelope) -> None:
@@ -178,8 +208,16 @@ def _handoff(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: Envelo
     body = msg.body(p.TaskHandoff)
     plan = engine.plans[run.run_id]
     cue = plan.cues[cue_id]
-    if cr.state.done:
-        engine.late_reply(run, f"task.handoff from {msg.from_agent} for {cue_id}, now done")
+    agent = msg.from_agent
+    over = cr.state.done or cr.state is CueState.WAITING or cr.debugger is not None
+    if (
+        over
+        or body.attempt != cr.attempt
+        or cr.targets.get(agent) in _LAST_WORD
+        or not (_current(engine, run, cue_id, cr, agent))
+    ):  # an attempt's handoff is its own: one sent for another, or after it ended, is late
+        sent = f"task.handoff from {agent} for {cue_id} attempt {body.attempt}"
+        engine.late_reply(run, f"{sent} (now attempt {cr.attempt}, {cr.state.value})")
         return
     if cr.handoff_ok:
         return

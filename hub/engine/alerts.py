@@ -16,7 +16,7 @@ from hub.engine import answers
 from hub.engine.base import MOVING, PAUSED, EngineBase, _all
 from hub.engine.budgets import held_by_budget
 from hub.engine.contest import check_winner
-from hub.engine.escalations import Escalation
+from hub.engine.escalations import OPEN, Escalation
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.errors import Conflict, NotFound
@@ -57,8 +57,22 @@ class AlertsMixin(EngineBase):
             self.arbitrate(esc, winner)
         answers.forward(self, esc, answer)  # a specialist's question: the answer goes back
         if self.paused and esc.severity is Severity.CRITICAL:
-            self.resume(f"escalation {esc_id} resolved")
+            self._resume_after(esc)
         return esc
+
+    def _resume_after(self, esc: Escalation) -> None:
+        """A critical escalation is resolved: GOs resume unless another critical one is
+        still open, which keeps them paused (and is the pause's reason from now on)."""
+        still = next(
+            (e for e in self.escalations.by_id.values()
+             if e.severity is Severity.CRITICAL and e.status == OPEN),
+            None,
+        )  # fmt: skip
+        if still is None:
+            self.resume(f"escalation {esc.id} resolved")
+        elif self.paused == _critical(esc):
+            self.paused = _critical(still)
+            self.out.paused_changed = True
 
     def escalate(
         self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
@@ -92,7 +106,7 @@ class AlertsMixin(EngineBase):
             text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
             self.broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))
         if new and esc.severity is Severity.CRITICAL:
-            self.pause(f"critical escalation {esc.id}")
+            self.pause(_critical(esc))
         return esc
 
     def pause(self, reason: str) -> None:
@@ -178,6 +192,11 @@ class AlertsMixin(EngineBase):
                 needs += [f"condition {flag}" for flag in plan.cues[cue_id].conditions
                           if flag not in run.conditions and flag not in raisable]  # fmt: skip
         return "; ".join(dict.fromkeys(needs)) or None
+
+
+def _critical(esc: Escalation) -> str:
+    """The reason GOs are paused for a critical escalation."""
+    return f"critical escalation {esc.id}"
 
 
 def _paused(cr: CueRun) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from hub.engine.base import EngineBase, _all
-from hub.engine.escalations import Escalation
+from hub.engine.escalations import OPEN, RESOLVED, Escalation
 from hub.engine.outbox import ARBITRATION, Timer
+from hub.engine.plan import Plan
 from hub.engine.resources import Claim
 from hub.engine.state import RunState
 from protocols import payloads as p
@@ -17,6 +18,8 @@ from protocols.states import (
     Severity,
     TargetState,
 )
+
+Slot = tuple[str | None, str | None, str]  # an escalation's dedup slot: (run, cue, cause)
 
 
 class ContestMixin(EngineBase):
@@ -93,12 +96,20 @@ class ContestMixin(EngineBase):
                 self.evaluate(run, claim.cue_id)
 
     def _open_conflict(self, run: RunState, cue_id: str, claim: Claim, held: list[Claim]) -> None:
-        plan = self.plans[run.run_id]
+        slot = _conflict_slot(run.run_id, cue_id, claim.resources)
+        last = self.escalations.in_slot(slot)
+        if last is not None and last.status == RESOLVED:
+            if _chose_one_of(last, held):
+                return  # the operator kept it for this holder: the cue waits, no new question
+            # another holder: a new decision to ask for (counted on the resolved one, it
+            # reached no operator and its timer alone decided it)
+            self.escalations.by_slot.pop(slot, None)
+            self.escalations.by_id.pop(last.id, None)  # its record is in the store
         rivals = [claim, *held]
         winner = max(rivals, key=lambda c: (c.priority, -c.seq))
         agents = sorted({a for c in rivals for a in c.agents})
         payload = p.EscalationConflict(
-            severity=Severity.MEDIUM, cause=f"conflict:{','.join(claim.resources)}",
+            severity=Severity.MEDIUM, cause=slot[2],
             detail=f"{cue_id} wants {', '.join(claim.resources)} held by "
             + ", ".join(f"{c.run_id}/{c.cue_id}" for c in held),
             agents_involved=agents, conflict_type=ConflictType.RESOURCE,
@@ -108,15 +119,17 @@ class ContestMixin(EngineBase):
         )  # fmt: skip
         esc = self.escalate(run, cue_id, T.ESCALATION_CONFLICT, payload)
         esc.payload["suggested_winner_cue"] = f"{winner.run_id}/{winner.cue_id}"
-        timeout = float(getattr(plan.cuelist, "arbitration_timeout_s", 30.0))
-        at = self.clock() + timeout
+        at = self.clock() + _timeout_s(self.plans[run.run_id])
         self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
 
     def arbitrate(self, esc: Escalation, winner: str) -> None:
         holder = check_winner(esc, winner)
         claim = self.book.waiting.get(holder)
-        if claim is None:
+        if claim is None:  # the waiter waits for it; its timer finds the conflict resolved
+            if any(c.holder == holder for c in self.book.held.values()):
+                self._note_decision(esc, holder, "keeps")
             return
+        self._note_decision(esc, holder, "takes next")
         for r in claim.resources:
             self.book.prefer(r, holder)
             current = self.book.holder_of(r)
@@ -124,11 +137,26 @@ class ContestMixin(EngineBase):
                 self._preempt(current, by=claim)
         self.retry_waiters([claim])
 
+    def _note_decision(self, esc: Escalation, winner: tuple[str, str], how: str) -> None:
+        """The operator's decision, in the record of each run it concerns."""
+        res = esc.payload.get("resource_in_question", "")
+        text = f"{esc.cue_id}: {'/'.join(winner)} {how} {res} by the operator's arbitration"
+        for run_id in dict.fromkeys((esc.run_id, winner[0])):
+            run = self.runs.get(run_id or "")
+            if run is not None:
+                run.record.note("conflicts", text)
+                self.mark_dirty(run)
+
     def arbitration_timeout(self, run: RunState, cue_id: str) -> None:
         """No decision in time: fall back to priority."""
         claim = self.book.waiting.get((run.run_id, cue_id))
         if claim is None:
             return
+        esc = self.escalations.in_slot(_conflict_slot(run.run_id, cue_id, claim.resources))
+        if esc is None or esc.status != OPEN:
+            return  # resolved (or gone): the operator's decision binds, whoever it chose
+        if self.clock() < esc.created_at + _timeout_s(self.plans[run.run_id]):
+            return  # the timer of an earlier conflict of this attempt: this one's comes later
         claim.strategy = ConflictStrategy.PRIORITY
         run.record.note("conflicts", f"{cue_id}: arbitration timed out, priority decides")
         self.mark_dirty(run)
@@ -141,6 +169,22 @@ class ContestMixin(EngineBase):
         for victim in outcome.preempt:
             self._preempt(victim, by=claim)
         return outcome.granted or bool(outcome.preempt)
+
+
+def _timeout_s(plan: Plan) -> float:
+    return float(getattr(plan.cuelist, "arbitration_timeout_s", 30.0))
+
+
+def _conflict_slot(run_id: str, cue_id: str, resources: tuple[str, ...]) -> Slot:
+    """The dedup slot of the cue's conflict over `resources` (the cause `_open_conflict`
+    gives it)."""
+    return (run_id, cue_id, f"conflict:{','.join(resources)}")
+
+
+def _chose_one_of(esc: Escalation, held: list[Claim]) -> bool:
+    """Did the operator resolve `esc` for one of these holders?"""
+    winner = str((esc.resolution or {}).get("winner") or "")
+    return bool(winner) and _holder(winner, esc.run_id) in {c.holder for c in held}
 
 
 def check_winner(esc: Escalation, winner: str) -> tuple[str, str]:

@@ -13,7 +13,12 @@ from hub.store.layout import Op
 from protocols.keys import key_slot
 
 COMMIT_RETRY_S = 10.0  # a commit (any of its scripts) is retried this long on a lost link
-# a commit's id outlives every retry of it (they all fall within COMMIT_RETRY_S)
+# A commit's whole time, its first try and every retry: a reply that never comes (a frozen
+# node, a half-dead link) would hold the engine for ever while the lease, on other
+# connections, kept renewing, and no other hub took over. Past it the outcome is unknown
+# and the term ends (Unreachable); the next term reads what Redis holds.
+COMMIT_DEADLINE_S = 2 * COMMIT_RETRY_S
+# a commit's id outlives every try of it (they all fall within COMMIT_DEADLINE_S)
 COMMIT_ID_TTL_MS = int(3 * COMMIT_RETRY_S * 1000)
 # The commands an operation may be: each takes exactly one key, its second word. XADDS is
 # callboard's: many entries of one field appended to one stream, in order, as `XADDS key

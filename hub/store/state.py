@@ -15,8 +15,10 @@ from hub.engine.escalations import Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.resources import BookDump, ResourceBook
 from hub.engine.state import RunState
+from hub.store import ops
 from hub.store.commit import EngineState, FencedCommit
 from hub.store.layout import escalation_ids, read_run, run_fields
+from protocols.errors import Unreachable
 from protocols.keys import Keys
 from protocols.transport import Storage
 
@@ -68,8 +70,15 @@ class StateStore:
         await self.db.close()
 
     async def commit(self, out: Outbox, engine: EngineState, lease_value: str) -> None:
-        """One engine step, atomically under the fencing token (see hub.store.commit)."""
-        await self._commit(out, engine, lease_value)
+        """One engine step, atomically under the fencing token (see hub.store.commit);
+        Unreachable, its outcome unknown, when it took past COMMIT_DEADLINE_S."""
+        try:
+            async with asyncio.timeout(ops.COMMIT_DEADLINE_S):
+                await self._commit(out, engine, lease_value)
+        except TimeoutError:
+            raise Unreachable(
+                f"a state write got no answer within {ops.COMMIT_DEADLINE_S:g}s"
+            ) from None
 
     async def replay(self, lease_value: str) -> int:
         """Apply the steps an earlier term journaled but did not finish (a cluster's)."""

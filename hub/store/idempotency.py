@@ -54,9 +54,13 @@ class IdempotencyStore:
     async def claim(
         self, key: str, hold: IdempotencyHold | ReplyHold, ttl_s: int = PENDING_TTL_S
     ) -> bool:
-        """Take `key` for `hold` (SET NX with a TTL); False when someone holds it."""
-        name = self.keys.idempotency(key)
-        return await self.db.set(name, hold.model_dump_json(), nx=True, ex_s=ttl_s)
+        """Take `key` for `hold` (SET NX with a TTL); False when someone holds it. A run's
+        hold names a run id of its request alone, so finding it there is having taken it
+        (a lost reply's retry)."""
+        name, value = self.keys.idempotency(key), hold.model_dump_json()
+        if isinstance(hold, IdempotencyHold):
+            return await self.db.claim(name, value, ex_s=ttl_s)
+        return await self.db.set(name, value, nx=True, ex_s=ttl_s)
 
     async def get(self, key: str) -> IdempotencyHold | None:
         return await self._held(key, IdempotencyHold)

@@ -50,8 +50,8 @@ class LeaseStore:
         return await self.db.incr(self.fence_key)
 
     async def acquire(self, value: str, lease_ms: int) -> bool:
-        """Take the lease for `value` when nobody holds it."""
-        return await self.db.set(self.leader_key, value, nx=True, px_ms=lease_ms)
+        """Take the lease for `value` (this term's own) when nobody holds it."""
+        return await self.db.claim(self.leader_key, value, px_ms=lease_ms)
 
     async def renew(self, value: str, lease_ms: int) -> bool:
         """Extend the lease if `value` still holds it; False when it was lost."""

@@ -80,6 +80,16 @@ class Storage(Gateway):
         )
         return bool(reply)
 
+    async def claim(
+        self, key: str, value: Value, *, ex_s: int | None = None, px_ms: int | None = None
+    ) -> bool:
+        """SET NX for a `value` this claimant alone writes: True when `key` holds it now.
+        A try whose reply was lost may have landed, and the client's retry then finds the
+        key taken: by this claimant, not another (a second round trip, only then)."""
+        if await self.set(key, value, nx=True, ex_s=ex_s, px_ms=px_ms):
+            return True
+        return await self.get(key) == _bytes(value)
+
     async def delete(self, *keys: str) -> int:
         return int(await self._call("DEL", lambda: self._client.delete(*keys)))
 

@@ -54,12 +54,15 @@ _COMMIT = (
 -- when it is out of memory or a replica. After that no error stops it half-way: each
 -- operation runs under pcall, and one its key cannot take is skipped and named in the
 -- reply (a stream whose ids someone exhausted, a key of another type).
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  -- applied before its reply was lost (under the lease then, whoever holds it now):
+  -- never apply it twice, nor call it refused
+  return -1
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('STALE leader lease lost: state write refused')
 end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
-  return -1  -- this commit was applied before its reply was lost: never apply it twice
-end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 """
     + OPS_LUA
 )

@@ -52,12 +52,13 @@ COMMIT_FIELD, OPS_FIELD = b"c", b"o"  # a journal entry: the commit id, the pack
 JOURNAL_LUA = """#!lua
 -- KEYS: 1 the leader lease, 2 this commit's id, 3 the journal.
 -- ARGV: 1 the fencing value, 2 the commit id's TTL (ms), 3 the commit id, 4 the ops.
--- Returns the journal entry's id (the same one for a retry whose reply was lost).
+-- Returns the journal entry's id (the same one for a retry whose reply was lost, whoever
+-- holds the lease by then: it was journaled under the lease, and is not refused).
+local seen = redis.call('GET', KEYS[2])
+if seen then return seen end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('STALE leader lease lost: state write refused')
 end
-local seen = redis.call('GET', KEYS[2])
-if seen then return seen end
 local entry = redis.call('XADD', KEYS[3], '*', 'c', ARGV[3], 'o', ARGV[4])
 redis.call('SET', KEYS[2], entry, 'PX', ARGV[2])
 return entry

@@ -17,6 +17,7 @@ import redis
 from callboard.embedded import EmbeddedServer, free_port
 from hub.store.commit import _COMMIT
 from hub.store.journal import JOURNAL_LUA
+from hub.store.ops import flat
 from protocols.keys import Keys
 from tests.e2e.procs import Procs, wait_done, wait_online
 from tests.faults.conftest import ON_BOTH, Figure, Server
@@ -86,8 +87,12 @@ def test_frozen_leader_is_replaced_and_fenced(procs: Procs, server: Server, figu
             leader.send_signal(signal.SIGCONT)
         # The stale leader's fencing token no longer opens the commit: the write is refused.
         probe = f"{keys.prefix}fx:stale-probe"
+        fenced = [keys.leader(), keys.commit("stale-probe-commit")]  # as FencedCommit sends it
+        # on a cluster one script takes one slot's keys: the probe's SET only on one server
+        one_server = isinstance(server, EmbeddedServer)
+        words = flat([["SET", probe, "stale"]], fenced) if one_server else []
         with pytest.raises(redis.ResponseError, match="STALE"):
-            r.eval(_COMMIT, 1, keys.leader(), stale_value, json.dumps([["SET", probe, "stale"]]))
+            r.eval(_COMMIT, len(fenced), *fenced, stale_value, 30_000, *words)
         assert not r.exists(probe)
         if not isinstance(server, EmbeddedServer):  # the cluster's commit: its journal script
             journaled = [keys.leader(), keys.commit("stale-probe"), keys.journal()]

@@ -13,7 +13,7 @@ from hub.store.commit import FencedCommit
 from hub.store.journal import JournaledCommit
 from hub.store.layout import Op
 from hub.store.lease import LeaseStore
-from hub.store.ops import by_slot
+from hub.store.ops import COMMIT_ID_TTL_MS, by_slot, pack
 from protocols.canonical import canonical_json
 from protocols.errors import StaleLeader
 from protocols.keys import Keys, key_slot
@@ -67,6 +67,21 @@ async def test_a_stale_leader_journals_nothing(cluster_redis: Any, keys: Keys) -
         await journal(step(keys), "hub-a:7")
     assert await lengths(cluster_redis, keys) == [0] * 6
     assert await leftovers(cluster_redis, keys) == []
+
+
+async def test_a_step_journaled_is_not_called_refused_once_the_lease_moved(
+    cluster_redis: Any, keys: Keys
+) -> None:
+    """Its reply lost, the lease moved before the retry: the retry gets the entry the step
+    was journaled as under the lease then, not STALE (which says it is applied nowhere)."""
+    journal = JournaledCommit(Storage(cluster_redis), keys)
+    await cluster_redis.set(keys.leader(), "hub-a:7")
+    script_keys = [keys.leader(), keys.commit("c1"), journal.journal_key]
+    args = ["hub-a:7", COMMIT_ID_TTL_MS, "c1", pack(step(keys))]
+    entry = await journal._journal(script_keys, args)
+    await cluster_redis.set(keys.leader(), "hub-b:8")
+    assert await journal._journal(script_keys, args) == entry
+    assert await cluster_redis.xlen(journal.journal_key) == 1
 
 
 async def _fail_half(journal: JournaledCommit, ops: list[Op], lease: str) -> list[int]:

@@ -35,6 +35,20 @@ async def test_commit_is_fenced_and_applied_once(real_redis: Any, keys: Keys) ->
     assert await real_redis.xlen(stream) == 1
 
 
+async def test_a_commit_that_landed_is_not_called_refused_once_the_lease_moved(
+    real_redis: Any, keys: Keys
+) -> None:
+    """Its reply lost, the lease moved before the retry: the step landed under the lease
+    then, so the retry is told so (a STALE here would say it was applied nowhere)."""
+    commit = FencedCommit(Storage(real_redis), keys)
+    await real_redis.set(keys.leader(), "hub-a:7")
+    go = [["XADD", keys.inbox("agent"), "*", "m", "{}"]]
+    assert await _script(commit, keys.commit("c1"), "hub-a:7", go) == 1
+    await real_redis.set(keys.leader(), "hub-b:8")
+    assert await _script(commit, keys.commit("c1"), "hub-a:7", go) == -1
+    assert await real_redis.xlen(keys.inbox("agent")) == 1
+
+
 async def test_commit_skips_a_stream_whose_ids_are_exhausted(real_redis: Any, keys: Keys) -> None:
     """An XADD of the maximum id leaves `*` no room: that one operation is skipped, checked
     before anything is written, and the rest of the step still lands whole."""

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
 BATCH = 100  # commands read at once
+RECENT = 1_000  # answers of commands served last, kept for their copies
 C = TypeVar("C", bound=Command[Any])
 # serves one command, given it and its id (under which its answer may be filed)
 Handler = Callable[[C, str], Awaitable[Reply]]
@@ -85,6 +87,8 @@ class CommandServer:
         self.consumer = consumer
         self.handlers = handlers
         self.max_tries = max_tries  # reads of one command before it is answered "failing"
+        # the answers of the commands served last (by id): a copy read later gets its own
+        self._recent: OrderedDict[str, Answered] = OrderedDict()
 
     async def run(self, stop: asyncio.Event) -> None:
         ready = False
@@ -127,17 +131,44 @@ class CommandServer:
                 # its answers go back in one round trip
                 if queued:
                     requests = [_parsed(q) for q in queued]
-                    if self.handlers.before is not None:
-                        commands = [r.command for r in requests if isinstance(r, Request)]
-                        await self.handlers.before(commands)
-                    answers = await asyncio.gather(
-                        *(self._serve(q, r) for q, r in zip(queued, requests, strict=True))
-                    )
+                    answers = await self._serve_once(queued, requests)
                     filed = [
                         r.id for r in requests
                         if isinstance(r, Request) and self.handlers.files(r.command)
                     ]  # fmt: skip
                     await self.store.answer([q.entry_id for q in queued], answers, filed)
+
+    async def _serve_once(
+        self, queued: list[QueuedCommand], requests: list[Request | str]
+    ) -> list[Answered]:
+        """Each command of the batch served once, concurrently (their engine steps share
+        fenced writes): a copy of one, in this batch or served lately by this server, gets
+        the first's answer. A copy is one XADD sent again after its reply was lost, which
+        redis-py does once on one server and up to ten times on a cluster."""
+        firsts: dict[str, int] = {}
+        todo = [
+            i for i, r in enumerate(requests)
+            if not isinstance(r, Request)
+            or (r.id not in self._recent and firsts.setdefault(r.id, i) == i)
+        ]  # fmt: skip
+        if self.handlers.before is not None:
+            commands = [r.command for i in todo if isinstance(r := requests[i], Request)]
+            await self.handlers.before(commands)
+        served = await asyncio.gather(*(self._serve(queued[i], requests[i]) for i in todo))
+        by_index = dict(zip(todo, served, strict=True))
+        for answered in served:
+            self._recent[answered[0]] = answered
+        while len(self._recent) > RECENT:
+            self._recent.popitem(last=False)
+        out: list[Answered] = []
+        for i, r in enumerate(requests):
+            if i in by_index:
+                out.append(by_index[i])
+            elif isinstance(r, Request):  # a copy (whatever is no request is served)
+                out.append(self._recent[r.id])
+        if len(todo) < len(requests):
+            log.warning("commands: %d copies of commands served once", len(requests) - len(todo))
+        return out
 
     async def _answer_served(self, queued: list[QueuedCommand]) -> list[QueuedCommand]:
         """Commands read again whose effect was written (the step filed their answer, then

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from callboard.embedded import EmbeddedServer
 from hub.commands import (
     Cancel,
     CancelReply,
@@ -27,8 +28,9 @@ from hub.commands import (
 from hub.store import CommandStore
 from protocols.errors import Conflict, EngineError, NotFound, TransportError
 from protocols.keys import Keys
-from protocols.transport import Storage
+from protocols.transport import Storage, connect
 from tests.helpers import eventually, run_out_of_memory
+from tests.lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.redis
 
@@ -376,3 +378,42 @@ def _answer_first_out_of_memory(store: CommandStore, server: Any) -> None:
             await restore()
 
     store.answer = out_of_memory_first  # type: ignore[method-assign]
+
+
+async def test_a_command_queued_twice_by_a_lost_reply_is_served_once(
+    redis_server: EmbeddedServer, keys: Keys
+) -> None:
+    """The push's reply is lost and redis-py sends the XADD again: two entries of one
+    command. The second gets the first's answer and is not served again."""
+    proxy = await LossyProxy(redis_server.port).start()
+    lossy, direct = connect(proxy.url), connect(redis_server.url)
+    served: list[str] = []
+
+    async def go(cmd: Go, command_id: str) -> GoReply:
+        served.append(command_id)
+        return GoReply(state="go", attempt=len(served))
+
+    store = CommandStore(Storage(direct), keys)
+    await store.ensure_group()
+    stop = asyncio.Event()
+    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, go)).run(stop))
+    try:
+        proxy.arm(b"XADD", "reset")
+        asking = CommandClient(CommandStore(Storage(lossy), keys))
+        reply = await asking.call(Go(run_id="r1", cue_id="C"), 5)
+        assert proxy.fired == ["reset"] and reply == GoReply(state="go", attempt=1)
+        await eventually(lambda: _all_done(direct, keys), 10)
+        assert len(served) == 1
+    finally:
+        stop.set()
+        await server
+        async for key in direct.scan_iter(match=f"{keys.prefix}*", count=1000):
+            await direct.delete(key)
+        await lossy.aclose()
+        await direct.aclose()
+        await proxy.close()
+
+
+async def _all_done(redis: Any, keys: Keys) -> bool:
+    """Both entries read and acknowledged (answered commands are deleted)."""
+    return bool(await redis.xlen(keys.commands(0)) == 0)

@@ -301,6 +301,10 @@ class EngineBase(ABC):
         """Some predecessor of the cue has not let it go yet (hub.engine.ahead)."""
 
     @abstractmethod
+    def _matching(self, target: Target) -> tuple[list[str], str]:
+        """The online agents matching `target`, and why a cue waits for more (targets)."""
+
+    @abstractmethod
     def go(self, run: RunState, cue_id: str, assign: bool = False) -> None:
         """Every target ready: GO (one recorded event per attempt), or task.assign."""
 

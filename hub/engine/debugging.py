@@ -123,14 +123,20 @@ class DebugMixin(EngineBase):
 
     def candidates(self, run: RunState, cue_id: str) -> list[str]:
         """Online agents a `reassign` may pick: not the cue's targets nor its debugger, and
-        providing every capability the targets provide (none when they provide nothing)."""
+        matching the cue's `target` (its capabilities, filter and labels) when it picks by
+        capability, else providing every capability its targets provide (none when they
+        provide nothing)."""
         plan = self.plans[run.run_id]
+        cue = plan.cues[cue_id]
         targets = self.targets_of(run, cue_id)
+        repeated = cue.on_repeated_failure
+        skip = {*targets, repeated.debugger if repeated else ""}
+        if cue.target is not None:
+            found, _ = self._matching(cue.target)
+            return sorted(agent for agent in found if agent not in skip)
         needed = {cap for agent in targets for cap in self._provides(run, agent)}
         if not needed:
             return []
-        repeated = plan.cues[cue_id].on_repeated_failure
-        skip = {*targets, repeated.debugger if repeated else ""}
         return [
             agent
             for agent in sorted(self.directory)  # online, as the registry last said

@@ -276,3 +276,33 @@ def test_a_debuggers_late_diagnosis_is_counted_once_and_decides_nothing() -> Non
     sim.send("doc", T.STATUS_COMPLETED, late, "r1", "A")
     sim.send("doc", T.STATUS_COMPLETED, late, "r1", "A")  # a copy
     assert sim.run().usage.tokens == 50 and sim.cue("A").state is CueState.FAILED
+
+
+GPU = """
+cuelist: gpu
+cues:
+  - id: TRAIN
+    target: {filter: labels.gpu, count: 1}
+    coordination: direct
+    on_repeated_failure: {after: 1, debugger: doc, timeout_s: 60, max_consults: 2}
+"""
+
+
+def test_a_reassign_of_a_capability_cue_picks_only_agents_its_target_matches() -> None:
+    sim = Sim(plan_of(GPU))
+    gpu = {"gpu": True}
+    sim.engine.directory = {
+        "a": Candidate("a", provides=("train",), labels=gpu),
+        "b": Candidate("b", provides=("train",), labels=gpu),
+        "cpu": Candidate("cpu", provides=("train",)),  # provides the same, no GPU
+        "doc": Candidate("doc", labels=gpu),  # the debugger matches too: never a target
+    }
+    sim.start()
+    (first,) = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    sim.fail(first, "TRAIN")
+    ((asked, debug),) = sim.take_sent(T.TASK_ASSIGN)
+    offered = debug.payload.action["debug"]["candidates"]
+    assert asked == "doc" and offered == sorted({"a", "b"} - {first})
+    sim.complete("doc", "TRAIN", attempt=1, decision="reassign", diagnosis="x", to="cpu")
+    assert sim.cue("TRAIN").state is CueState.FAILED  # refused: cpu has no GPU
+    assert "only online agents" in (sim.cue("TRAIN").error or "")

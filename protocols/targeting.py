@@ -234,24 +234,25 @@ class _Parser:
 
     def negation(self) -> Node:
         start = self.tok
-        self.depth += 1
+        if not (start.kind == "kw" and start.value == "NOT") and not (
+            start.kind == "punct" and start.value == "("
+        ):
+            return self.test()
+        self.depth += 1  # a NOT or a parenthesis: one level deeper
         if self.depth > MAX_DEPTH:
             raise FilterError(f"nested deeper than {MAX_DEPTH}", start.pos)
         try:
             if self.kw("NOT"):
                 return Not(self.negation())
-            if start.kind == "punct" and start.value == "(":
-                self.take()
-                node = self.any_of()
-                if not (self.tok.kind == "punct" and self.tok.value == ")"):
-                    raise FilterError(
-                        f"expected ) to close the ( at position {start.pos}, found "
-                        f"{_show(self.tok)}",
-                        self.tok.pos,
-                    )
-                self.take()
-                return node
-            return self.test()
+            self.take()  # the (
+            node = self.any_of()
+            if not (self.tok.kind == "punct" and self.tok.value == ")"):
+                raise FilterError(
+                    f"expected ) to close the ( at position {start.pos}, found {_show(self.tok)}",
+                    self.tok.pos,
+                )
+            self.take()
+            return node
         finally:
             self.depth -= 1
 

@@ -115,6 +115,15 @@ def test_deep_nesting_and_long_text_are_refused_not_a_crash() -> None:
         parse_filter("labels.a OR " * 200 + "labels.b")
 
 
+def test_the_depth_limit_counts_parentheses_and_nots_only() -> None:
+    parse_filter("(" * MAX_DEPTH + "labels.a" + ")" * MAX_DEPTH)  # exactly the limit
+    parse_filter("NOT " * MAX_DEPTH + "labels.a")
+    with pytest.raises(FilterError, match=f"nested deeper than {MAX_DEPTH}"):
+        parse_filter("(" * (MAX_DEPTH + 1) + "labels.a" + ")" * (MAX_DEPTH + 1))
+    with pytest.raises(FilterError, match=f"nested deeper than {MAX_DEPTH}"):
+        parse_filter("NOT " * (MAX_DEPTH + 1) + "labels.a")
+
+
 TOKENS = st.sampled_from([
     "labels.gpu", "labels.x", "provides", "name", "AND", "OR", "NOT", "in", "==", "!=", "<",
     ">=", "(", ")", "[", "]", ",", "'s'", '"t', "1", "-2.5", "true", "code_review", "=", "$",

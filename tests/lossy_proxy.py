@@ -10,8 +10,12 @@ waits for ever).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from typing import Literal
+
+from protocols.transport import Redis, connect
 
 Mode = Literal["reset", "swallow"]
 
@@ -92,3 +96,19 @@ class _quiet:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
         return kind is not None and issubclass(kind, ConnectionError | OSError)
+
+
+@contextlib.asynccontextmanager
+async def lossy_clients(port: int, prefix: str) -> AsyncIterator[tuple[LossyProxy, Redis, Redis]]:
+    """A proxy in front of the server on `port`, a client through it and one straight to
+    the server; afterwards the keys under `prefix` are deleted and everything closed."""
+    proxy = await LossyProxy(port).start()
+    lossy, direct = connect(proxy.url), connect(f"redis://127.0.0.1:{port}/0")
+    try:
+        yield proxy, lossy, direct
+    finally:
+        async for key in direct.scan_iter(match=f"{prefix}*", count=1000):
+            await direct.delete(key)
+        await lossy.aclose()
+        await direct.aclose()
+        await proxy.close()

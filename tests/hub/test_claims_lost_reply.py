@@ -13,22 +13,16 @@ from callboard.embedded import EmbeddedServer
 from hub.store.idempotency import IdempotencyHold, IdempotencyStore
 from hub.store.lease import LeaseStore
 from protocols.keys import Keys
-from protocols.transport import Storage, connect
-from tests.lossy_proxy import LossyProxy
+from protocols.transport import Storage
+from tests.lossy_proxy import lossy_clients
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
 async def lossy(redis_server: EmbeddedServer, keys: Keys) -> AsyncIterator[Any]:
-    proxy = await LossyProxy(redis_server.port).start()
-    client, direct = connect(proxy.url), connect(redis_server.url)
-    yield proxy, Storage(client)
-    async for key in direct.scan_iter(match=f"{keys.prefix}*", count=1000):
-        await direct.delete(key)
-    await client.aclose()
-    await direct.aclose()
-    await proxy.close()
+    async with lossy_clients(redis_server.port, keys.prefix) as (proxy, client, _):
+        yield proxy, Storage(client)
 
 
 async def test_a_lease_whose_reply_was_lost_is_known_as_taken(lossy: Any, keys: Keys) -> None:

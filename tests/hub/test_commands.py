@@ -28,9 +28,9 @@ from hub.commands import (
 from hub.store import CommandStore
 from protocols.errors import Conflict, EngineError, NotFound, TransportError
 from protocols.keys import Keys
-from protocols.transport import Storage, connect
+from protocols.transport import Storage
 from tests.helpers import eventually, run_out_of_memory
-from tests.lossy_proxy import LossyProxy
+from tests.lossy_proxy import lossy_clients
 
 pytestmark = pytest.mark.redis
 
@@ -385,33 +385,22 @@ async def test_a_command_queued_twice_by_a_lost_reply_is_served_once(
 ) -> None:
     """The push's reply is lost and redis-py sends the XADD again: two entries of one
     command. The second gets the first's answer and is not served again."""
-    proxy = await LossyProxy(redis_server.port).start()
-    lossy, direct = connect(proxy.url), connect(redis_server.url)
-    served: list[str] = []
-
-    async def go(cmd: Go, command_id: str) -> GoReply:
-        served.append(command_id)
-        return GoReply(state="go", attempt=len(served))
-
-    store = CommandStore(Storage(direct), keys)
-    await store.ensure_group()
-    stop = asyncio.Event()
-    server = asyncio.create_task(CommandServer(store, "hub-a", Handlers().on(Go, go)).run(stop))
-    try:
-        proxy.arm(b"XADD", "reset")
-        asking = CommandClient(CommandStore(Storage(lossy), keys))
-        reply = await asking.call(Go(run_id="r1", cue_id="C"), 5)
-        assert proxy.fired == ["reset"] and reply == GoReply(state="go", attempt=1)
-        await eventually(lambda: _all_done(direct, keys), 10)
-        assert len(served) == 1
-    finally:
-        stop.set()
-        await server
-        async for key in direct.scan_iter(match=f"{keys.prefix}*", count=1000):
-            await direct.delete(key)
-        await lossy.aclose()
-        await direct.aclose()
-        await proxy.close()
+    served, handlers = _counting_gos()
+    async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, direct):
+        store = CommandStore(Storage(direct), keys)
+        await store.ensure_group()
+        stop = asyncio.Event()
+        server = asyncio.create_task(CommandServer(store, "hub-a", handlers).run(stop))
+        try:
+            proxy.arm(b"XADD", "reset")
+            asking = CommandClient(CommandStore(Storage(lossy), keys))
+            reply = await asking.call(Go(run_id="r1", cue_id="C"), 5)
+            assert proxy.fired == ["reset"] and reply == GoReply(state="go", attempt=1)
+            await eventually(lambda: _all_done(direct, keys), 10)
+            assert served == ["C"]
+        finally:
+            stop.set()
+            await server
 
 
 async def _all_done(redis: Any, keys: Keys) -> bool:

@@ -16,8 +16,8 @@ from hub.store.lease import LeaseStore
 from hub.store.state import StateStore
 from protocols.errors import Unreachable
 from protocols.keys import Keys
-from protocols.transport import Storage, connect
-from tests.lossy_proxy import LossyProxy
+from protocols.transport import Storage
+from tests.lossy_proxy import lossy_clients
 
 pytestmark = pytest.mark.redis
 
@@ -25,9 +25,7 @@ pytestmark = pytest.mark.redis
 async def test_a_commit_whose_reply_never_comes_ends_at_its_deadline(
     redis_server: EmbeddedServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proxy = await LossyProxy(redis_server.port).start()
-    client, direct = connect(proxy.url), connect(redis_server.url)
-    try:
+    async with lossy_clients(redis_server.port, keys.prefix) as (proxy, client, _):
         db = Storage(client)
         store, lease = StateStore(db, keys), LeaseStore(db, keys)
         assert await lease.acquire("hub-a:1", 30_000)
@@ -41,9 +39,3 @@ async def test_a_commit_whose_reply_never_comes_ends_at_its_deadline(
         assert time.monotonic() - started < 10
         assert proxy.fired == ["swallow"]
         assert await lease.renew("hub-a:1", 30_000)  # the lease alone would have held on
-    finally:
-        async for key in direct.scan_iter(match=f"{keys.prefix}*", count=1000):
-            await direct.delete(key)
-        await client.aclose()
-        await direct.aclose()
-        await proxy.close()

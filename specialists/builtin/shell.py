@@ -5,6 +5,12 @@ Action: `{argv: [...], timeout_s?, cwd?, env?: {NAME: value}}`. Stdout, stderr (
 code go to the shared context as `{cue_id}.stdout`, `{cue_id}.stderr`, `{cue_id}.exit_code`,
 and to the status result; a non-zero exit fails the cue with the exit code and the tail of
 stderr.
+
+The command runs in a process group of its own, killed when the command exits, times out
+or is stood down: nothing it started in the background outlives its cue (or holds its
+output open). It gets the replica's environment less the replica's own credentials
+(`REDIS_URL` and every `CALLBOARD_*` variable: its output is published in the run's
+context), plus `action.env`.
 """
 
 from __future__ import annotations
@@ -27,14 +33,41 @@ class ShellSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CALLBOARD_SHELL_", extra="ignore")
 
     timeout_s: float = 300.0
+    max_timeout_s: float = 24 * 3600.0  # the most an action's own timeout_s may be
     output_limit_bytes: int = 16 * 1024  # per stream, the tail is kept
 
 
 READ_CHUNK = 64 * 1024
+OWN = "CALLBOARD_"  # the replica's own settings and credentials: not the command's
 
 
 class CommandFailed(Exception):
     """The command ran and exited non-zero, or did not finish in time."""
+
+
+def _environment(extra: object) -> dict[str, str]:
+    """The replica's environment less its credentials, and `extra` (action.env) on top."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith(OWN)}
+    if isinstance(extra, dict):
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+def _timeout_s(action: dict[str, Any], settings: ShellSettings) -> float:
+    """`action.timeout_s`: seconds over 0, at most `max_timeout_s` (else the replica's)."""
+    raw, most = action.get("timeout_s"), settings.max_timeout_s
+    if raw is None:
+        return settings.timeout_s
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= most:
+        raise Reject(f"action.timeout_s must be a number of seconds over 0 and at most "
+                     f"{most:g}, got {raw!r}")  # fmt: skip
+    return float(raw)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kill the command's process group: whatever it left running goes with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _argv(action: dict[str, Any]) -> list[str]:
@@ -76,10 +109,8 @@ class Shell(Specialist):
     async def execute(self, cue: Cue) -> Result:
         action = cue.action
         argv = _argv(action)
-        timeout_s = float(action.get("timeout_s") or self.shell_settings.timeout_s)
-        env = None
-        if isinstance(action.get("env"), dict):
-            env = {**os.environ, **{str(k): str(v) for k, v in action["env"].items()}}
+        timeout_s = _timeout_s(action, self.shell_settings)
+        env = _environment(action.get("env"))
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -95,17 +126,24 @@ class Shell(Specialist):
             raise Reject(f"cannot run {argv[0]!r}: {exc}") from exc
         limit = self.shell_settings.output_limit_bytes
         stdout, stderr = _Tail(limit), _Tail(limit)
+        reading = asyncio.gather(stdout.read(proc.stdout), stderr.read(proc.stderr))
         try:
             async with asyncio.timeout(timeout_s):
-                await asyncio.gather(stdout.read(proc.stdout), stderr.read(proc.stderr))
                 await proc.wait()
+                # it exited: a child it left in the background would hold its output open
+                # (and this cue) until the timeout, and outlive it
+                _kill_group(proc)
+                await reading
         except TimeoutError:
             raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
-        finally:
-            if proc.returncode is None:  # timed out, or the replica is being torn down
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+        finally:  # timed out, stood down, or the replica is being torn down: the group too
+            _kill_group(proc)
+            if proc.returncode is None:
                 await proc.wait()
+            if not reading.done():
+                reading.cancel()
+            elif not reading.cancelled():
+                reading.exception()  # heard: a read that failed is the outcome's, not a warning
         code = proc.returncode
         out, err = stdout.text(), stderr.text()
         for name, value in (("stdout", out), ("stderr", err), ("exit_code", code)):

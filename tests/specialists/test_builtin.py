@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tracemalloc
 import uuid
@@ -40,6 +41,7 @@ from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings, idempotency_key
 from specialists.builtin.shell import Shell, ShellSettings
 from specialists.cue import Cue
+from tests.helpers import eventually
 from tests.specialists.chunked import Chunked, gzipped
 from tests.specialists.conftest import AGENT, HubSide, Starter
 from tests.webserver import Answer, Request, serving
@@ -118,6 +120,54 @@ async def test_shell_refuses_bad_argv(start: Starter, hub: HubSide, argv: Any) -
     assert "action.argv must be a non-empty list of strings" in failed.payload.error
     [rejected] = await hub.rejected()
     assert rejected.reason.startswith("rejected: action.argv")
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, "10", True, 1e308])
+async def test_shell_refuses_a_timeout_that_is_not_one(
+    start: Starter, hub: HubSide, timeout_s: Any
+) -> None:
+    await start(Shell)
+    await hub.go("CUE-1", argv=[PY, "-c", "pass"], timeout_s=timeout_s)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "action.timeout_s must be a number of seconds over 0 and at most 86400" in (
+        failed.payload.error
+    )
+
+
+async def test_a_commands_background_child_neither_holds_its_cue_nor_outlives_it(
+    start: Starter, hub: HubSide
+) -> None:
+    """`sh` exited at once, but the child it left kept its output open: the cue waited for
+    its timeout, failed as timed out, and the child ran on after it."""
+    await start(Shell)
+    await hub.go("CUE-1", argv=["sh", "-c", "sleep 30 & echo $!"], timeout_s=20)
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    child = int(done.payload.result["stdout"])
+    assert done.payload.result["duration_s"] < 15
+    await eventually(lambda: _gone(child), 10)
+
+
+async def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_command_gets_no_credentials_of_its_replica(
+    start: Starter, hub: HubSide, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its output is published in the run's context: a command that printed its
+    environment published the replica's Redis password and the hub's API key."""
+    monkeypatch.setenv("CALLBOARD_API_KEY", "api-s3cret")
+    monkeypatch.setenv("PLAIN", "kept")
+    await start(Shell)
+    names = "k in ('REDIS_URL', 'PLAIN', 'X') or k.startswith('CALLBOARD_')"
+    show = f"import os; print(sorted(k for k in os.environ if {names}))"
+    await hub.go("CUE-1", argv=[PY, "-c", show], env={"X": "1"})
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.result["stdout"] == "['PLAIN', 'X']\n"
 
 
 # -- http -------------------------------------------------------------------------------

@@ -176,8 +176,9 @@ class Hub:
         ticker = asyncio.create_task(self.loop_lag.run(stop), name="loop-lag")
         terms: dict[int, asyncio.Task[bool]] = {}
         try:
-            if self.settings.partitions > 1:
-                await self.members.agree(self.settings.partitions)
+            # one partition too: a hub of one would serve runs of every partition as its
+            # own, and its upkeep drop the groups of the others
+            await self.members.agree(self.settings.partitions)
             # read again as a term starts (`_tick`); read here too, so that Redis out of
             # reach at the start is one line of `supervise`'s, not one a tick
             await self.registry.load()

@@ -163,6 +163,28 @@ async def test_a_hub_with_another_partition_count_is_refused(
     await hub.close()
 
 
+async def test_a_hub_of_one_partition_agrees_on_the_count_too(settings: Settings) -> None:
+    """A hub of one never looked at the count: beside hubs of four it served runs of every
+    partition as its own, and its upkeep dropped their consumer groups."""
+    one = Hub(HubSettings(**{**settings.model_dump(), "partitions": 1}))
+    four = Hub(HubSettings(**{**settings.model_dump(), "partitions": 4}))
+    try:
+        stop = asyncio.Event()
+        leading = asyncio.create_task(four.run(stop))
+        await eventually(lambda: _stored_count(four), 10)
+        with pytest.raises(Conflict, match="CALLBOARD_PARTITIONS=1, but the hubs"):
+            await asyncio.wait_for(one.run(asyncio.Event()), 10)
+        stop.set()
+        await leading
+    finally:
+        await one.close()
+        await four.close()
+
+
+async def _stored_count(hub: Hub) -> bool:
+    return await hub.members.db.get(hub.settings.keys.partitions) == b"4"
+
+
 async def test_a_hostile_sender_is_refused_once_whatever_the_partitions(cluster: Cluster) -> None:
     """Garbage and a spoofed message (about a run of partition 3) on a sender's own out
     stream: each is dead-lettered once, by the partition that owns it, not once per

@@ -92,12 +92,22 @@ class Partition:
         self.yielding.clear()
         # what it saw was only as durable as the last term's engine
         self.router.reset(blameless=self.blameless)
+        # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
+        # been seen to swallow CancelledError, and a stale leader must not keep routing.
+        leading_ends = asyncio.Event()
+        # the lease is kept from the start: a load of many runs outlasting it had its last
+        # (fenced) write refused, and then every hub's next try again
+        keeping = asyncio.create_task(self.leadership.keep(leading_ends), name="lease")
         try:
             resumed = await self.driver.load()
         except Exception as error:
             log.warning(
                 "hub %s could not load partition %d: %s", self.hub_id, self.index, one_line(error)
             )
+            leading_ends.set()
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeping
             await self.leadership.release()
             return False
         log.info("hub %s leads partition %d; resumed %d runs", self.hub_id, self.index, resumed)
@@ -105,11 +115,8 @@ class Partition:
         self.on_leading()
         server = c.CommandServer(self.own.commands, self.hub_id, self.serving.handlers(),
                                  self.command_max_tries)  # fmt: skip
-        # Tasks stop on `leading_ends` as well as on cancellation: a blocked Redis read has
-        # been seen to swallow CancelledError, and a stale leader must not keep routing.
-        leading_ends = asyncio.Event()
         tasks = [
-            asyncio.create_task(self.leadership.keep(leading_ends), name="lease"),
+            keeping,
             asyncio.create_task(self.router.run(leading_ends), name="router"),
             asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
             asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),

@@ -25,7 +25,7 @@ from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
 from hub.engine.state import RunState
 from hub.store.cuelists import CuelistStore
-from hub.store.state import StateStore
+from hub.store.state import LOAD_CHUNK, StateStore
 from protocols.contracts import Contract
 from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
@@ -135,7 +135,9 @@ class Driver:
             found = await self.store.runs_and_escalations(await self.store.active_run_ids())
             runs = [run for run, _ in found]
             orphans = []
-            for run in runs:
+            for i, run in enumerate(runs):
+                if i % LOAD_CHUNK == LOAD_CHUNK - 1:
+                    await asyncio.sleep(0)  # the loop's other work (the lease's) runs between
                 try:
                     plan = await self.plan(run.cuelist, run.version)
                 except NotFound:

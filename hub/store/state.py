@@ -45,6 +45,11 @@ class ContextEntry(BaseModel):
     cue_id: str | None = None
 
 
+# runs read and decoded at once as a term loads: 10,000 at once held the event loop for
+# seconds, and with it the lease renewals of every partition the hub led
+LOAD_CHUNK = 200
+
+
 class StateStore:
     """The fenced commit of engine steps, and every read of engine state."""
 
@@ -106,14 +111,16 @@ class StateStore:
     async def runs_and_escalations(self, run_ids: list[str]) -> list[tuple[RunState, list[str]]]:
         """The runs that exist of these, each with the ids of the escalations raised in
         it (a new leader's: see hub.store.layout), in one round trip."""
-        if not run_ids:
-            return []
-        found = await self.db.hgetall_each([self.keys.run(r) for r in run_ids])
-        return [
-            (run, escalation_ids(fields))
-            for fields in found
-            if (run := read_run(fields)) is not None
-        ]
+        out: list[tuple[RunState, list[str]]] = []
+        for at in range(0, len(run_ids), LOAD_CHUNK):  # a round trip a chunk: the loop
+            chunk = run_ids[at : at + LOAD_CHUNK]  # (the lease's too) runs between them
+            found = await self.db.hgetall_each([self.keys.run(r) for r in chunk])
+            out += [
+                (run, escalation_ids(fields))
+                for fields in found
+                if (run := read_run(fields)) is not None
+            ]
+        return out
 
     async def missing_runs(self, run_ids: list[str]) -> list[str]:
         """Which of these runs Redis no longer holds (one pipelined EXISTS)."""

@@ -59,7 +59,7 @@ class IdempotencyStore:
         (a lost reply's retry)."""
         name, value = self.keys.idempotency(key), hold.model_dump_json()
         if isinstance(hold, IdempotencyHold):
-            return await self.db.claim(name, value, ex_s=ttl_s)
+            return await self.db.set_free_or_mine(name, value, ex_s=ttl_s)
         return await self.db.set(name, value, nx=True, ex_s=ttl_s)
 
     async def get(self, key: str) -> IdempotencyHold | None:

@@ -51,7 +51,7 @@ class LeaseStore:
 
     async def acquire(self, value: str, lease_ms: int) -> bool:
         """Take the lease for `value` (this term's own) when nobody holds it."""
-        return await self.db.claim(self.leader_key, value, px_ms=lease_ms)
+        return await self.db.set_free_or_mine(self.leader_key, value, px_ms=lease_ms)
 
     async def renew(self, value: str, lease_ms: int) -> bool:
         """Extend the lease if `value` still holds it; False when it was lost."""

@@ -80,7 +80,7 @@ class Storage(Gateway):
         )
         return bool(reply)
 
-    async def claim(
+    async def set_free_or_mine(
         self, key: str, value: Value, *, ex_s: int | None = None, px_ms: int | None = None
     ) -> bool:
         """SET NX for a `value` this claimant alone writes: True when `key` holds it now.

@@ -1,7 +1,9 @@
 """One remote A2A agent as the `a2a` specialist sees it: its card, an official `a2a-sdk`
 client, and following a task (streaming when the card says so, else polling) as snapshots.
 
-The bearer token rides in the HTTP client's default headers (never in a URL, never logged).
+The bearer token goes only to the agent's own origin (the scheme, host and port of its
+URL): a card naming an interface elsewhere gets the call, not the token. Never in a URL,
+never logged.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,28 @@ def state_name(state: TaskState) -> str:
     return TaskState.Name(state).removeprefix("TASK_STATE_").lower()
 
 
+class _OwnOrigin(httpx.Auth):
+    """The bearer token, on requests to the origin of `url` only: the card an agent serves
+    may name any URL as its interface, and a token sent there (another host, an internal
+    one) would be the agent's to hand on."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.origin = _origin(httpx.URL(url))
+        self.token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if _origin(request.url) == self.origin:
+            request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 @dataclass
 class Remote:
     """A remote agent at `url`: the card (cached `card_ttl_s`) and a client per streaming mode."""
@@ -78,10 +102,10 @@ class Remote:
     _clients: dict[bool, Client] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        auth = _OwnOrigin(self.url, self.token) if self.token else None
         hooks = {**self.event_hooks}
         hooks["response"] = [*hooks.get("response", []), bounding(self.limit_bytes)]
-        self.http = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, event_hooks=hooks)
+        self.http = httpx.AsyncClient(timeout=self.timeout_s, auth=auth, event_hooks=hooks)
 
     async def card(self, *, fresh: bool = False) -> AgentCard:
         """The agent card at `{url}/.well-known/agent-card.json`."""

@@ -158,6 +158,6 @@ class Http(Specialist):
         response: httpx.Response = await retrying(send)
         answer = _answer(response)
         cue.put_context(f"{cue.cue_id}.response", answer, tags=["http"])
-        if response.status_code >= 400:
+        if response.status_code >= 300:  # a redirect is not followed: the work was not done
             raise RuntimeError(f"HTTP {response.status_code} from {url}: {response.text[-500:]}")
         return Result(result={"status_code": response.status_code, "response": answer})

@@ -31,12 +31,13 @@ from a2a.types import (
     TaskStatus,
 )
 from google.protobuf.json_format import MessageToDict
+from pydantic import SecretStr
 
 from protocols.codec import make
 from protocols.messages import MessageType
 from protocols.payloads import CoordGo, Usage
 from specialists.builtin import load
-from specialists.builtin.a2a import A2A
+from specialists.builtin.a2a import A2A, A2ASettings
 from specialists.builtin.echo import Echo, EchoSettings
 from specialists.builtin.http import Http, HttpSettings, idempotency_key
 from specialists.builtin.shell import Shell, ShellSettings
@@ -226,6 +227,17 @@ async def test_http_retries_5xx_then_fails_on_4xx(start: Starter, hub: HubSide, 
     assert "HTTP 404" in failed.payload.error
 
 
+async def test_http_fails_on_a_redirect_it_does_not_follow(
+    start: Starter, hub: HubSide, web: _Web
+) -> None:
+    """A 302 answering the POST was reported completed, the work never done."""
+    await start(Http, http_settings=HttpSettings(backoff_s=0.01))
+    web.script[:] = [302]
+    await hub.go("CUE-1", url=web.url)
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "HTTP 302" in failed.payload.error
+
+
 async def test_http_sends_one_idempotency_key_per_attempt_on_every_try(
     start: Starter, hub: HubSide, web: _Web
 ) -> None:
@@ -355,6 +367,39 @@ async def test_a2a_stops_reading_a_card_past_one_message(start: Starter, hub: Hu
     assert "agent card" in ack.payload.reason
     assert "over the 262144-byte limit" in ack.payload.reason
     assert huge.sent < 8 * 1024 * 1024  # what the socket's buffers take, not the 64 MiB
+
+
+async def test_a2a_sends_its_token_to_the_agents_own_origin_only(
+    start: Starter, hub: HubSide
+) -> None:
+    """A card naming another host as its interface had the token sent there with the cue."""
+    elsewhere: list[str | None] = []
+    own: list[str | None] = []
+
+    def other(req: Request) -> Answer:
+        elsewhere.append(req.headers.get("authorization"))
+        return Answer(500, b"{}", "application/json")
+
+    with serving(other) as other_url:
+
+        def agent(req: Request) -> Answer:
+            own.append(req.headers.get("authorization"))
+            rest = AgentInterface(
+                url=f"{other_url}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"
+            )
+            card = AgentCard(
+                name="elsewhere", description="d", version="1", supported_interfaces=[rest],
+                capabilities=AgentCapabilities(streaming=False),
+            )  # fmt: skip
+            return Answer(200, json.dumps(MessageToDict(card)).encode(), "application/json")
+
+        with serving(agent) as agent_url:
+            settings = A2ASettings(tokens={agent_url: SecretStr("for-the-agent-only")})
+            await start(A2A, a2a_settings=settings)
+            await hub.go("CUE-1", url=agent_url)
+            await hub.wait(M.STATUS_FAILED, "CUE-1", timeout_s=20)
+    assert own and set(own) == {"Bearer for-the-agent-only"}  # its card, from its origin
+    assert elsewhere and set(elsewhere) == {None}  # the call went there, the token did not
 
 
 class _HostileAgent(Chunked):

@@ -48,6 +48,7 @@ from specialists.errors import Reject
 
 log = logging.getLogger("callboard.specialists.a2a")
 TASK = "a2a-task"  # the done-marker holding the remote task id of an attempt
+ARTIFACTS_MAX = 64  # artifacts of a completed task taken into the run's context (the first)
 
 
 class A2ASettings(BaseSettings):
@@ -189,7 +190,9 @@ class A2A(Specialist):
     def _completed(self, cue: Cue, remote: Remote, task: Task) -> Result:
         names: list[str] = []
         context: dict[str, Any] = {}
-        for artifact in task.artifacts:
+        # each artifact is a context write of the run: a task of 6,000 empty ones (254 KiB)
+        # made 6,000 in one go
+        for artifact in task.artifacts[:ARTIFACTS_MAX]:
             name = artifact.name or artifact.artifact_id
             names.append(name)
             meta = {"task_id": task.id, "artifact_id": artifact.artifact_id, "agent": remote.url}
@@ -197,10 +200,12 @@ class A2A(Specialist):
                 meta["description"] = artifact.description
             value = artifact_value(artifact)
             context[f"{cue.cue_id}.{name}"[:256]] = Entry(value, tags=["a2a"], metadata=meta)
-        result = {
+        result: dict[str, Any] = {
             "task_id": task.id, "context_id": task.context_id, "state": "completed",
             "artifacts": names, "message": text_of(task.status.message),
         }  # fmt: skip
+        if len(task.artifacts) > ARTIFACTS_MAX:
+            result["artifacts_left_out"] = len(task.artifacts) - ARTIFACTS_MAX
         return Result(result=result, context=context)
 
     # -- answers, standdown -------------------------------------------------------------

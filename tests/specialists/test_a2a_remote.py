@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 from a2a.helpers import new_data_part, new_text_part
 from a2a.types import (
     Artifact,
@@ -14,7 +17,15 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
-from specialists.builtin.a2a_remote import artifact_value, merge, part_value, state_name
+from specialists.builtin.a2a import A2A, ARTIFACTS_MAX
+from specialists.builtin.a2a_remote import (
+    Remote,
+    artifact_value,
+    merge,
+    part_value,
+    state_name,
+)
+from specialists.cue import Cue
 
 
 def test_events_before_the_task_wait_for_it_then_merge_in_order() -> None:
@@ -50,3 +61,14 @@ def test_parts_as_json() -> None:
     }
     assert part_value(Part(raw=b"12345", filename="a.bin")) == {"filename": "a.bin", "size": 5}
     assert state_name(TaskState.TASK_STATE_INPUT_REQUIRED) == "input_required"
+
+
+def test_a_completed_task_gives_the_run_at_most_64_artifacts() -> None:
+    """Each artifact is a context write of the run: 6,000 empty ones made 6,000 at once."""
+    many = [Artifact(artifact_id=f"a{i}", name=f"n{i}") for i in range(100)]
+    task = Task(id="t", context_id="c", artifacts=many)
+    cue, remote = SimpleNamespace(cue_id="CUE"), SimpleNamespace(url="http://agent")
+    result = A2A._completed(cast(A2A, None), cast(Cue, cue), cast(Remote, remote), task)
+    assert len(result.context) == ARTIFACTS_MAX == 64
+    assert result.result["artifacts_left_out"] == 36
+    assert list(result.context)[-1] == "CUE.n63"

@@ -114,7 +114,7 @@ class Partition:
         self.leading.set()
         self.on_leading()
         server = c.CommandServer(self.own.commands, self.hub_id, self.serving.handlers(),
-                                 self.command_max_tries)  # fmt: skip
+                                 self.command_max_tries, fence=self._still_leading)  # fmt: skip
         tasks = [
             keeping,
             asyncio.create_task(self.router.run(leading_ends), name="router"),
@@ -164,6 +164,14 @@ class Partition:
                 self.driver.discard()
             self.blameless = not blamed
         return not failed
+
+    async def _still_leading(self) -> None:
+        """StaleLeader unless the lease is still this term's (one GET): a hub that has not
+        yet noticed its lease moved (frozen, its renewals failing) must not answer commands
+        the new leader is to serve."""
+        value = self.leadership.value
+        if value is None or await self.leadership.current() != value:
+            raise StaleLeader("the lease is another hub's: its leader serves the commands")
 
     def _ended_by(self, task: asyncio.Task[Any]) -> bool:
         """Log why `task` ended the term; True when that is a failure."""

@@ -81,12 +81,17 @@ class Handlers:
 
 class CommandServer:
     def __init__(
-        self, store: CommandStore, consumer: str, handlers: Handlers, max_tries: int = 3
-    ) -> None:
+        self, store: CommandStore, consumer: str, handlers: Handlers, max_tries: int = 3,
+        fence: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:  # fmt: skip
         self.store = store
         self.consumer = consumer
         self.handlers = handlers
         self.max_tries = max_tries  # reads of one command before it is answered "failing"
+        # StaleLeader unless this server's hub still holds the lease: checked before
+        # answering, as a refusal (404, 409) read from a stale engine writes nothing the
+        # lease fences, yet deletes the command the leader would have served
+        self.fence = fence
         # the answers of the commands served last (by id): a copy read later gets its own
         self._recent: OrderedDict[str, Answered] = OrderedDict()
 
@@ -136,6 +141,7 @@ class CommandServer:
                         r.id for r in requests
                         if isinstance(r, Request) and self.handlers.files(r.command)
                     ]  # fmt: skip
+                    await self._fenced()
                     await self.store.answer([q.entry_id for q in queued], answers, filed)
 
     async def _serve_once(
@@ -200,8 +206,13 @@ class CommandServer:
             log.error("command %s failed on %d tries: answered as failing", q.entry_id, n)
             detail = f"the command failed on {n} tries (the hub serving it stopped each time)"
             answers.append((*_asker(q.body), _refused(ErrorCode.FAILING, detail)))
+        await self._fenced()
         await self.store.answer([q.entry_id for q in failing], answers)
         return [q for q in queued if q not in failing]
+
+    async def _fenced(self) -> None:
+        if self.fence is not None:
+            await self.fence()
 
     async def _serve(self, queued: QueuedCommand, request: Request | str) -> Answered:
         """(command id, its asker's stream, answer) for one command (`request`: parsed, or

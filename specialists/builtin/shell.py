@@ -64,6 +64,29 @@ def _timeout_s(action: dict[str, Any], settings: ShellSettings) -> float:
     return float(raw)
 
 
+class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol for a subprocess's streams, that tells when the process exits:
+    before Python 3.12 `Process.wait()` returns only once every pipe is closed too, which a
+    child left in the background keeps open."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+async def _spawn(argv: list[str], **options: Any) -> tuple[asyncio.subprocess.Process, _Watched]:
+    """`asyncio.create_subprocess_exec`, its protocol `_Watched`."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _Watched(limit=READ_CHUNK, loop=loop), *argv, **options
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol
+
+
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     """Kill the command's process group: whatever it left running goes with it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -113,8 +136,8 @@ class Shell(Specialist):
         env = _environment(action.get("env"))
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc, watched = await _spawn(
+                argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -129,11 +152,12 @@ class Shell(Specialist):
         reading = asyncio.gather(stdout.read(proc.stdout), stderr.read(proc.stderr))
         try:
             async with asyncio.timeout(timeout_s):
-                await proc.wait()
+                await watched.exited.wait()
                 # it exited: a child it left in the background would hold its output open
                 # (and this cue) until the timeout, and outlive it
                 _kill_group(proc)
                 await reading
+                await proc.wait()
         except TimeoutError:
             raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
         finally:  # timed out, stood down, or the replica is being torn down: the group too

@@ -162,8 +162,9 @@ class CommandServer:
             await self.handlers.before(commands)
         served = await asyncio.gather(*(self._serve(queued[i], requests[i]) for i in todo))
         by_index = dict(zip(todo, served, strict=True))
-        for answered in served:
-            self._recent[answered[0]] = answered
+        for i, answered in by_index.items():
+            if isinstance(requests[i], Request):  # what did not parse has no id to repeat
+                self._recent[answered[0]] = answered
         while len(self._recent) > RECENT:
             self._recent.popitem(last=False)
         out: list[Answered] = []

@@ -22,7 +22,7 @@ def forward(engine: EngineBase, esc: Escalation, answer: str) -> bool:
     agent may ask more than once) is raised anew instead of counted on this one."""
     if not esc.asks:
         return False
-    engine.escalations.by_slot.pop(esc.slot, None)
+    engine.escalations.free_slot(esc)
     if not answer.strip():
         return False  # resolved without an answer: dismissed, nothing to tell
     run = engine.runs.get(esc.run_id or "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hub.engine.base import EngineBase, _all
-from hub.engine.escalations import OPEN, RESOLVED, Escalation
+from hub.engine.escalations import OPEN, RESOLVED, Escalation, Slot
 from hub.engine.outbox import ARBITRATION, Timer
 from hub.engine.plan import Plan
 from hub.engine.resources import Claim
@@ -18,8 +18,6 @@ from protocols.states import (
     Severity,
     TargetState,
 )
-
-Slot = tuple[str | None, str | None, str]  # an escalation's dedup slot: (run, cue, cause)
 
 
 class ContestMixin(EngineBase):
@@ -103,8 +101,7 @@ class ContestMixin(EngineBase):
                 return  # the operator kept it for this holder: the cue waits, no new question
             # another holder: a new decision to ask for (counted on the resolved one, it
             # reached no operator and its timer alone decided it)
-            self.escalations.by_slot.pop(slot, None)
-            self.escalations.by_id.pop(last.id, None)  # its record is in the store
+            self.escalations.free_slot(last, forget=True)
         rivals = [claim, *held]
         winner = max(rivals, key=lambda c: (c.priority, -c.seq))
         agents = sorted({a for c in rivals for a in c.agents})

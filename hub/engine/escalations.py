@@ -16,6 +16,9 @@ RECORDED = "recorded"  # low severity: kept, not queued
 RESOLVED = "resolved"
 
 
+Slot = tuple[str | None, str | None, str]  # an escalation's dedup slot: (run, cue, cause)
+
+
 class Escalation(BaseModel):
     id: str = Field(default_factory=new_id)
     type: MessageType
@@ -33,7 +36,7 @@ class Escalation(BaseModel):
     resolution: dict[str, Any] | None = None
 
     @property
-    def slot(self) -> tuple[str | None, str | None, str]:
+    def slot(self) -> Slot:
         return (self.run_id, self.cue_id, self.cause)
 
     @property
@@ -49,7 +52,7 @@ class EscalationBook:
 
     def __init__(self) -> None:
         self.by_id: dict[str, Escalation] = {}
-        self.by_slot: dict[tuple[str | None, str | None, str], str] = {}
+        self.by_slot: dict[Slot, str] = {}
 
     def raise_(self, esc: Escalation) -> tuple[Escalation, bool]:
         """Record `esc`; returns (the slot's escalation, whether it is new)."""
@@ -73,13 +76,20 @@ class EscalationBook:
         if not (esc.asks and esc.status == RESOLVED):
             self.by_slot.setdefault(esc.slot, esc.id)
 
-    def in_slot(self, slot: tuple[str | None, str | None, str]) -> Escalation | None:
+    def in_slot(self, slot: Slot) -> Escalation | None:
         """The escalation that holds this dedup slot, if one does."""
         esc_id = self.by_slot.get(slot)
         return self.by_id.get(esc_id) if esc_id is not None else None
 
     def get(self, esc_id: str) -> Escalation | None:
         return self.by_id.get(esc_id)
+
+    def free_slot(self, esc: Escalation, *, forget: bool = False) -> None:
+        """The next escalation of `esc`'s slot is raised anew, not counted on `esc`;
+        `forget`: `esc` leaves memory too (the store keeps its record)."""
+        self.by_slot.pop(esc.slot, None)
+        if forget:
+            self.by_id.pop(esc.id, None)
 
     def forget_run(self, run_id: str) -> None:
         """Drop a finished run's slots from memory (the store keeps the records)."""

@@ -6,13 +6,26 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from protocols.contracts import AgentRef, Contract
 from protocols.messages import MessageType
 from protocols.states import ConflictType, FiredBy, Phase, Severity
 
 JSON = dict[str, Any]
+
+
+def _json_number(value: object) -> object:
+    """A JSON number as sent: a boolean or a string is not one."""
+    if isinstance(value, bool | str):
+        raise ValueError("Input should be a number, not a boolean or a string")
+    return value
+
+
+# With `int` and Field(strict=False, bounds...) before it, JSON Schema's integer: 5 and 5.0,
+# not 5.5, `true` or "5" (strict pydantic refuses 5.0, which the schema allows). The bounds
+# go in that Field: after the validator, they would be lost from the JSON Schema.
+AS_JSON_NUMBER = BeforeValidator(_json_number)
 
 
 class Payload(BaseModel):
@@ -56,9 +69,9 @@ class Usage(Payload):
     past a cap (tokens and each counter 2^63 - 1, cost 10^15) is refused, and a run's or a
     cue's total stops at it: no report, however large or often sent, breaks the sum."""
 
-    tokens: int = Field(default=0, ge=0, le=USAGE_MAX)
-    cost: float = Field(default=0.0, ge=0, le=COST_MAX, allow_inf_nan=False)
-    counters: dict[CounterName, Annotated[int, Field(ge=0, le=USAGE_MAX)]] = Field(
+    tokens: Annotated[int, Field(ge=0, le=USAGE_MAX), AS_JSON_NUMBER] = 0
+    cost: Annotated[float, Field(ge=0, le=COST_MAX, allow_inf_nan=False), AS_JSON_NUMBER] = 0.0
+    counters: dict[CounterName, Annotated[int, Field(ge=0, le=USAGE_MAX), AS_JSON_NUMBER]] = Field(
         default_factory=dict, max_length=COUNTERS_MAX
     )
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from protocols.cuelist import MAX_TIMEOUT_S
 from protocols.ids import rfc3339
-from protocols.payloads import COUNTERS_MAX, CounterName
+from protocols.payloads import AS_JSON_NUMBER, COUNTERS_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
@@ -31,17 +31,6 @@ class In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def _json_number(value: object) -> object:
-    """A JSON number as sent: a boolean or a string is not one."""
-    if isinstance(value, bool | str):
-        raise ValueError("Input should be a number, not a boolean or a string")
-    return value
-
-
-# With `int` and Field(strict=False, bounds...) before it, JSON Schema's integer: 5 and 5.0,
-# not 5.5, `true` or "5" (strict pydantic refuses 5.0, which the schema allows). The bounds
-# go in that Field: after the validator, they would be lost from the JSON Schema.
-AS_JSON_NUMBER = BeforeValidator(_json_number)
 Count = Annotated[int, Field(strict=False, ge=0), AS_JSON_NUMBER]
 
 

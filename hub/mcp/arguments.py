@@ -19,7 +19,7 @@ class AsSent(FuncMetadata):
     client's slip would be acted on as a guess. Refused, it is the SDK's tool error for bad
     arguments (`Error executing tool ...`), which names the argument and what it should be.
 
-    An integer argument says `strict=False` and `AS_JSON_NUMBER` (hub/api/schemas.py) to
+    An integer argument says `strict=False` and `AS_JSON_NUMBER` (protocols/payloads.py) to
     take 5.0 as JSON Schema's "integer" does, as the REST API does."""
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from hub.api.routes import cuelists as cuelist_routes
 from hub.api.routes import escalations as escalation_routes
 from hub.api.routes import runs as run_routes
 from hub.api.schemas import (
-    AS_JSON_NUMBER,
     BudgetChange,
     BudgetPublic,
     CancelCreate,
@@ -47,6 +46,7 @@ from hub.mcp.arguments import tool_as_sent
 from hub.service import Hub
 from protocols import validation
 from protocols.errors import CallboardError
+from protocols.payloads import AS_JSON_NUMBER
 
 P = ParamSpec("P")
 R = TypeVar("R")

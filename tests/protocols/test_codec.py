@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from protocols import payloads as p
 from protocols.codec import ENVELOPES, decode, encode, make
@@ -146,3 +147,25 @@ def test_a_usage_report_past_its_caps_is_refused_with_its_reason(usage: dict[str
     most = {"tokens": p.USAGE_MAX, "cost": p.COST_MAX, "counters": {"calls": p.USAGE_MAX}}
     body["payload"]["usage"] = most
     assert decode(json.dumps(body).encode()).payload.usage == p.Usage(**most)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"tokens": True}, {"tokens": "5"}, {"tokens": 5.5}, {"cost": False}, {"cost": "0.5"},
+     {"counters": {"calls": True}}, {"counters": {"calls": "3"}}],
+)  # fmt: skip
+def test_a_usage_value_of_another_json_type_is_refused(usage: dict[str, Any]) -> None:
+    """Usage is counted as JSON sends it: `true` is not one token, nor `"5"` five (a lax
+    reading had an agent's typo spend a budget); an integer still takes `5.0`, as JSON
+    Schema's integer does, and a cost an integer."""
+    done = make(MessageType.STATUS_COMPLETED, p.StatusCompleted(), run_id="r", cue_id="C")
+    body = json.loads(encode(done))
+    body["payload"]["usage"] = usage
+    with pytest.raises(DecodeError) as caught:
+        decode(json.dumps(body).encode())
+    assert "payload.usage" in caught.value.reason
+    body["payload"]["usage"] = {"tokens": 5.0, "cost": 2, "counters": {"calls": 3.0}}
+    got = decode(json.dumps(body).encode()).payload.usage  # type: ignore[attr-defined]
+    assert got == p.Usage(tokens=5, cost=2.0, counters={"calls": 3})
+    with pytest.raises(ValidationError):  # as a `task.context` write's metadata.usage
+        p.Usage.model_validate(usage)

@@ -6,15 +6,20 @@ from protocols.errors import Conflict
 from protocols.keys import Keys
 from protocols.transport import Storage
 
-# KEYS: 1 the members set. ARGV: 1 this hub, 2 the window (ms). Says this hub is alive,
-# forgets hubs silent for the window, counts who is left; the time is the server's (hubs on
-# hosts whose clocks disagree still agree on who is alive).
+# KEYS: 1 the members set. ARGV: 1 this hub, 2 its window (ms: its lease). Says this hub is
+# alive until its window ends (each member's score is its own deadline, so hubs of different
+# leases count each other alike), forgets the hubs whose deadline has passed, counts who is
+# left; the time is the server's (hubs on hosts whose clocks disagree still agree on who is
+# alive). The set expires ten windows after a heartbeat, never sooner than an earlier one set.
 _HEARTBEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
+local window = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + window, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('PTTL', KEYS[1]) < window * 10 then
+  redis.call('PEXPIRE', KEYS[1], window * 10)
+end
 return redis.call('ZCARD', KEYS[1])
 """
 # KEYS: 1 the partition count. ARGV: 1 this hub's. The count stored first wins.
@@ -45,8 +50,8 @@ class MemberStore:
         self._agree = db.script(_AGREE)
 
     async def heartbeat(self, hub_id: str, window_ms: int) -> int:
-        """Say `hub_id` is alive now; the number of hubs heard from within `window_ms`
-        (itself included)."""
+        """Say `hub_id` is alive for `window_ms` (its lease); the number of hubs alive (each
+        for its own window since it last said so), itself included."""
         return int(await self._heartbeat([self.members_key], [hub_id, window_ms]))
 
     async def holders(self, partitions: int) -> list[str | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -258,3 +259,26 @@ async def test_a_registry_message_naming_another_agent_is_applied_by_no_partitio
     assert hub.registry.agents["mallory"].kind == "worker"
     letters = await client.xlen(hub.keys.dead)
     assert letters == len(spoofs) - 1  # each spoof once, by partition 0
+
+
+async def test_hubs_of_different_leases_count_each_other_alive(settings: Settings) -> None:
+    """Each hub is alive for its own lease after it said so: a hub of a short lease forgot
+    a hub of a long one between the other's heartbeats (it counted the hubs by its own
+    window), so the two shares flapped, and partitions were yielded and taken again."""
+    members = MemberStore(Storage.dedicated(settings.redis_url, max_connections=2), settings.keys)
+    try:
+        assert await members.heartbeat("slow", 60_000) == 1  # its next one in 20 s
+        said = time.monotonic()
+        assert await members.heartbeat("quick", 150) == 2
+        seen: list[int] = []
+
+        async def quick_has_outlived_its_window() -> bool:
+            seen.append(await members.heartbeat("quick", 150))
+            return time.monotonic() > said + 0.45
+
+        await eventually(quick_has_outlived_its_window, 10, message="450 ms, 3 windows")
+        assert set(seen) == {2}, seen  # "slow" counted throughout
+        await members.leave("slow")
+        assert await members.heartbeat("quick", 150) == 1
+    finally:
+        await members.db.close()

@@ -216,6 +216,10 @@ class Hub:
                     del terms[index]
                     if task.cancelled() or task.exception() is not None or not task.result():
                         rested[index] = now + tick_s  # it failed: others get the chance
+                    if self.partitions[index].yielding.is_set():
+                        # yielded: the others' for a lease (each tick at a term's end
+                        # would see it free twice at once and take it back as a dead hub's)
+                        rested[index] = now + self.settings.lease_ms / 1000
             try:
                 free_before = await self._tick(stop, changed, terms, rested, free_before)
             except TransportError as exc:  # Redis unreachable or refusing: try next tick

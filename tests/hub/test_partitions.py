@@ -282,3 +282,23 @@ async def test_hubs_of_different_leases_count_each_other_alive(settings: Setting
         assert await members.heartbeat("quick", 150) == 1
     finally:
         await members.db.close()
+
+
+async def test_a_yielded_partition_is_left_to_the_others_for_a_lease(
+    cluster: Cluster, settings: Settings
+) -> None:
+    """A hub yielding partitions woke at each term's end, so it saw them free on two ticks
+    in a row at once and took them back as a dead hub's before the hub they were yielded
+    to had looked (a wasted term each). Now a yielded partition is the others' for a lease;
+    after that, a hub that says it is alive and takes nothing still cannot keep it led."""
+    cluster.start("hub-a")
+    await eventually(lambda: len(cluster.led("hub-a")) == PARTITIONS, 10, message="a leads 4")
+    members = MemberStore(Storage.dedicated(settings.redis_url, max_connections=2), settings.keys)
+    try:
+        await members.heartbeat("hub-ghost", 60_000)  # alive, and takes nothing: a's share is 2
+        await eventually(lambda: len(cluster.led("hub-a")) == 2, 10, message="a yields 2")
+        yielded_at = time.monotonic()
+        await eventually(lambda: len(cluster.led("hub-a")) > 2, 10, message="a takes one back")
+        assert time.monotonic() - yielded_at >= 0.8 * LEASE_MS / 1000
+    finally:
+        await members.db.close()

@@ -24,13 +24,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from croniter import croniter
-
 from hub.store.cuelists import CuelistStore
 from hub.store.layout import Op
 from hub.store.schedules import ScheduleState, ScheduleStore
 from hub.store.state import StateStore
-from protocols.cuelist import Cuelist
+from protocols.cuelist import Cuelist, next_fire
 from protocols.errors import CallboardError, NotFound, StaleLeader, TransportError
 from protocols.ids import new_id
 from protocols.states import Overlap
@@ -61,6 +59,9 @@ class Scheduler:
         self.start = start
         self.write = write
         self.new_run_id = new_run_id
+        # the versions whose schedule has no next time, said once each (a version's
+        # schedule never changes; bounded as the versions stored are)
+        self._never: set[tuple[str, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         swept = 0.0
@@ -96,7 +97,15 @@ class Scheduler:
             await self._save(name, ScheduleState(last=now))
             return None
         schedule = cuelist.schedule or ""
-        due = croniter(schedule, state.last or now).get_next(float) <= now
+        fires_at = next_fire(schedule, state.last or now)
+        if fires_at is None:  # none comes (stored before validation refused it, or its
+            # years have gone by): passed over, said once a version
+            if (name, version) not in self._never:
+                self._never.add((name, version))
+                log.error("schedule of %s has no next time (%r): it starts no run", name,
+                          schedule)  # fmt: skip
+            return None
+        due = fires_at <= now
         if state.paused:
             if due:  # the tick passes: resuming starts nothing for the time paused
                 state.last, state.buffered = now, False

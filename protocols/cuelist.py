@@ -8,9 +8,10 @@ in `protocols.validation`, which is what callers should use.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -226,6 +227,15 @@ class Budget(BaseModel):
         return Budget.model_validate(data)
 
 
+def next_fire(schedule: str, after: float) -> float | None:
+    """The first time after `after` (epoch seconds) that a valid cron `schedule` matches;
+    None when none comes (February 30th, a year gone by: croniter calls them valid)."""
+    try:
+        return float(croniter(schedule, after).get_next(float))
+    except CroniterError:
+        return None
+
+
 class Cuelist(BaseModel):
     """A named list of cues with its schedule, entry cues, defaults and inline contracts."""
 
@@ -267,6 +277,11 @@ class Cuelist(BaseModel):
             raise PydanticCustomError(
                 "bad_schedule", "'{value}' is not a cron expression", {"value": value}
             )
+        if value is not None and next_fire(value, time.time()) is None:
+            raise PydanticCustomError(
+                "bad_schedule", "'{value}' never comes: no time from now on matches it",
+                {"value": value},
+            )  # fmt: skip
         return value
 
     @model_validator(mode="after")

@@ -291,8 +291,9 @@ class Engine(
         if cue.coordination is Coordination.DIRECT:
             if self._claim(run, cue_id):
                 self.go(run, cue_id, assign=True)
-            elif cr.state is CueState.GO:  # a retry, its failed GO's state else kept:
-                self._set(run, cue_id, CueState.WAITING, cr.reason)  # called again once free
+            else:  # queued, from whatever state it was called in (armed: an operator's GO;
+                # go or failed: a retry): fired again by `retry_waiters` once it is free
+                self._set(run, cue_id, CueState.WAITING, cr.reason)
             return
         cr.attempt += 1
         # a new attempt of a cue warned early (a retry) is early still: no STANDBY before

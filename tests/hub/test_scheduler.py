@@ -188,6 +188,24 @@ async def test_a_refused_start_takes_the_tick_without_a_run_and_the_term_goes_on
     assert len(await tick(T0 + 121)) == 1
 
 
+async def test_a_schedule_with_no_next_time_is_passed_over_and_the_others_fire(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schedule stored when it had a next time may have none later (its last year gone
+    by, or taken before validation refused it): its tick raised, which ended partition 0's
+    term on every hub, every time, and no schedule after it in the list was looked at."""
+    text = 'cuelist: aaa-never\nschedule: "* * * * *"\ncues:\n  - {id: A, target_agents: [a]}\n'
+    valid, version = load_cuelist(text)
+    never = valid.model_copy(update={"schedule": "0 0 30 2 *"})
+    await harness.cuelists.put(never, version, canonical_json(never), text)
+    await harness.submit("skip")  # "nightly", every minute, after it in the list
+    tick = harness.scheduler.tick
+    assert await tick(T0) == []
+    assert len(await tick(T0 + 61)) == 1  # the other schedule fires; nothing raised
+    assert len(await tick(T0 + 122)) == 0  # still running: skipped
+    assert caplog.text.count("schedule of aaa-never has no next time") == 1  # said once
+
+
 async def test_a_real_hub_takes_the_tick_in_its_runs_own_write(
     settings: Settings, keys: Keys, real_redis: Any
 ) -> None:

@@ -99,6 +99,14 @@ def test_schedule_is_a_cron_expression() -> None:
     assert (("schedule",), "bad_schedule") in errors(doc(schedule="61 3 * * *"))
 
 
+@pytest.mark.parametrize("never", ["0 0 30 2 *", "0 0 31 4 *", "0 0 1 1 * 0 2001"])
+def test_a_schedule_that_never_comes_is_refused(never: str) -> None:
+    """croniter takes February 30th or a year gone by as valid cron; the scheduler found no
+    next time for them, and raised at every tick. A leap day is a schedule."""
+    assert (("schedule",), "bad_schedule") in errors(doc(schedule=never))
+    assert Cuelist.model_validate(doc(schedule="0 0 29 2 *")).schedule == "0 0 29 2 *"
+
+
 def test_duplicate_ids_and_empty_lists() -> None:
     assert ((), "duplicate_id") in errors(doc(cue("A"), cue("A")))
     assert (("cues",), "too_short") in errors({"cuelist": "x", "cues": []})

@@ -42,16 +42,16 @@ def find_conflicts(cuelist: Cuelist, graph: CueGraph, *, strict: bool = False) -
         ("output", written, "both write output"),
     ):
         for name, cues in groups.items():
-            pairs, total = _overlapping(cues, bit, order, ancestors)
+            pairs, total, unreported = _overlapping(cues, bit, order, ancestors)
             for first, second in pairs:
                 message = f"cues {first} and {second} may run at the same time and {verb} '{name}'"
                 issues.append(_issue(kind, severity, second, message))
             if total > len(pairs):
                 message = (
                     f"{total - len(pairs)} more pairs of cues may run at the same time "
-                    f"and {verb} '{name}'"
-                )
-                issues.append(_issue(kind, severity, None, message))
+                    f"and {verb} '{name}', the first of them with cue {unreported}"
+                )  # placed on that cue, so that it has a line as every issue does
+                issues.append(_issue(kind, severity, unreported, message))
     return issues
 
 
@@ -69,14 +69,16 @@ def _ancestor_bits(graph: CueGraph, bit: dict[str, int]) -> dict[str, int]:
 
 def _overlapping(
     cues: list[str], bit: dict[str, int], order: list[str], ancestors: dict[str, int]
-) -> tuple[list[tuple[str, str]], int]:
+) -> tuple[list[tuple[str, str]], int, str | None]:
     """Up to MAX_PAIRS_REPORTED pairs (earlier, later) in topological order where the
-    earlier is not an ancestor of the later, and how many such pairs there are in all."""
+    earlier is not an ancestor of the later, how many such pairs there are in all, and the
+    later cue of the first pair left out (None when none is)."""
     group = 0
     for cue in cues:
         group |= bit[cue]
     pairs: list[tuple[str, str]] = []
     total = 0
+    unreported: str | None = None
     for cue in sorted(set(cues), key=bit.__getitem__):
         earlier = group & (bit[cue] - 1) & ~ancestors[cue]
         total += earlier.bit_count()
@@ -84,7 +86,9 @@ def _overlapping(
             low = earlier & -earlier
             pairs.append((order[low.bit_length() - 1], cue))
             earlier ^= low
-    return pairs, total
+        if earlier and unreported is None:
+            unreported = cue
+    return pairs, total, unreported
 
 
 def _issue(kind: str, severity: IssueSeverity, cue: str | None, message: str) -> Issue:

@@ -9,6 +9,7 @@ from protocols.conflicts import MAX_PAIRS_REPORTED, find_conflicts
 from protocols.cuelist import Cuelist
 from protocols.graph import CueGraph
 from protocols.issues import Issue
+from protocols.validation import validate_text
 
 
 def check(*cues: dict[str, Any], strict: bool = False) -> list[Issue]:
@@ -58,3 +59,17 @@ def test_a_chain_sharing_one_resource_has_no_conflict() -> None:
     cues = [{"id": f"C{i}", "resources": ["r"], **({"depends_on": [f"C{i - 1}"]} if i else {})}
             for i in range(3_000)]  # fmt: skip
     assert check(*cues) == []
+
+
+def test_the_pairs_left_out_are_an_issue_placed_on_a_cue_and_its_line() -> None:
+    """Under --strict the count of the pairs past the first ten was an error with no cue
+    and no line, where every other one names file, line, cue and key."""
+    text = "cuelist: many\nstart: [" + ", ".join(f"C{i}" for i in range(6)) + "]\ncues:\n"
+    text += "".join(
+        f"  - {{id: C{i}, target_agents: [a], resources: [runner]}}\n" for i in range(6)
+    )
+    report = validate_text(text, "many.yaml", strict=True)
+    assert len(report.errors) == MAX_PAIRS_REPORTED + 1
+    left = report.errors[-1]
+    assert left.message.startswith("5 more pairs") and left.cue == "C5", left
+    assert (left.line, left.key) == (9, "resources")

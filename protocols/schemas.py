@@ -89,4 +89,20 @@ def message_schemas() -> dict[str, JSONSchema]:
     files.update({f"{mt.value}.json": payload_schema(mt) for mt in MessageType})
     for name, model in (("history", FailureHistory), ("diagnosis", Diagnosis)):
         files[f"debug.{name}.json"] = {"$schema": DIALECT, **model.model_json_schema()}
-    return files
+    return {name: keys_named(schema) for name, schema in files.items()}
+
+
+def keys_named(schema: Any) -> Any:
+    """`schema` with each object whose keys must match one pattern (pydantic writes a dict
+    of constrained keys as `patternProperties` alone, which lets any other key through)
+    saying so in `propertyNames` too: the schema then refuses what the hub refuses."""
+    if isinstance(schema, list):
+        return [keys_named(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    found = {key: keys_named(value) for key, value in schema.items()}
+    patterns = schema.get("patternProperties")
+    if isinstance(patterns, dict) and len(patterns) == 1 and "propertyNames" not in schema:
+        (pattern,) = patterns
+        found["propertyNames"] = {"pattern": pattern}
+    return found

@@ -104,6 +104,10 @@ def test_messages_the_code_writes_validate_against_the_published_schemas(message
         ("status.failed.json", {"attempt": 1}),
         ("status.rejected.json", {"entry_id": "1-0", "reason": "x", "deliveries": 0}),
         ("task.context.json", {"key": ""}),
+        # a dict's keys too: the schemas let any key through the pattern before
+        ("status.completed.json", {"usage": {"counters": {"bad name!": 3}}}),
+        ("status.online.json", {"replica": "r", "contract": {"labels": {"bad key!": True}}}),
+        ("status.completed.json", {"usage": {"tokens": True}}),
     ],
 )
 def test_payload_schemas_refuse_what_the_hub_refuses(name: str, bad: dict[str, Any]) -> None:

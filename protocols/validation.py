@@ -267,7 +267,10 @@ def _handoff_issues(cuelist: Cuelist) -> list[Issue]:
 
 def _operator_warnings(cuelist: Cuelist, graph: CueGraph) -> list[Issue]:
     """Cues that can only start by an operator's hand, without saying so."""
-    raised = {flag for cue in cuelist.cues for flag in cue.raises}
+    raisers: dict[str, list[str]] = {}
+    for cue in cuelist.cues:
+        for flag in cue.raises:
+            raisers.setdefault(flag, []).append(cue.id)
     entries = set(graph.entry_cues)
     issues = []
     for cue in cuelist.cues:
@@ -278,12 +281,27 @@ def _operator_warnings(cuelist: Cuelist, graph: CueGraph) -> list[Issue]:
             )
             issues.append(warning("needs_operator", message, cue=cue.id))
         for flag in cue.conditions:
-            if flag not in raised:
-                message = f"no cue raises '{flag}': {cue.id} waits until it is raised by hand"
-                issues.append(
-                    warning("condition_never_raised", message, cue=cue.id, key="conditions")
-                )
+            issue = _condition_issue(cue.id, flag, raisers.get(flag, []), graph)
+            if issue is not None:
+                issues.append(issue)
     return issues
+
+
+def _condition_issue(cue_id: str, flag: str, raisers: list[str], graph: CueGraph) -> Issue | None:
+    """A warning when only an operator can raise the flag the cue waits for: no cue raises
+    it, or only the cue itself and cues after it, which wait for it."""
+    if not raisers:
+        message = f"no cue raises '{flag}': {cue_id} waits until it is raised by hand"
+        return warning("condition_never_raised", message, cue=cue_id, key="conditions")
+    after = graph.descendants(cue_id) | {cue_id}
+    if all(c in after for c in raisers):
+        who = [f"{c} itself" if c == cue_id else c for c in raisers]
+        message = (
+            f"'{flag}' is raised only by {' and '.join(who)}, after {cue_id} completes: "
+            f"{cue_id} waits until it is raised by hand"
+        )
+        return warning("condition_raised_downstream", message, cue=cue_id, key="conditions")
+    return None
 
 
 def _debugger_warnings(cuelist: Cuelist) -> list[Issue]:

@@ -121,7 +121,8 @@ class AheadMixin(EngineBase):
         return not all(self._satisfied(run, d) for d in self.plans[run.run_id].preds[cue_id])
 
     def _trigger_when_done(self, run: RunState, cue_id: str) -> FiredBy | None:
-        """What will have fired the cue once its predecessors are done."""
+        """What will have fired the cue once its predecessors are done (completed, or
+        failed under `continue`: either lets an auto-follow go, as `Engine._trigger`)."""
         plan = self.plans[run.run_id]
         if plan.auto_followed_by(cue_id):
             return FiredBy.AUTO_FOLLOW

@@ -2,8 +2,9 @@
 
 A run is `holding` when only an operator can move it: nothing of it is pending or in a
 call or waiting for a resource, an agent or a debugger, and what is left is armed cues (a
-GO), cues waiting for conditions no unfinished cue of the run raises (an approval), GOs
-paused by a critical escalation, or GOs held back by a spent budget (hub.engine.budgets).
+GO), cues waiting for conditions that no unfinished cue of the run raises but the waiting
+cue itself or one after it (which waits for it: an approval), GOs paused by a critical
+escalation, or GOs held back by a spent budget (hub.engine.budgets).
 `hold_reason` names each need. One function decides (`hold_cause`), once per step for
 every run the step touched (cheaply: only while no cue of the run moves).
 """
@@ -169,9 +170,7 @@ class AlertsMixin(EngineBase):
     def hold_cause(self, run: RunState) -> str | None:
         """What only an operator can give the run ("GO for DEPLOY; condition
         approval_received"), or None while anything else can still move it."""
-        plan = self.plans[run.run_id]
         unfinished = [(c, cr) for c, cr in run.cues.items() if not cr.state.done]
-        raisable = {flag for c, _ in unfinished for flag in plan.cues[c].raises}
         needs: list[str] = []
         budget = self.over_budget(run)  # named once for every GO it holds back
         if budget is not None and unfinished:
@@ -189,9 +188,22 @@ class AlertsMixin(EngineBase):
             elif cr.state is CueState.ARMED:
                 needs.append(f"GO for {cue_id}")
             elif cr.state is CueState.WAITING:
-                needs += [f"condition {flag}" for flag in plan.cues[cue_id].conditions
-                          if flag not in run.conditions and flag not in raisable]  # fmt: skip
+                needs += [f"condition {flag}" for flag in self.unraisable(run, cue_id)]
         return "; ".join(dict.fromkeys(needs)) or None
+
+    def unraisable(self, run: RunState, cue_id: str) -> list[str]:
+        """The conditions the cue waits for that only an operator can raise: no unfinished
+        cue raises them but the cue itself and the cues after it, which wait for it."""
+        plan = self.plans[run.run_id]
+        needs = []
+        for flag in plan.cues[cue_id].conditions:
+            if flag in run.conditions:
+                continue
+            raisers = {c for c in plan.raisers.get(flag, ()) if not run.cues[c].state.done}
+            raisers.discard(cue_id)
+            if not raisers or raisers <= plan.after(cue_id):
+                needs.append(flag)
+        return needs
 
 
 def _critical(esc: Escalation) -> str:

@@ -97,8 +97,9 @@ class ContestMixin(EngineBase):
         slot = _conflict_slot(run.run_id, cue_id, claim.resources)
         last = self.escalations.in_slot(slot)
         if last is not None and last.status == RESOLVED:
-            if _chose_one_of(last, held):
-                return  # the operator kept it for this holder: the cue waits, no new question
+            if _chose_one_of(last, held):  # the operator kept it for this holder: the cue
+                claim.fallback_at = None  # waits, with no new question and no fallback
+                return
             # another holder: a new decision to ask for (counted on the resolved one, it
             # reached no operator and its timer alone decided it)
             self.escalations.free_slot(last, forget=True)
@@ -116,7 +117,12 @@ class ContestMixin(EngineBase):
         )  # fmt: skip
         esc = self.escalate(run, cue_id, T.ESCALATION_CONFLICT, payload)
         esc.payload["suggested_winner_cue"] = f"{winner.run_id}/{winner.cue_id}"
-        at = self.clock() + _timeout_s(self.plans[run.run_id])
+        claim.fallback_at = esc.created_at + _timeout_s(self.plans[run.run_id])
+        self.arbitration_timer(run, cue_id, claim.fallback_at)
+
+    def arbitration_timer(self, run: RunState, cue_id: str, at: float) -> None:
+        """The timer at which the cue's open arbitration falls back to priority (set when
+        the conflict opens, and again by a new leader: `adopt`)."""
         self.out.timers.append(Timer(at, run.run_id, cue_id, run.cues[cue_id].attempt, ARBITRATION))
 
     def arbitrate(self, esc: Escalation, winner: str) -> None:
@@ -154,7 +160,8 @@ class ContestMixin(EngineBase):
             return  # resolved (or gone): the operator's decision binds, whoever it chose
         if self.clock() < esc.created_at + _timeout_s(self.plans[run.run_id]):
             return  # the timer of an earlier conflict of this attempt: this one's comes later
-        claim.strategy = ConflictStrategy.PRIORITY
+        claim.strategy, claim.fallback_at = ConflictStrategy.PRIORITY, None
+        self.out.resources_changed = True  # the book keeps how the claim is decided now
         run.record.note("conflicts", f"{cue_id}: arbitration timed out, priority decides")
         self.mark_dirty(run)
         outcome_claim = self.book.waiting.pop(claim.holder)

@@ -12,7 +12,7 @@ from typing import Any
 from hub.engine.again import AgainMixin
 from hub.engine.ahead import AheadMixin
 from hub.engine.alerts import AlertsMixin
-from hub.engine.base import ACTIVE, CHUNK, MOVING, _missing, _waiting_reason
+from hub.engine.base import ACTIVE, CHUNK, MOVING, _missing, _waiting_reason, named
 from hub.engine.budgets import BudgetMixin
 from hub.engine.contest import ContestMixin
 from hub.engine.debugging import DebugMixin
@@ -82,9 +82,9 @@ class Engine(
     def adopt(self, run: RunState, plan: Plan, new: bool = False) -> None:
         """Take charge of a run (new, or loaded after a restart or a leader change); its
         cues never evaluated (PENDING), and those waiting (a completion may have released
-        them into a backlog that died with the last leader), join the backlog. The whole
-        run is written again, except the untouched cues of a new one (a cue not stored reads
-        back as PENDING)."""
+        them into a backlog that died with the last leader), join the backlog; the timers of
+        its deadlines and open arbitrations are set again. The whole run is written again,
+        except the untouched cues of a new one (a cue not stored reads back as PENDING)."""
         self.runs[run.run_id] = run
         self.plans[run.run_id] = plan
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
@@ -103,6 +103,9 @@ class Engine(
                 self.out.timers.append(
                     Timer(cr.deadline, run.run_id, cue_id, cr.attempt, cr.deadline_phase.value)
                 )
+            claim = self.book.waiting.get((run.run_id, cue_id))
+            if claim is not None and claim.fallback_at is not None:  # an open arbitration
+                self.arbitration_timer(run, cue_id, claim.fallback_at)
             if cr.debugger is not None and cr.debug_deadline is not None:
                 self.out.timers.append(
                     Timer(cr.debug_deadline, run.run_id, cue_id, cr.attempt, DEBUG)
@@ -207,8 +210,11 @@ class Engine(
         if early:  # the predecessor it was warned for has completed
             cr.early = False
             self.mark_dirty(run, cue_id)
-            if all(s is TargetState.PREPARED for s in cr.targets.values()):
+            unprepared = [a for a, s in cr.targets.items() if s is not TargetState.PREPARED]
+            if not unprepared:
                 self.to_standby(run, cue_id)
+            else:  # no longer early: it waits for its targets, not for the predecessor
+                self.set_reason(run, cue_id, f"waiting for ack.warning from {named(unprepared)}")
             self.warn_ahead(run, cue_id)  # the next to GO now: closer, so may those after it
             return
         if cr.state is CueState.ARMED:
@@ -227,7 +233,9 @@ class Engine(
             return None
         if cue_id in plan.entries:
             return FiredBy.RUN_START
-        if any(run.cues[d].state is CueState.COMPLETED for d in plan.auto_followed_by(cue_id)):
+        # a predecessor that failed under `on_failure: continue` lets it go as a completed
+        # one would (as `_trigger_when_done` expects of a cue warned early)
+        if any(self._satisfied(run, d) for d in plan.auto_followed_by(cue_id)):
             return FiredBy.AUTO_FOLLOW
         if cue.depends_on:
             return FiredBy.DEPENDENCIES

@@ -1,12 +1,13 @@
 """Dry runs: the whole cuelist walked with stand-in agents that acknowledge and complete at once.
 
-Nothing is sent to real specialists. Conditions nobody raises and manual cues are assumed
-given by an operator, and each such assumption is recorded as a wait.
+Nothing is sent to real specialists. What a real run would hold for (hub.engine.alerts), a
+GO for an armed cue or a condition only an operator can raise, is assumed given by an
+operator, and each such assumption is recorded as a wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hub.engine import inputs
@@ -94,22 +95,30 @@ def _stand_in(plan: Plan, msg: Envelope, agent: str) -> list[Envelope]:
 
 
 def _assume_operator(engine: Engine, plan: Plan, run: RunState) -> bool:
-    """Raise one missing condition or GO one armed cue, as an operator would; False if none."""
+    """Give what the run's hold names (hub.engine.alerts), as an operator would: a GO for
+    the first armed cue (it may raise what another cue waits for), else the first
+    condition that only an operator can raise. False if there is nothing to give."""
     for cue_id in plan.order:
-        cr = run.cues[cue_id]
-        if cr.state is CueState.ARMED:
+        if run.cues[cue_id].state is CueState.ARMED:
             run.record.note("waits", f"{cue_id}: armed, needs an operator GO (assumed given)")
             engine.operator_go(run.run_id, cue_id)
             return True
-        if cr.state is CueState.WAITING:
-            missing = [c for c in plan.cues[cue_id].conditions if c not in run.conditions]
-            if missing:
-                run.record.note(
-                    "waits", f"{cue_id}: needs conditions {', '.join(missing)} (assumed raised)"
-                )
-                engine.raise_condition(run.run_id, missing[0])
-                return True
-    return False
+    waiting = [c for c in plan.order if run.cues[c].state is CueState.WAITING]
+    need = _first((c, engine.unraisable(run, c)) for c in waiting)
+    if need is None:  # cues that raise flags for each other, each waiting for the other's
+        need = _first((c, [f for f in plan.cues[c].conditions if f not in run.conditions])
+                      for c in waiting)  # fmt: skip
+    if need is None:
+        return False
+    cue_id, names = need
+    run.record.note("waits", f"{cue_id}: needs conditions {', '.join(names)} (assumed raised)")
+    engine.raise_condition(run.run_id, names[0])
+    return True
+
+
+def _first(needs: Iterable[tuple[str, list[str]]]) -> tuple[str, list[str]] | None:
+    """The first cue that needs conditions, with them."""
+    return next(((c, names) for c, names in needs if names), None)
 
 
 def _merge(into: Outbox, out: Outbox) -> None:

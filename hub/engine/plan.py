@@ -26,6 +26,7 @@ class Plan:
     by_target: tuple[str, ...] = ()  # cues with a `target:` (resolved when they fire)
     ahead: int = 1  # the largest numeric `warn_ahead` of its cues
     ahead_all: bool = False  # some cue has `warn_ahead: all`
+    raisers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flag -> cues raising it
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -48,6 +49,9 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
+        for cue in cuelist.cues:
+            for flag in cue.raises:
+                plan.raisers[flag] = (*plan.raisers.get(flag, ()), cue.id)
         # a distance never exceeds the number of cues: a `warn_ahead` that large is `all`
         count = len(cuelist.cues)
         numbers = [c.warn_ahead for c in cuelist.cues
@@ -76,6 +80,17 @@ class Plan:
     def contract(self, agent: str) -> Contract | None:
         found: Contract | None = (self.cuelist.specialists or {}).get(agent)
         return found
+
+    def after(self, cue_id: str) -> set[str]:
+        """Every cue that waits, directly or not, for `cue_id`."""
+        seen: set[str] = set()
+        todo = list(self.succs[cue_id])
+        while todo:
+            succ = todo.pop()
+            if succ not in seen:
+                seen.add(succ)
+                todo.extend(self.succs[succ])
+        return seen
 
     def auto_followed_by(self, cue_id: str) -> list[str]:
         """Predecessors that name `cue_id` in their auto_follow."""

@@ -26,6 +26,8 @@ class Claim:
     agents: tuple[str, ...] = ()
     seq: int = 0
     went: bool = False  # GO'd: never pre-empted
+    # an open arbitration: when it falls back to priority (kept, so a new leader's timer is)
+    fallback_at: float | None = None
 
     @property
     def holder(self) -> Holder:
@@ -54,6 +56,8 @@ class ResourceBook:
         self._seq += 1
         existing = self.waiting.get(claim.holder)
         claim.seq = existing.seq if existing else self._seq
+        if existing is not None and claim.fallback_at is None:
+            claim.fallback_at = existing.fallback_at
         in_way = [
             h for r in claim.resources if (h := self.held.get(r)) and h.holder != claim.holder
         ]
@@ -179,20 +183,21 @@ class ClaimDump(BaseModel):
     agents: list[str] = Field(default_factory=list)
     seq: int = 0
     went: bool = False
+    fallback_at: float | None = None
 
     @classmethod
     def of(cls, c: Claim) -> ClaimDump:
         return cls(
             run_id=c.run_id, cue_id=c.cue_id, resources=list(c.resources),
             priority=c.priority, strategy=c.strategy, agents=list(c.agents),
-            seq=c.seq, went=c.went,
+            seq=c.seq, went=c.went, fallback_at=c.fallback_at,
         )  # fmt: skip
 
     def claim(self) -> Claim:
         return Claim(
             run_id=self.run_id, cue_id=self.cue_id, resources=tuple(self.resources),
             priority=self.priority, strategy=self.strategy, agents=tuple(self.agents),
-            seq=self.seq, went=self.went,
+            seq=self.seq, went=self.went, fallback_at=self.fallback_at,
         )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from hub.engine import inputs
 from hub.engine.core import Engine
 from hub.engine.outbox import Outbox, Timer
 from hub.engine.plan import Plan
+from hub.engine.resources import ResourceBook
 from hub.engine.state import CueRun, RunState
 from hub.store.layout import handoff_fields, owner_fields, read_run, run_fields
 from protocols import payloads as p
@@ -56,6 +57,24 @@ class Sim:
         for run_id, run in runs.items():
             if run is not None and not run.status.done:
                 self.engine.adopt(run, plans[run_id])
+        self._drain()
+
+    def take_over(self) -> None:
+        """Another hub leads, as `Driver.load` starts its term: the resource book, the runs
+        and the escalations from the store, and none of the old leader's timers (they were
+        in its memory)."""
+        book = ResourceBook.load(self.engine.book.dump())
+        held = [e.model_copy(deep=True) for e in self.engine.escalations.by_id.values()]
+        runs = {run_id: read_run(fields) for run_id, fields in self.persisted.items()}
+        plans = dict(self.engine.plans)
+        self.engine = Engine(KEYS, clock=lambda: self.now)
+        self.engine.book = book
+        for run_id, run in runs.items():
+            if run is not None and not run.status.done:
+                self.engine.adopt(run, plans[run_id])
+        for esc in held:
+            self.engine.escalations.take_in(esc)
+        self.timers = []
         self._drain()
 
     def _drain(self) -> None:

@@ -125,7 +125,7 @@ cues:
     sim = Sim(plan)
     sim.start("r1")
     sim.start("r2", plan)
-    assert sim.cue("A", "r2").state is CueState.PENDING
+    assert sim.cue("A", "r2").state is CueState.WAITING  # queued: fired once it is free
     assert "runner" in (sim.cue("A", "r2").reason or "")
     assert sim.run("r2").status is RunStatus.RUNNING  # r1 will release it: no operator needed
     sim.complete("a", "A", run_id="r1")

@@ -17,7 +17,7 @@ from hub.engine import answers
 from hub.engine.base import MOVING, PAUSED, EngineBase, _all
 from hub.engine.budgets import held_by_budget
 from hub.engine.contest import check_winner
-from hub.engine.escalations import OPEN, Escalation
+from hub.engine.escalations import DETAIL_CHARS, OPEN, Escalation, clipped
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.errors import Conflict, NotFound
@@ -29,6 +29,8 @@ from protocols.states import (
     Severity,
     TargetState,
 )
+
+NOTICE_CHARS = 500  # of the broadcast.notice a high or critical escalation sends everyone
 
 
 class AlertsMixin(EngineBase):
@@ -89,10 +91,13 @@ class AlertsMixin(EngineBase):
             first.updated_at = now
             self.out.escalations[first.id] = first
             return first
+        detail, data = payload.detail, payload.model_dump(mode="json")
+        if raised_by != HUB:  # what its sender chose, kept and shown in a few kilobytes
+            detail, data = detail[:DETAIL_CHARS], clipped(data)
+            data["detail"] = detail
         esc = Escalation(
             type=mt, severity=payload.severity, run_id=slot[0], cue_id=cue_id, cause=slot[2],
-            detail=payload.detail, payload=payload.model_dump(mode="json"),
-            raised_by=raised_by, created_at=now, updated_at=now,
+            detail=detail, payload=data, raised_by=raised_by, created_at=now, updated_at=now,
         )  # fmt: skip
         esc, new = self.escalations.raise_(esc)
         self.out.escalations[esc.id] = esc
@@ -104,7 +109,7 @@ class AlertsMixin(EngineBase):
                 raised_by=raised_by,
             )  # fmt: skip
         if new and esc.severity in (Severity.HIGH, Severity.CRITICAL):
-            text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"
+            text = f"{esc.severity.value} {mt.value}: {esc.detail or esc.cause}"[:NOTICE_CHARS]
             self.broadcast(T.BROADCAST_NOTICE, p.BroadcastNotice(text=text, severity=esc.severity))
         if new and esc.severity is Severity.CRITICAL:
             self.pause(_critical(esc))

@@ -18,6 +18,24 @@ RESOLVED = "resolved"
 
 Slot = tuple[str | None, str | None, str]  # an escalation's dedup slot: (run, cue, cause)
 
+# What a specialist's escalation keeps of what it sent (it is stored, listed, and a high
+# one announced to every replica): its detail, each other string, each list
+DETAIL_CHARS = 2_000
+TEXT_CHARS = 500
+ITEMS_MAX = 20
+
+
+def clipped(value: Any) -> Any:
+    """`value` (a payload as JSON) with each string cut to TEXT_CHARS and each list to
+    ITEMS_MAX items, all the way down."""
+    if isinstance(value, str):
+        return value[:TEXT_CHARS]
+    if isinstance(value, list):
+        return [clipped(item) for item in value[:ITEMS_MAX]]
+    if isinstance(value, dict):
+        return {key: clipped(item) for key, item in value.items()}
+    return value
+
 
 class Escalation(BaseModel):
     id: str = Field(default_factory=new_id)

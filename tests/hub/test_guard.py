@@ -292,3 +292,25 @@ def test_only_a_targets_rejection_of_the_call_its_cue_is_in_fails_the_attempt() 
     reject("ann", "task.assign", 2)
     assert sim.cue("A").state is CueState.FAILED  # no retry left
     assert sim.cue("A").error == "ann rejected its task.assign (dead letter 1-0): undecodable"
+
+
+def test_a_specialists_escalation_is_kept_and_announced_in_a_few_kilobytes() -> None:
+    """An escalation's detail was stored whole twice (as its detail and in its payload),
+    with every list and string its sender chose, and a high one's detail went whole to
+    every replica of every agent in a broadcast.notice: 200 KiB a slot, kept for ever."""
+    sim = Sim(plan_of(SHARED))
+    sim.start()
+    sim.call_through("BUILD", ["builder"])
+    body = p.EscalationConflict(
+        severity=Severity.HIGH, cause="c" * 50_000, detail="d" * 200_000,
+        agents_involved=["a" * 1_000] * 5_000, resource_in_question="r" * 10_000,
+        proposed_resolution="p" * 10_000,
+    )  # fmt: skip
+    msg = make(T.ESCALATION_CONFLICT, body, from_agent="shipper", run_id="r1", cue_id="SHIP")
+    guard.specialist_escalation(sim.engine, msg, Severity.HIGH)
+    sim._drain()
+    (esc,) = [e for e in sim.engine.escalations.by_id.values() if e.raised_by == "shipper"]
+    assert len(esc.model_dump_json()) < 20_000, len(esc.model_dump_json())  # was 5.4 MB
+    assert esc.detail.startswith("d" * 400) and esc.payload["detail"] == esc.detail
+    notices = [m for o in sim.outs for _, m in o.messages if m.message_type is T.BROADCAST_NOTICE]
+    assert len(notices) == 1 and len(notices[0].body(p.BroadcastNotice).text) < 1_000

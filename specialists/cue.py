@@ -93,6 +93,12 @@ class Result:
         raise TypeError(f"execute must return a Result, a dict or None, not {type(value).__name__}")
 
 
+def token(run_id: str | None, cue_id: str, attempt: int | None, name: str) -> str:
+    """The done-marker token of `name` for a cue's attempt (None: for all its attempts)."""
+    scope = f"{run_id or '-'}:{cue_id}"
+    return f"{scope}:{attempt}:{name}" if attempt is not None else f"{scope}:{name}"
+
+
 class Cue:
     """One cue (or direct task) on this replica, passed to `prepare`, `ready` and `execute`.
 
@@ -189,8 +195,7 @@ class Cue:
 
     def token(self, name: str, *, per_attempt: bool = True) -> str:
         """The done-marker token of `name` for this cue (and attempt, unless per_attempt=False)."""
-        scope = f"{self.run_id or '-'}:{self.cue_id}"
-        return f"{scope}:{self.attempt}:{name}" if per_attempt else f"{scope}:{name}"
+        return token(self.run_id, self.cue_id, self.attempt if per_attempt else None, name)
 
     async def mark_done(self, name: str, *, per_attempt: bool = True) -> bool:
         """Mark `name` done for this cue; True if this call marked it (nobody did before)."""

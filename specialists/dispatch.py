@@ -26,9 +26,9 @@ from protocols.payloads import (
     TaskInput,
 )
 from protocols.transport import Delivery
-from specialists.cue import CUE_REASON_CHARS, Cue
+from specialists.cue import CUE_REASON_CHARS, Cue, token
 from specialists.errors import Reject, Retry
-from specialists.work import failure, run_work, settle, settled_before
+from specialists.work import STOOD_DOWN, failure, run_work, settle, settled_before
 
 if TYPE_CHECKING:
     from specialists.runtime import Runtime
@@ -264,24 +264,57 @@ class Dispatcher:
 
     async def _standdown(self, d: Delivery, m: Envelope) -> bool:
         p = m.body(CoordStanddown)
-        for key in [k for k in self.cues if k[:2] == (m.run_id, p.cue_id) and k[2] <= p.attempt]:
-            cue = self.cues.pop(key, None)
-            if cue is None:  # a copy of this standdown took it while our hook awaited
-                continue
-            prep = self.preps.pop(key, None)
-            if prep is not None:
-                prep.cancel()
-            # the run was cancelled, the cue pre-empted or its ack late: stop working, or
-            # checking readiness (a check that never returns would hold its entry for ever)
-            for task in (self.working.get(key), self.checking.get(key)):
-                if task is not None:
-                    self.stood_down[key] = p.reason or "stood down"
-                    task.cancel()
-            try:  # honoured above; the hook only releases, so it may not hold the entry
-                await self.bounded("standdown", self.spec.standdown(cue, p.reason))
-            except Exception:
-                log.exception("standdown hook of %r failed", cue)
-        return True
+        keys = [k for k in self.cues if k[:2] == (m.run_id, p.cue_id) and k[2] <= p.attempt]
+        # a copy of this standdown may take a cue while our hook awaits: None then
+        called_off = [cue for key in keys if (cue := self.call_off(key, p.reason)) is not None]
+        # One replica of the agent gets the standdown; the attempt's work may be on another
+        # (or be reclaimed by one later): it reads this marker before it starts the attempt
+        # and while it holds it (`call_off_stood_down`). The XACK goes with the marker,
+        # written while the hooks run (it may wait behind a write in flight).
+        marker = token(m.run_id, p.cue_id, p.attempt, STOOD_DOWN)
+        set_marker = self.rt.markers.set_command(marker, p.reason or "stood down")
+        written = asyncio.ensure_future(self.rt.send(ack=[d], then=[set_marker]))
+        for cue in called_off:  # honoured above; the hook only releases
+            await self._release(cue, p.reason)
+        await written
+        return False
+
+    def call_off(self, key: CueKey, reason: str) -> Cue | None:
+        """Stop preparing, checking readiness and working on `key`: the run was cancelled,
+        the cue pre-empted or its ack late (a readiness check that never returns would hold
+        its entry for ever). The Cue, for the `standdown` hook; None when not held here."""
+        cue = self.cues.pop(key, None)
+        if cue is None:
+            return None
+        prep = self.preps.pop(key, None)
+        if prep is not None:
+            prep.cancel()
+        for task in (self.working.get(key), self.checking.get(key)):
+            if task is not None:
+                self.stood_down[key] = reason or "stood down"
+                task.cancel()
+        return cue
+
+    async def call_off_stood_down(self) -> None:
+        """Call off the work in hand (running, or waiting for a slot) whose attempt another
+        replica stood down: their markers read in one round trip, every claim interval."""
+        keys = list(self.working)
+        if not keys:
+            return
+        reasons = await self.rt.markers.read_each([token(*key, STOOD_DOWN) for key in keys])
+        for key, reason in zip(keys, reasons, strict=True):
+            # not if settled meanwhile (`settle` takes the work out of `working` first)
+            if reason is not None and key in self.working:
+                cue = self.call_off(key, reason)
+                if cue is not None:
+                    self.rt.spawn(self._release(cue, reason))
+
+    async def _release(self, cue: Cue, reason: str) -> None:
+        """The author's `standdown` hook, bounded: it may not hold anything for ever."""
+        try:
+            await self.bounded("standdown", self.spec.standdown(cue, reason))
+        except Exception:
+            log.exception("standdown hook of %r failed", cue)
 
     async def _work(self, d: Delivery, m: Envelope) -> bool:
         p = m.body(CoordGo) if m.message_type is MessageType.COORD_GO else m.body(TaskAssign)
@@ -306,7 +339,7 @@ class Dispatcher:
                 task.uncancel()  # the cancel was ours and is handled: report it, with the ack
             # a replayed GO whose replayed standdown came while its marker was checked: the
             # attempt's outcome is written already, and it has one
-            if await settled_before(self, d, cue):
+            if await settled_before(cue):
                 return True
             await settle(self, d, m, cue, failure(self, m, cue, f"stood down: {reason}"))
             return False  # settled

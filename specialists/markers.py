@@ -3,11 +3,13 @@
 `SET {prefix}done:{AGENT}:{token} 1 NX EX ttl`: the first replica to mark a token wins,
 so a GO reclaimed after a crash can tell that a side effect already happened. The keys are
 tagged with the agent, like its streams, so a completion's XADD, its XACK and its marker
-go in one single-slot MULTI.
+go in one single-slot MULTI. Only SET, GET, EXISTS and DEL are used on them: what the
+agent's ACL user (callboard.acl) is granted there.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from protocols.batching import Coalescer
@@ -23,11 +25,13 @@ class DoneMarkers:
         self._keys = keys
         self._agent = agent_id
         self.ttl_s = ttl_s
-        self._exists: Coalescer[str, bool] = Coalescer(self._any_marked, "done-markers")
+        self._reads: Coalescer[str, bytes | None] = Coalescer(self._values, "done-markers")
 
-    def set_command(self, token: str) -> list[Any]:
-        """The SET of `mark`, to ride in another round trip (see Transport.publish_many)."""
-        return ["SET", self._keys.done(self._agent, token), b"1", "NX", "EX", self.ttl_s]
+    def set_command(self, token: str, value: str = "1") -> list[Any]:
+        """The SET of `mark` (or, with `value`, of `put`, NX still: the first value stays),
+        to ride in another round trip (see Transport.publish_many)."""
+        key = self._keys.done(self._agent, token)
+        return ["SET", key, value.encode(), "NX", "EX", self.ttl_s]
 
     async def mark(self, token: str, ttl_s: int | None = None) -> bool:
         """True when this call set the marker, False when it was already there."""
@@ -35,12 +39,19 @@ class DoneMarkers:
         return await self._db.set(key, b"1", nx=True, ex_s=ttl_s or self.ttl_s)
 
     async def is_marked(self, token: str) -> bool:
-        """Whether `token` is marked; concurrent checks share one MGET."""
-        return await self._exists(token)
+        """Whether `token` is marked; concurrent reads share one round trip."""
+        return await self._reads(token) is not None
 
-    async def _any_marked(self, tokens: list[str]) -> list[bool]:
-        values = await self._db.mget([self._keys.done(self._agent, t) for t in tokens])
-        return [value is not None for value in values]
+    async def read_each(self, tokens: list[str]) -> list[str | None]:
+        """The value under each token (None: not marked), in one round trip shared with
+        every read made meanwhile."""
+        values = await asyncio.gather(*[self._reads.submit(token) for token in tokens])
+        return [None if value is None else value.decode(errors="replace") for value in values]
+
+    async def _values(self, tokens: list[str]) -> list[bytes | None]:
+        # a GET per key, pipelined: MGET is not among the commands the ACL grants on markers
+        keys = [self._keys.done(self._agent, t) for t in tokens]
+        return list(await self._db.commands("GET", [("GET", key) for key in keys]))
 
     async def put(self, token: str, value: str, ttl_s: int | None = None) -> None:
         """A marker that holds a value (e.g. the id of remote work this cue started), so

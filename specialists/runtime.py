@@ -392,7 +392,8 @@ class Runtime:
                 await asyncio.sleep(0)  # the next read, in its round trip (`_ahead`)
 
     async def _keep_claims(self) -> None:
-        """Renew our entries every min_idle_ms/3; reclaim idle ones every claim_interval_ms."""
+        """Renew our entries every min_idle_ms/3; every claim_interval_ms, reclaim idle
+        ones and call off the work in hand another replica stood down."""
         s = self.settings
         renew_every_s = max(s.min_idle_ms / 3, 20) / 1000
         claim_every_s = max(s.claim_interval_ms, 20) / 1000
@@ -407,22 +408,27 @@ class Runtime:
                         await self.transport.renew(self.inbox, self.group, self.consumer, ids)
                 if now >= next_claim:
                     next_claim = now + claim_every_s
-                    count = 0 if self.stopping.is_set() else self.read_budget()
-                    if count:
-                        for delivery in await self.transport.reclaim(
-                            self.inbox,
-                            self.group,
-                            self.consumer,
-                            min_idle_ms=s.min_idle_ms,
-                            count=count,
-                            on_poison=self.reject_poison,
-                        ):
-                            self.accept(delivery)
+                    # the markers' round trip (only with work in hand) beside the reclaim's
+                    await asyncio.gather(self._reclaim(), self.dispatch.call_off_stood_down())
             except TransportError as exc:
                 await self._backoff("claim", exc)
             pause_s = max(0.0, min(next_renew, next_claim) - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.closed.wait(), pause_s)
+
+    async def _reclaim(self) -> None:
+        count = 0 if self.stopping.is_set() else self.read_budget()
+        if not count:
+            return
+        for delivery in await self.transport.reclaim(
+            self.inbox,
+            self.group,
+            self.consumer,
+            min_idle_ms=self.settings.min_idle_ms,
+            count=count,
+            on_poison=self.reject_poison,
+        ):
+            self.accept(delivery)
 
     async def _broadcast_loop(self, last_id: str) -> None:
         while not self.closed.is_set():

@@ -22,6 +22,9 @@ log = logging.getLogger("callboard.specialists")
 # done-marker set with an attempt's outcome, whichever it is (named when only completions
 # were marked; the name stays, so markers set before still count)
 SETTLED = "__completed__"
+# done-marker holding the reason of an attempt's coord.standdown, set by the replica that
+# handled it: a standdown reaches one replica of the agent, its work may be on another
+STOOD_DOWN = "__stood_down__"
 
 
 async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
@@ -30,10 +33,19 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     The slot is held for `execute` only: the outcome is written (with the XACK and the
     done-marker, atomically: see `settle`) while the next piece of work already runs, and
     writes made meanwhile share one round trip. status.started goes out unless the outcome
-    is ready before it could be written; then the outcome alone says it (see `Write`)."""
+    is ready before it could be written; then the outcome alone says it (see `Write`).
+
+    First the attempt's markers are read, in one round trip shared with the GOs handled
+    meanwhile: a copy of an attempt that has its outcome is acked, one stood down on
+    another replica is reported so, neither is executed."""
     rt, spec = dp.rt, dp.spec
-    if await settled_before(dp, d, cue):
+    # every GO, whatever its deliveries: a copy may be a new entry (the hub's write retried)
+    settled, stood_down = await rt.markers.read_each([cue.token(SETTLED), cue.token(STOOD_DOWN)])
+    if settled is not None:  # a copy of an attempt that has its outcome
         return True
+    if stood_down is not None:  # called off (on another replica) before it started here
+        await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
+        return False
     async with rt.work_slot():
         with _invoking(dp, m, cue):
             started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
@@ -72,12 +84,9 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     return False
 
 
-async def settled_before(dp: Dispatcher, d: Delivery, cue: Cue) -> bool:
-    """Whether the attempt's outcome is written already (and `d` is a copy of its entry).
-    Only an entry delivered before can be (or any entry, once a lost consumer group was
-    made again and replays old entries)."""
-    again = d.deliveries > 1 or dp.rt.transport.groups_recreated
-    return bool(again) and await cue.already_done(SETTLED)
+async def settled_before(cue: Cue) -> bool:
+    """Whether the attempt's outcome is written already (by this replica or another)."""
+    return await cue.already_done(SETTLED)
 
 
 async def settle(

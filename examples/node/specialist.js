@@ -75,7 +75,8 @@ async function dispatch(entryId, m, p, attempt, cue, deliveries) {
       return answer(entryId, [message('ack.standby', { attempt, ready, reason }, m)]);
     }
     case 'coord.go': case 'task.assign':
-      if (deliveries > 1 && await db.exists(done(`${cue}|outcome`))) return answer(entryId, []);
+      // every GO, whatever its deliveries: a copy may be a new entry
+      if (await db.exists(done(`${cue}|outcome`))) return answer(entryId, []);
       return work(entryId, m, cue);
     case 'coord.standdown':
       for (const [key, abort] of working) if (key.startsWith(`${m.run_id}|${p.cue_id}|`)) abort.abort(p.reason);

@@ -385,22 +385,27 @@ class Transport(_Upkeep):
                 counts.update({_text(r["message_id"]): int(r["times_delivered"]) for r in found})
         return {i: c for i, c in counts.items() if i in wanted}
 
-    async def renew(self, stream: str, group: str, consumer: str, entry_ids: Sequence[str]) -> None:
+    async def renew(
+        self, stream: str, group: str, consumer: str, entry_ids: Sequence[str]
+    ) -> list[str]:
         """Reset the idle time of entries `consumer` is still working on (XCLAIM ... JUSTID),
-        so a slow but alive replica keeps its claim and nobody steals it."""
+        so a slow but alive replica keeps its claim and nobody steals it; returns the ids
+        renewed. Only entries still pending on `consumer` (XPENDING first): one another
+        replica reclaimed after this one stalled past the claim window is its now, and
+        claiming it back would have both run it and report it. (A reclaim landing between
+        the XPENDING and the XCLAIM is still undone: a window of one round trip.)"""
         if not entry_ids:
-            return
-        # JUSTID leaves the delivery counter alone. Caveat: an entry that was already
-        # reclaimed by another consumer is claimed back; delivery is at least once anyway.
+            return []
         try:
-            await self._call(
-                "XCLAIM",
-                lambda: self._client.xclaim(
-                    stream, group, consumer, 0, list(entry_ids), justid=True
-                ),
-            )
+            mine = list(await self._delivery_counts(stream, group, consumer, list(entry_ids)))
+            if mine:  # JUSTID leaves the delivery counter alone
+                ids: list[Any] = list(mine)
+                claim = partial(self._client.xclaim, stream, group, consumer, 0, ids, justid=True)
+                await self._call("XCLAIM", claim)
         except GroupMissing:
             await self._recover([stream], group)
+            return []
+        return mine
 
     async def dead_letter(
         self, delivery: Delivery, reason: str, group: str | None = None, sender: str = ""

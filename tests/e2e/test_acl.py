@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -14,11 +15,17 @@ from typer.testing import CliRunner
 
 from callboard.acl import acl
 from callboard.embedded import EmbeddedServer
-from protocols.keys import Keys
+from protocols.codec import Envelope, decode, encode, make
+from protocols.keys import STREAM_FIELD, Keys
+from protocols.messages import MessageType
+from protocols.payloads import CoordGo
+from tests.e2e.procs import child_env, processes
+from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.redis
 P = "cb:"
 K = Keys(P)
+SDK = "agent-sdk"  # the streams of an SDK replica's, run as its user
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +36,8 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSer
     app.command()(acl)
     result = CliRunner().invoke(
         app,
-        ["agent-a", "agent-ab", "--out", str(out), "--hub-password", "hub-pw",
-         "--password", "agent-a=a-pw"],
+        ["agent-a", "agent-ab", SDK, "--out", str(out), "--hub-password", "hub-pw",
+         "--password", "agent-a=a-pw", "--password", f"{SDK}=sdk-pw"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "agent-ab:" in result.output  # generated passwords are printed, given ones not
@@ -132,3 +139,39 @@ def test_refuses_bad_agent_ids(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["agent*", "--out", str(tmp_path / "x.acl")])
     assert result.exit_code == 2
     assert not (tmp_path / "x.acl").exists()
+
+
+def test_a_replica_under_its_user_runs_a_redelivered_go(
+    acl_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A GO read by a replica that died is reclaimed (delivered a second time) by an SDK
+    replica logged in as its agent's user: it reads the attempt's done-markers, then runs
+    and completes it. On the code before, the markers were read with MGET, which the user
+    is not granted: NOPERM at every delivery, until the GO was dead-lettered as poison."""
+    hub = as_user(acl_server, "hub", "hub-pw")
+    inbox, out = K.inbox(SDK), K.out(SDK)
+    hub.xgroup_create(inbox, SDK, id="0", mkstream=True)
+    go = CoordGo(cue_id="CUE-1", target_agents=[SDK], action={"result": {"x": 1}})
+    message = make(MessageType.COORD_GO, go, run_id="run-1", cue_id="CUE-1", target_agents=[SDK])
+    hub.xadd(inbox, {STREAM_FIELD: encode(message)})
+    hub.xreadgroup(SDK, "ghost", {inbox: ">"}, count=1)  # read by a replica that then died
+    url = f"redis://{SDK}:sdk-pw@127.0.0.1:{acl_server.port}/0"
+    fast = {"CALLBOARD_MIN_IDLE_MS": "300", "CALLBOARD_CLAIM_INTERVAL_MS": "100"}
+    with processes(child_env(acl_server, prefix=P, REDIS_URL=url, **fast), tmp_path) as procs:
+        procs.echo(SDK)
+
+        def outcomes() -> list[Envelope]:
+            ends = (MessageType.STATUS_COMPLETED, MessageType.STATUS_REJECTED)
+            return [m for m in _out(hub, out) if m.message_type in ends]
+
+        [done] = eventually_sync(outcomes, 20, interval_s=0.05, message="the GO's outcome")
+        log = procs.log(f"echo-{SDK}-0")
+    assert done.message_type is MessageType.STATUS_COMPLETED, log
+    payload: Any = done.payload
+    assert payload.result == {"x": 1}
+    assert "NOPERM" not in log and "no permissions" not in log
+    assert hub.xpending(inbox, SDK)["pending"] == 0
+
+
+def _out(client: redis.Redis, stream: str) -> list[Envelope]:
+    return [decode(fields[STREAM_FIELD.encode()]) for _, fields in client.xrange(stream)]

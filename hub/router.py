@@ -51,7 +51,11 @@ from protocols.transport import Delivery, Transport, WriteAhead, ack_commands
 log = logging.getLogger(__name__)
 
 _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT})
+# Discovery (a SCAN of the whole keyspace: seconds with millions of keys) runs beside the
+# read loop, never in it, and waits between scans at least this many times what the last
+# one took: Redis is not kept busy scanning.
 DISCOVER_EVERY_S = 1.0
+DISCOVER_REST = 10
 SEEN_CAPACITY = 200_000
 ABSENT_CAPACITY = 10_000
 RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S = 100, 10.0  # unknown run ids asked of Redis, per sender
@@ -111,7 +115,6 @@ class Router:
         self._unwritten: OrderedDict[str, int] = OrderedDict()
         self._absent: OrderedDict[str, None] = OrderedDict()  # run ids Redis does not hold
         self.run_lookups = Budgets(RUN_LOOKUP_BURST, RUN_LOOKUPS_PER_S)  # per sender
-        self._last_discover = 0.0
         self._last_claim = 0.0
         self._claim_all = True  # the term's first reclaim takes every pending entry
         self._forgive = False  # ...and does not count what this hub held as delivered again
@@ -129,7 +132,7 @@ class Router:
         self._absent.clear()
         self._deferred = self._deferred_failed = None  # unsent: the next term reclaims them
         self.transport.abandon_reads()  # a cluster's reads of the last term: reclaimed
-        self._last_discover = self._last_claim = 0.0
+        self._last_claim = 0.0
         self._claim_all = True
         self._forgive = blameless
 
@@ -141,20 +144,33 @@ class Router:
                 await self.transport.ensure_group(name, self.group, "0")
                 found.add(name)
         self.streams = sorted(found)
-        self._last_discover = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
+        discovering = asyncio.create_task(self._discover_beside(stop), name="discover")
         try:
-            await self._run(stop)
+            await self._run(stop, discovering)
         finally:  # reads a cluster keeps in flight end with the term (see `reset`)
+            discovering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await discovering
             self.transport.abandon_reads()
 
-    async def _run(self, stop: asyncio.Event) -> None:
+    async def _discover_beside(self, stop: asyncio.Event) -> None:
+        """Discover the out streams (and trim the audit) every DISCOVER_EVERY_S, or
+        DISCOVER_REST times what the last scan took if longer, beside the read loop."""
         while not stop.is_set():
-            if time.monotonic() - self._last_discover > DISCOVER_EVERY_S:
-                await self._caught_up()
-                await self.discover()
-                await self.transport.trim(self.keys.audit, maxlen=self.settings.audit_maxlen)
+            started = time.monotonic()
+            await self.discover()
+            took_s = time.monotonic() - started
+            await self.transport.trim(self.keys.audit, maxlen=self.settings.audit_maxlen)
+            rest_s = max(DISCOVER_EVERY_S, DISCOVER_REST * took_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), rest_s)
+
+    async def _run(self, stop: asyncio.Event, discovering: asyncio.Task[None]) -> None:
+        while not stop.is_set():
+            if discovering.done():  # failed (Redis, say): the term ends, as a read failing does
+                discovering.result()
             if not self.streams:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)

@@ -4,9 +4,11 @@ a specialist asks it to (`status.rejected`), each sender within a budget.
 A specialist writes nothing but its own out stream, so a dead letter of its inbox is the
 hub's to write: the entry is read from that agent's OWN inbox by the id it names, never
 taken from the message (so no one can forge one), and dead-lettered once. Every sender has
-a budget of letters (a token bucket): the dead-letter stream is capped, and one sender's
-flood must not push everyone else's letters out of it. What is over the budget is still
-acknowledged and counted on the sender's protocol violation, just not copied. An entry
+a budget of letters (a token bucket) and a share of the capped dead-letter stream (a tenth
+of its letters, counted by the ids this hub wrote that the stream still holds): a sender's
+flood, however slow, must not push everyone else's letters out of it. What is over the
+budget or the share is still acknowledged and counted on the sender's protocol violation
+(and in a metric), just not copied. An entry
 rejected that calls its sender to a cue (a WARNING, STANDBY, GO or task.assign the hub
 wrote) is also handed back as a `Rejection`, so the attempt fails now (hub.engine.guard)
 rather than at its phase's timeout.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +36,8 @@ REJECTIONS_KEPT = 10_000
 MAX_DELIVERIES_SHOWN = 1_000_000_000  # a count beyond is a lie, and str() of a huge int raises
 HINT_FIELD_CHARS = 128  # run and cue ids are shorter (see the envelope's limits)
 REASON_CHARS = 500  # of a rejection's reason, in the failed attempt's error
+SHARE_OF_STREAM = 10  # a sender holds at most 1/10 of the dead-letter stream's letters
+OVER_SHARE = " (not dead-lettered: its sender holds its share of the dead-letter stream)"
 
 
 @dataclass
@@ -116,21 +120,33 @@ class DeadLetters:
         # (sender, entry id) dead-lettered -> the call it was, if one: a rejection read again
         # (its step's write failed and the term ended) still fails its attempt, unfetched
         self._rejected: OrderedDict[tuple[str, str], Rejection | None] = OrderedDict()
+        self.share = max(1, transport.deadletter_maxlen // SHARE_OF_STREAM)
+        # sender -> the ids (oldest first) of its letters written here, maybe still held
+        self._held: OrderedDict[str, deque[tuple[int, int]]] = OrderedDict()
+        self._held_total = 0
 
     async def write(self, bad: list[Bad]) -> None:
-        """Dead-letter each bad entry within its sender's budget (its XACK is the caller's,
-        after the violation is stored), noting the letter's id on it."""
-        kept = []
+        """Dead-letter each bad entry within its sender's budget and share (its XACK is the
+        caller's, after the violation is stored), noting the letter's id on it."""
+        budgeted = []
         for b in bad:
             self.metrics.violations.labels(b.cause).inc()
             if self._within_budget(b):  # (over it, not even parsed for a hint: no work)
-                b.run_id, b.cue_id = reply_hint(b.delivery.raw, self.transport.max_message_bytes)
-                kept.append(b)
+                budgeted.append(b)
+        kept = []
+        for b, fits in zip(budgeted, await self._fits([b.sender for b in budgeted]), strict=True):
+            if not fits:
+                self.metrics.dead_letters_over_share.labels(b.cause).inc()
+                b.detail += OVER_SHARE
+                continue
+            b.run_id, b.cue_id = reply_hint(b.delivery.raw, self.transport.max_message_bytes)
+            kept.append(b)
         items = [(b.delivery, f"{b.cause}: {b.detail}", b.sender) for b in kept]
         for b, letter_id in zip(
             kept, await self.transport.dead_letter_many(items, None), strict=True
         ):
             b.letter_id = letter_id
+            self._note(b.sender, letter_id)
             self.metrics.dead_letters.labels(b.cause).inc()
 
     async def rejected(
@@ -153,7 +169,7 @@ class DeadLetters:
                 wanted.setdefault(sender, []).append((d, body))
             elif (before := self._rejected[sender, body.entry_id]) is not None:
                 calls.append(before)  # the engine makes a repeat change nothing
-        letters: list[tuple[Delivery, str, str]] = []
+        wanted_letters: list[tuple[Delivery, str, str, Rejection | None]] = []
         done: dict[tuple[str, str], Rejection | None] = {}  # remembered once written
         for sender, asked in wanted.items():
             inbox = self.keys.inbox(sender)
@@ -174,12 +190,22 @@ class DeadLetters:
                     calls.append(rejection)
                 done[sender, body.entry_id] = rejection
                 if self.budgets.take(sender):
-                    if rejection is not None:  # its letter's id, once written (by position)
-                        lettered.append((rejection, len(letters)))
-                    letters.append((entry, f"rejected by {sender}: {body.reason}", sender))
+                    reason = f"rejected by {sender}: {body.reason}"
+                    wanted_letters.append((entry, reason, sender, rejection))
                 else:
                     self.metrics.dead_letters_over_budget.labels("rejected").inc()
+        fitting = await self._fits([sender for _, _, sender, _ in wanted_letters])
+        letters: list[tuple[Delivery, str, str]] = []
+        for (entry, reason, sender, rejection), fits in zip(wanted_letters, fitting, strict=True):
+            if not fits:
+                self.metrics.dead_letters_over_share.labels("rejected").inc()
+                continue
+            if rejection is not None:  # its letter's id, once written (by position)
+                lettered.append((rejection, len(letters)))
+            letters.append((entry, reason, sender))
         written = await self.transport.dead_letter_many(letters, None)
+        for (_, _, sender), letter_id in zip(letters, written, strict=False):
+            self._note(sender, letter_id)
         for rejection, at in lettered:
             rejection.letter_id = written[at] if at < len(written) else None
         for key, rejection in done.items():  # only now: a write that failed is done again
@@ -187,6 +213,44 @@ class DeadLetters:
         for _ in letters:
             self.metrics.dead_letters.labels("rejected").inc()
         return refused, calls
+
+    async def _fits(self, senders: list[str]) -> list[bool]:
+        """Whether each of these letters (by sender, in order) fits its sender's share of
+        the dead-letter stream. The stream is asked for its oldest letter only when a
+        sender would pass its share, or when the ids kept here pile up."""
+        wanted = Counter(senders)
+        full = any(len(self._held.get(s, ())) + n > self.share for s, n in wanted.items())
+        if full or self._held_total > 2 * self.transport.deadletter_maxlen:
+            await self._forget_trimmed()
+        planned: Counter[str] = Counter()
+        fits = []
+        for sender in senders:
+            room = len(self._held.get(sender, ())) + planned[sender] < self.share
+            planned[sender] += room
+            fits.append(room)
+        return fits
+
+    async def _forget_trimmed(self) -> None:
+        """Forget the ids of letters the stream no longer holds (trimmed: older than its
+        oldest letter)."""
+        oldest = await self.transport.oldest_dead_letter()
+        floor = _id_key(oldest) if oldest is not None else (1 << 64, 0)
+        for sender in list(self._held):
+            ids = self._held[sender]
+            while ids and ids[0] < floor:
+                ids.popleft()
+                self._held_total -= 1
+            if not ids:
+                del self._held[sender]
+
+    def _note(self, sender: str, letter_id: str) -> None:
+        """A letter of `sender` was written (senders remembered: SENDERS_KEPT, LRU)."""
+        ids = self._held.pop(sender, None) or deque()
+        ids.append(_id_key(letter_id))
+        self._held[sender] = ids
+        self._held_total += 1
+        if len(self._held) > SENDERS_KEPT:
+            self._held_total -= len(self._held.popitem(last=False)[1])
 
     def _within_budget(self, b: Bad) -> bool:
         if self.budgets.take(b.sender):
@@ -201,6 +265,11 @@ class DeadLetters:
         self._rejected[key] = rejection
         if len(self._rejected) > REJECTIONS_KEPT:
             self._rejected.popitem(last=False)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def reply_hint(raw: bytes, max_bytes: int) -> tuple[str | None, str | None]:

@@ -30,6 +30,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.dead_letters_over_share = Counter(
+            "callboard_dead_letters_over_share",
+            "Entries not copied to the dead-letter stream: their sender holds its share of it",
+            ["reason"],
+            registry=r,
+        )
         self.violations = Counter(
             "callboard_protocol_violations", "Protocol violations seen", ["cause"], registry=r
         )

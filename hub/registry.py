@@ -24,6 +24,10 @@ LIVENESS_MS = 15_000  # a replica blocked in XREADGROUP touches its consumer eve
 # whatever names its messages make up (the least recently seen, offline first, make room).
 REPLICAS_MAX = 256
 NAME_CHARS = 64
+# An agent may make up consumers on its own inbox without end (XREADGROUP with any name,
+# XGROUP CREATECONSUMER): past this many, its group's list is not read (the hub's loop
+# parsed 400,000 of them for 1.85 s) and its replicas' liveness is not known from Redis.
+CONSUMERS_READ_MAX = 2 * REPLICAS_MAX
 
 
 def _alive(consumer: dict[str, int]) -> bool:
@@ -98,30 +102,42 @@ class Registry:
             await self.store.save(self.agents[a] for a in sorted(agents) if a in self.agents)
 
     async def describe(self) -> list[dict[str, Any]]:
-        """Every agent with its replicas' liveness, read from the consumer group."""
+        """Every agent with its replicas' liveness, read from the consumer group: how many
+        consumers it has first, and their list only when there are at most
+        CONSUMERS_READ_MAX (past that, `liveness_read` is False and a replica counts as
+        online as long as it has not said otherwise)."""
         agents = await self.store.load()  # not self.agents: the router owns that copy
         names = sorted(agents)
-        try:  # one round trip for every agent's group
-            groups = await self.transport.consumers_of([(self.keys.inbox(a), a) for a in names])
+        pairs = [(self.keys.inbox(a), a) for a in names]
+        try:  # two round trips for every agent's group: how many, then which
+            counts = await self.transport.consumer_counts(pairs)
+            readable = [pair for pair, n in zip(pairs, counts, strict=True)
+                        if n <= CONSUMERS_READ_MAX]  # fmt: skip
+            read = dict(zip(readable, await self.transport.consumers_of(readable), strict=True))
         except TransportError:
-            groups = [{} for _ in names]
+            counts, read = [0] * len(names), {pair: {} for pair in pairs}
         out = []
-        for agent, consumers in zip(names, groups, strict=True):
+        for agent, pair, count in zip(names, pairs, counts, strict=True):
             entry = agents[agent]
+            consumers = read.get(pair)
             replicas = []
             for name, info in sorted(entry.replicas.items()):
-                seen = consumers.get(name)
+                seen = (consumers or {}).get(name)
                 idle = seen["idle_ms"] if seen else None
-                alive = info.online and seen is not None and _alive(seen)
+                if consumers is None:  # too many consumers to read: as it last said
+                    alive = info.online
+                else:
+                    alive = info.online and seen is not None and _alive(seen)
                 replicas.append({
                     "replica": name, "online": alive, "idle_ms": idle,
-                    "pending": consumers.get(name, {}).get("pending", 0),
+                    "pending": seen["pending"] if seen else 0,
                     "last_seen": info.last_seen,
                 })  # fmt: skip
             out.append({
                 "agent": agent, "kind": entry.kind, "contract": entry.contract,
                 "replicas": replicas, "online": any(r["online"] for r in replicas),
                 "last_seen": max((r.last_seen or 0 for r in entry.replicas.values()), default=None),
+                "consumers": count, "liveness_read": consumers is not None,
             })  # fmt: skip
         return out
 

@@ -1,11 +1,19 @@
-"""The leader's housekeeping: streams trimmed to their cap, expired runs dropped from the index.
+"""The leader's housekeeping: streams trimmed, made-up consumers dropped, expired runs and
+their escalations forgotten.
 
-Every `every_s` the leader trims each agent's in and out streams and the broadcast stream
-to `CALLBOARD_STREAM_MAXLEN` entries, never past an entry any group still has pending or
-has not been delivered (Transport.trim), and drops from the runs index the runs whose
-state retention expired (`CALLBOARD_RUN_RETENTION_S`, applied by the commit as a TTL).
-Only the leader does it, so two hubs never trim at once; a failure is logged and tried
-again next round, never fatal to the term.
+Every `every_s` the leader trims each agent's out stream to what the hub has not yet read
+and acknowledged (nothing reads an acknowledged out entry again: Transport.trim_handled),
+each inbox and the broadcast stream to `CALLBOARD_STREAM_MAXLEN` entries, never past an
+entry any group still has pending or has not been delivered (Transport.trim), and drops
+from the runs index the runs whose state retention expired (`CALLBOARD_RUN_RETENTION_S`,
+applied by the commit as a TTL), and the escalations of runs so expired, or of no run and
+closed as long ago. An inbox keeps what its agent acknowledged, up to the cap:
+a `status.rejected` names an entry its replica acknowledged with it, and the hub copies
+that entry when it reads the rejection, maybe long after. Consumers an agent's group holds
+beyond its replicas (an agent can make up any number on its own inbox) are dropped, at
+most CONSUMERS_DROPPED_MAX a round, once idle and holding nothing. Only the leader does
+it, so two hubs never trim at once; a failure is logged and tried again next round, never
+fatal to the term.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hub.store.agents import AgentStore
 from hub.store.state import StateStore
 from protocols.errors import TransportError
 from protocols.keys import Keys, group_partition
@@ -24,6 +33,8 @@ from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
 FORGET_BATCH = 1_000  # index entries looked at per round
+CONSUMERS_DROPPED_MAX = 50_000  # made-up consumers dropped per round (of all agents)
+CONSUMER_IDLE_MS = 60_000  # ...once idle this long (a replica lists itself before it says so)
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class Sweep:
 
     trimmed: int  # stream entries removed
     forgotten: int  # expired runs dropped from the index
+    consumers: int = 0  # consumers no replica of the registry's dropped
+    escalations: int = 0  # escalations of runs gone, or closed long ago, forgotten
 
 
 class Upkeep:
@@ -49,6 +62,7 @@ class Upkeep:
     ) -> None:
         self.transport = transport
         self.store = store
+        self.agents = AgentStore(store.db, keys)  # the replicas the registry knows
         self.keys = keys
         self.streams = streams  # the agents' out streams the router knows
         self.stream_maxlen = stream_maxlen
@@ -58,6 +72,7 @@ class Upkeep:
         # where the next round looks in the index's old entries: past those kept (runs still
         # there), so FORGET_BATCH of them cannot hide every expired one behind them forever
         self._forget_from = 0
+        self._forget_escs_from = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -72,21 +87,63 @@ class Upkeep:
         await self._drop_stale_groups()
         trimmed = 0
         trimmed += await self.transport.trim(self.keys.broadcast, maxlen=self.stream_maxlen)
-        for stream in self._agent_streams():
-            trimmed += await self.transport.trim(
-                stream, maxlen=self.stream_maxlen, grouped_only=True
-            )
-        forgotten = 0
+        for out, inbox in self._agent_streams():
+            # only once every partition's group reads it: one not made yet starts at "0"
+            trimmed += await self.transport.trim_handled(out, groups=self.partitions)
+            trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
+                                                 grouped_only=True)  # fmt: skip
+        consumers = await self._drop_made_up_consumers()
+        forgotten = forgotten_escs = 0
         if self.retention_s is not None:
             cutoff = time.time() - self.retention_s
             gone, read = await self.store.expired_run_ids(cutoff, FORGET_BATCH, self._forget_from)
             forgotten = await self.store.forget_runs(gone)
             # the runs kept are passed over next time; at the end, back to the oldest
             self._forget_from = 0 if read < FORGET_BATCH else self._forget_from + read - len(gone)
-        if trimmed or forgotten:
-            log.info("upkeep: %d stream entries trimmed, %d expired runs forgotten",
-                     trimmed, forgotten)  # fmt: skip
-        return Sweep(trimmed, forgotten)
+            # escalations: of runs gone, or of no run and closed, as long ago (and the same
+            # way past those kept)
+            gone, read = await self.store.expired_escalation_ids(
+                cutoff, FORGET_BATCH, self._forget_escs_from
+            )
+            forgotten_escs = await self.store.forget_escalations(gone)
+            self._forget_escs_from = (
+                0 if read < FORGET_BATCH else self._forget_escs_from + read - len(gone)
+            )
+        if trimmed or forgotten or consumers or forgotten_escs:
+            log.info("upkeep: %d stream entries trimmed, %d expired runs and %d escalations "
+                     "forgotten, %d made-up consumers dropped", trimmed, forgotten,
+                     forgotten_escs, consumers)  # fmt: skip
+        return Sweep(trimmed, forgotten, consumers, forgotten_escs)
+
+    async def _drop_made_up_consumers(self) -> int:
+        """Drop consumers of the agents' groups that are none of the replicas the registry
+        knows, hold nothing and have been idle CONSUMER_IDLE_MS: CONSUMERS_DROPPED_MAX a
+        round at most. Only a group with more consumers than its agent has replicas is
+        listed (off the event loop: see Transport.idle_consumers)."""
+        agents = [a for out in self.streams() if (a := self.keys.agent_of_out(out))]
+        if not agents:
+            return 0
+        pairs = [(self.keys.inbox(a), a) for a in agents]
+        counts = await self.transport.consumer_counts(pairs)
+        crowded = [(pair, n) for pair, n in zip(pairs, counts, strict=True) if n]
+        if not crowded:
+            return 0
+        records = await self.agents.load()
+        dropped = 0
+        for (inbox, agent), count in crowded:
+            known = records[agent].replicas if agent in records else {}
+            room = CONSUMERS_DROPPED_MAX - dropped
+            if count <= len(known) or room <= 0:
+                continue
+            names = await self.transport.idle_consumers(
+                inbox, agent, keep=set(known), min_idle_ms=CONSUMER_IDLE_MS, most=room
+            )
+            if names:
+                await self.transport.drop_consumers(inbox, agent, names)
+                log.warning("upkeep: dropped %d consumers of %s no replica of it has "
+                            "(made up on its own inbox)", len(names), agent)  # fmt: skip
+                dropped += len(names)
+        return dropped
 
     async def _drop_stale_groups(self) -> None:
         """The hub groups of partitions that no longer exist (the count was lowered) are
@@ -99,11 +156,10 @@ class Upkeep:
                                 group, out, partition, self.partitions)  # fmt: skip
                     await self.transport.drop_group(out, group)
 
-    def _agent_streams(self) -> list[str]:
+    def _agent_streams(self) -> list[tuple[str, str]]:
         """Each agent's out and in streams."""
-        capped: list[str] = []
-        for out in self.streams():
-            agent = self.keys.agent_of_out(out)
-            if agent:
-                capped += [out, self.keys.inbox(agent)]
-        return capped
+        return [
+            (out, self.keys.inbox(agent))
+            for out in self.streams()
+            if (agent := self.keys.agent_of_out(out))
+        ]

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hub.engine.escalations import Escalation
+from hub.engine.escalations import OPEN, Escalation
 from hub.engine.outbox import Outbox
 from hub.engine.resources import BookDump, ResourceBook
 from hub.engine.state import RunState
@@ -213,6 +213,40 @@ class StateStore:
         """These escalations, those Redis holds (one MGET; one per slot on a cluster)."""
         raws = await self.db.mget([self.keys.escalation(i) for i in esc_ids])
         return [Escalation.model_validate_json(r) for r in raws if r]
+
+    async def expired_escalation_ids(
+        self, cutoff: float, count: int = 1_000, offset: int = 0
+    ) -> tuple[list[str], int]:
+        """Of the `count` escalations raised before `cutoff` after the `offset` oldest,
+        those `forget_escalations` may drop: gone already, of a run Redis no longer holds
+        (its retention expired it), or of no run and closed before `cutoff`; and how many
+        were read."""
+        ids = [
+            i.decode()
+            for i in await self.db.zrange_below(self.keys.escalations, cutoff, count, offset)
+        ]
+        raws = await self.db.mget([self.keys.escalation(i) for i in ids])
+        gone: list[str] = []
+        of_run: dict[str, list[str]] = {}
+        for esc_id, raw in zip(ids, raws, strict=True):
+            if raw is None:
+                gone.append(esc_id)
+                continue
+            esc = Escalation.model_validate_json(raw)
+            if esc.run_id is not None:
+                of_run.setdefault(esc.run_id, []).append(esc_id)
+            elif esc.status != OPEN and esc.updated_at < cutoff:
+                gone.append(esc_id)
+        for run_id in await self.missing_runs(list(of_run)):
+            gone += of_run[run_id]
+        return gone, len(ids)
+
+    async def forget_escalations(self, esc_ids: list[str]) -> int:
+        """Drop escalations, their records and their place in the index."""
+        if not esc_ids:
+            return 0
+        await self.db.delete(*[self.keys.escalation(i) for i in esc_ids])
+        return await self.db.zrem(self.keys.escalations, esc_ids)
 
     async def open_escalation_ids(self) -> set[str]:
         """The open escalations of no run (see Keys.open_escalations)."""

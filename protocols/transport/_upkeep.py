@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from protocols.errors import GroupMissing, TransportError
@@ -46,6 +47,14 @@ class _Upkeep(_TransportBase):
             letter["raw_sha256"] = letter.get("raw_sha256") or hashlib.sha256(raw).hexdigest()
             letters.append(letter)
         return letters
+
+    async def oldest_dead_letter(self) -> str | None:
+        """The id of the oldest letter the capped dead-letter stream still holds (None when
+        it holds none): the letters before it were trimmed."""
+        rows = await self._call(
+            "XRANGE", lambda: self._client.xrange(self.keys.dead, "-", "+", count=1)
+        )
+        return _text(rows[0][0]) if rows else None
 
     async def held_elsewhere(self, streams: Sequence[str], group: str, consumer: str) -> set[str]:
         """The streams where some consumer other than `consumer` holds pending entries of
@@ -108,6 +117,88 @@ class _Upkeep(_TransportBase):
                     raise reply
             out.append({_text(row["name"]): _consumer(row) for row in reply})
         return out
+
+    async def consumer_counts(self, groups: Sequence[tuple[str, str]]) -> list[int]:
+        """How many consumers each (stream, group) has (XINFO GROUPS, one pipelined round
+        trip; a missing stream or group has none): read before the consumers themselves,
+        whose list an agent can make as long as it likes on its own inbox."""
+        if not groups:
+            return []
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream, _ in groups:
+                    pipe.xinfo_groups(stream)
+                return await pipe.execute(raise_on_error=False)
+
+        counts = []
+        for (_, group), reply in zip(groups, await self._call("XINFO GROUPS", send), strict=True):
+            if is_no_such_key(reply):
+                counts.append(0)
+                continue
+            if isinstance(reply, Exception):
+                with translated("XINFO GROUPS"):
+                    raise reply
+            rows = [r for r in reply if _text(r["name"]) == group]
+            counts.append(int(rows[0]["consumers"]) if rows else 0)
+        return counts
+
+    async def idle_consumers(
+        self, stream: str, group: str, *, keep: Collection[str], min_idle_ms: int, most: int
+    ) -> list[str]:
+        """Up to `most` consumers of `group` not in `keep` that hold nothing pending and have
+        been idle `min_idle_ms`. The list is read and parsed off the event loop (a worker
+        thread, on a connection of its own): it may hold millions of names an agent made up,
+        and parsing them here would stall every task of the process. Not on a cluster."""
+        if self.is_cluster:
+            return []
+        pool = self._client.connection_pool
+        client_type, pool_type = type(self._client), type(pool)
+
+        async def listing() -> Any:
+            own = pool_type(connection_class=pool.connection_class, **pool.connection_kwargs)
+            client = client_type(connection_pool=own)
+            try:
+                return await client.xinfo_consumers(stream, group)
+            finally:
+                await client.aclose()
+                await own.disconnect()
+
+        def read() -> list[str]:
+            found = []
+            for row in asyncio.run(listing()):
+                name = _text(row["name"])
+                idle = int(row["idle"])
+                if name in keep or int(row["pending"]) or idle < min_idle_ms:
+                    continue
+                found.append(name)
+                if len(found) >= most:
+                    break
+            return found
+
+        try:
+            return await asyncio.to_thread(read)
+        except Exception as exc:
+            if is_group_missing(exc) or is_no_such_key(exc):
+                return []
+            with translated("XINFO CONSUMERS"):
+                raise
+
+    async def drop_consumers(self, stream: str, group: str, consumers: Sequence[str]) -> int:
+        """XGROUP DELCONSUMER each (pipelined, a thousand a round trip); returns how many
+        pending entries went with them (none, for consumers found holding nothing)."""
+        dropped = 0
+        for start in range(0, len(consumers), 1000):
+            chunk = consumers[start : start + 1000]
+
+            async def send(chunk: Sequence[str] = chunk) -> list[Any]:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for consumer in chunk:
+                        pipe.xgroup_delconsumer(stream, group, consumer)
+                    return await pipe.execute()
+
+            dropped += sum(int(n) for n in await self._call("XGROUP DELCONSUMER", send))
+        return dropped
 
     async def ensure_consumer(self, stream: str, group: str, consumer: str) -> None:
         """XGROUP CREATECONSUMER: list a replica in its group before it reads anything."""
@@ -186,10 +277,33 @@ class _Upkeep(_TransportBase):
         )
         return int(removed)
 
-    async def _floor(self, stream: str) -> tuple[int, int] | None:
-        """The oldest id any group still needs (pending or undelivered); None if no groups."""
-        groups = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
-        if not groups:
+    async def trim_handled(self, stream: str, groups: int = 1) -> int:
+        """Drop the entries every group of `stream` has read and acknowledged: XTRIM MINID
+        to the oldest entry one still has pending, or just past the last one delivered when
+        none is pending. A stream read by fewer than `groups` groups is left alone (one to
+        come, made at "0", reads it from its start). Returns how many went."""
+        floor = await self._floor(stream, handled=True, groups_at_least=groups)
+        if floor is None or floor <= (0, 1):
+            return 0
+        minid = f"{floor[0]}-{floor[1]}"
+        removed = await self._call(
+            "XTRIM", lambda: self._client.xtrim(stream, minid=minid, approximate=False)
+        )
+        return int(removed)
+
+    async def _floor(
+        self, stream: str, handled: bool = False, groups_at_least: int = 1
+    ) -> tuple[int, int] | None:
+        """The oldest id any group still needs (pending or undelivered); None if fewer
+        than `groups_at_least` groups. `handled`: not the last delivered id itself, but the
+        one past it (nothing needs an entry delivered and acknowledged)."""
+        try:
+            groups = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
+        except TransportError as exc:  # a missing key has no groups
+            if is_no_such_key(exc.__cause__):
+                return None
+            raise
+        if not groups or len(groups) < groups_at_least:
             return None
 
         async def send() -> list[Any]:
@@ -199,6 +313,8 @@ class _Upkeep(_TransportBase):
                 return await pipe.execute()
 
         floor = min(_id_key(_text(g["last-delivered-id"])) for g in groups)
+        if handled:
+            floor = (floor[0], floor[1] + 1)
         for summary in await self._call("XPENDING", send):
             if summary["pending"] and summary["min"] is not None:
                 floor = min(floor, _id_key(_text(summary["min"])))

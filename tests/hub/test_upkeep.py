@@ -4,15 +4,20 @@ index; a reopened run is kept; streams are cut to their cap, never past a pendin
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from hub import commands as c
 from hub import upkeep
+from hub.engine.escalations import Escalation
 from hub.service import Hub
+from protocols import payloads as p
 from protocols.canonical import canonical_json
 from protocols.keys import STREAM_FIELD
+from protocols.messages import MessageType as T
 from protocols.settings import Settings
+from protocols.states import Severity
 from protocols.validation import load_cuelist
 from tests.helpers import eventually
 from tests.hub.running import running_hub
@@ -150,3 +155,39 @@ async def test_groups_of_partitions_that_no_longer_exist_are_dropped(hub: Hub) -
     hub.router.streams.append(out)
     await hub.upkeep.sweep()
     assert sorted(await hub.transport.group_names(out)) == ["hub", "lowered-tool"]
+
+
+async def test_escalations_leave_with_their_run_and_closed_ones_after_the_retention(
+    hub: Hub,
+) -> None:
+    """Escalations were kept for ever, and so was their index: every timeout, conflict or
+    specialist's escalation of every run, long after the run itself had expired."""
+    run_id = await _start(hub, "run-escalated")
+
+    def escalate(engine: Any) -> None:
+        body = p.EscalationError(cause="disk", detail="full")
+        engine.escalate(engine.runs[run_id], None, T.ESCALATION_ERROR, body)
+
+    await hub.driver.step(escalate)
+    (esc,) = [e for e in await hub.store.escalations() if e.run_id == run_id]
+    client = hub.transport._client
+    closed, still = (
+        Escalation(type=T.ESCALATION_ERROR, severity=Severity.MEDIUM, cause=cause,
+                   status=status, created_at=1.0, updated_at=1.0)
+        for cause, status in (("closed", "resolved"), ("still", "open"))
+    )  # fmt: skip
+    for old in (closed, still):  # of no run, raised long ago
+        await client.set(hub.keys.escalation(old.id), old.model_dump_json())
+        await client.zadd(hub.keys.escalations, {old.id: 1.0})
+    await client.zadd(hub.keys.escalations, {"gone-already": 1.0})
+    await hub.driver.step(lambda e: e.cancel(run_id))
+
+    async def forgotten() -> bool:
+        ids = {i.decode() for i in await client.zrange(hub.keys.escalations, 0, -1)}
+        return not ids & {esc.id, closed.id, "gone-already"}
+
+    await eventually(forgotten, 10, message="the run's, the closed one and the missing one go")
+    assert await hub.store.escalation(esc.id) is None
+    assert await hub.store.escalation(closed.id) is None
+    assert await hub.store.escalation(still.id) is not None  # open: an operator's to close
+    assert await client.zscore(hub.keys.escalations, still.id) == 1.0

@@ -1,0 +1,79 @@
+"""Consumers an agent makes up on its own inbox (any name, any number: its ACL allows it)
+neither stall the hub's loop in `describe` nor stay for ever: their list is read only when
+short, and upkeep drops the idle ones no replica has, a bounded number a round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hub import registry as registry_module
+from hub import upkeep
+from hub.service import Hub
+from protocols import payloads as p
+from protocols.codec import encode, make
+from protocols.keys import Keys
+from protocols.messages import MessageType as T
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+MADE_UP = registry_module.CONSUMERS_READ_MAX + 88
+
+
+async def _online(hub: Hub, agent: str) -> None:
+    msg = make(T.STATUS_ONLINE, p.StatusOnline(replica=f"{agent}-1"), from_agent=agent)
+    await hub.transport._client.xadd(hub.keys.out(agent), {"m": encode(msg)})
+    await eventually(lambda: hub.keys.out(agent) in hub.router.streams, 10)
+    await eventually(lambda: agent in hub.registry.agents, 10)
+    await hub.registry.store.save([hub.registry.agents[agent]])
+
+
+async def _make_up(hub: Hub, keys: Keys, agent: str, n: int) -> None:
+    r = hub.transport._client
+    inbox = keys.inbox(agent)
+    await r.xgroup_create(inbox, agent, "0", mkstream=True)
+    await r.xgroup_createconsumer(inbox, agent, f"{agent}-1")
+    async with r.pipeline(transaction=False) as pipe:
+        for i in range(n):
+            pipe.xgroup_createconsumer(inbox, agent, f"c{i}")
+        await pipe.execute()
+
+
+async def test_a_long_consumer_list_is_not_read(hub: Hub, keys: Keys, monkeypatch) -> None:
+    await _online(hub, "crowded")
+    await _online(hub, "plain")
+    await _make_up(hub, keys, "crowded", MADE_UP)
+    await _make_up(hub, keys, "plain", 0)
+    asked: list[Any] = []
+    consumers_of = hub.transport.consumers_of
+
+    async def spy(groups: Any) -> Any:
+        asked.extend(groups)
+        return await consumers_of(groups)
+
+    monkeypatch.setattr(hub.transport, "consumers_of", spy)
+    described = {a["agent"]: a for a in await hub.registry.describe()}
+    assert asked == [(keys.inbox("plain"), "plain")]  # not one row of the long list
+    crowded, plain = described["crowded"], described["plain"]
+    assert (crowded["consumers"], crowded["liveness_read"]) == (MADE_UP + 1, False)
+    assert crowded["online"] and crowded["replicas"][0]["idle_ms"] is None  # as it said
+    assert (plain["consumers"], plain["liveness_read"]) == (1, True)
+    assert plain["online"] and plain["replicas"][0]["idle_ms"] is not None
+
+
+async def test_upkeep_drops_made_up_idle_consumers_a_bounded_number_a_round(
+    hub: Hub, keys: Keys, monkeypatch
+) -> None:
+    monkeypatch.setattr(upkeep, "CONSUMER_IDLE_MS", 0)
+    monkeypatch.setattr(upkeep, "CONSUMERS_DROPPED_MAX", 500)
+    await _online(hub, "crowded")
+    await _make_up(hub, keys, "crowded", MADE_UP)
+    r, inbox = hub.transport._client, keys.inbox("crowded")
+    await r.xadd(inbox, {"m": b"x"})  # a made-up consumer holding work keeps it
+    await r.xreadgroup("crowded", "holder", {inbox: ">"}, count=1)
+    assert 0 < (await hub.upkeep.sweep()).consumers <= 500  # the bound of a round
+    await hub.upkeep.sweep()
+    left = {row["name"] for row in await r.xinfo_consumers(inbox, "crowded")}
+    assert left == {b"crowded-1", b"holder"}  # the replica the registry knows, and work
+    assert (await hub.upkeep.sweep()).consumers == 0

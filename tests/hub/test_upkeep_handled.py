@@ -1,0 +1,61 @@
+"""An out stream keeps only what the hub has not yet read and acknowledged: upkeep trims
+the rest, whatever the count cap (an agent's acknowledged entries, of up to a message's
+size each, used to stay until CALLBOARD_STREAM_MAXLEN of them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub.service import Hub
+from protocols.keys import Keys
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.redis
+KIB = 1024
+
+
+async def _handled(hub: Hub, stream: str) -> bool:
+    groups = await hub.transport._client.xinfo_groups(stream)
+    return any(g["name"] == b"hub" and g["lag"] == 0 and g["pending"] == 0 for g in groups)
+
+
+async def test_out_streams_keep_only_what_the_hub_has_not_handled(hub: Hub, keys: Keys) -> None:
+    r, out = hub.transport._client, keys.out("bulky")
+    for _ in range(5):  # oversized: dead-lettered (a few KiB kept there), acknowledged
+        await r.xadd(out, {"m": b"x" * (hub.settings.max_message_bytes + KIB)})
+    await eventually(lambda: out in hub.router.streams, 10)
+    await eventually(lambda: _handled(hub, out), 10)
+    await hub.upkeep.sweep()
+    assert await r.xlen(out) == 0
+    assert len(await hub.transport.dead_letters()) == 5  # what the letters keep stays
+
+
+async def test_an_entry_the_hub_has_not_acknowledged_is_kept(hub: Hub, keys: Keys) -> None:
+    r, out = hub.transport._client, keys.out("slow")
+    await r.xgroup_create(out, "hub-p9", "0", mkstream=True)  # a reader behind the hub
+    await r.xadd(out, {"m": b"not json"})
+    await eventually(lambda: out in hub.router.streams, 10)
+    await eventually(lambda: _handled(hub, out), 10)
+    await hub.transport.trim_handled(out)  # (a sweep would drop the stale group)
+    assert await r.xlen(out) == 1
+    await r.xreadgroup("hub-p9", "h", {out: ">"})  # read, pending: still kept
+    assert await hub.transport.trim_handled(out) == 0
+    (row,) = await r.xpending_range(out, "hub-p9", "-", "+", 1)
+    await r.xack(out, "hub-p9", row["message_id"])
+    assert await hub.transport.trim_handled(out) == 1
+
+
+async def test_a_stream_not_yet_read_by_every_partitions_group_is_kept(
+    hub: Hub, keys: Keys
+) -> None:
+    """With several partitions, each reads every out stream in a group of its own, made
+    when its leader finds the stream (at "0": from its start). Trimmed to the groups there
+    are, a stream would lose to a partition whose group comes a moment later what the
+    others had handled: replies about its runs."""
+    r, out = hub.transport._client, keys.out("early")
+    await r.xadd(out, {"m": b"not json"})
+    await eventually(lambda: out in hub.router.streams, 10)
+    await eventually(lambda: _handled(hub, out), 10)
+    assert await hub.transport.trim_handled(out, groups=2) == 0  # one partition's group to come
+    assert await r.xlen(out) == 1
+    assert await hub.transport.trim_handled(out, groups=1) == 1

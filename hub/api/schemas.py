@@ -345,6 +345,12 @@ class AgentPublic(BaseModel):
     replicas: list[ReplicaPublic]
     online: bool
     last_seen: str | None
+    consumers: int = Field(0, description="consumers of the agent's group on its inbox")
+    liveness_read: bool = Field(
+        True,
+        description="false when the group has too many consumers to list (an agent can make "
+        "them up): replicas are then online as they last said, not by their idle time",
+    )
 
 
 class AgentsPublic(BaseModel):

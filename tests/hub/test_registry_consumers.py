@@ -10,6 +10,7 @@ import pytest
 
 from hub import registry as registry_module
 from hub import upkeep
+from hub.api.routes.agents import list_agents
 from hub.service import Hub
 from protocols import payloads as p
 from protocols.codec import encode, make
@@ -60,6 +61,9 @@ async def test_a_long_consumer_list_is_not_read(hub: Hub, keys: Keys, monkeypatc
     assert crowded["online"] and crowded["replicas"][0]["idle_ms"] is None  # as it said
     assert (plain["consumers"], plain["liveness_read"]) == (1, True)
     assert plain["online"] and plain["replicas"][0]["idle_ms"] is not None
+    shown = {a.agent: a for a in (await list_agents(hub.registry)).data}  # GET /v1/agents
+    assert (shown["crowded"].consumers, shown["crowded"].liveness_read) == (MADE_UP + 1, False)
+    assert (shown["plain"].consumers, shown["plain"].liveness_read) == (1, True)
 
 
 async def test_upkeep_drops_made_up_idle_consumers_a_bounded_number_a_round(

@@ -19,6 +19,8 @@ async def list_agents(agents: AgentsDep) -> AgentsPublic:
             contract=a["contract"],
             online=a["online"],
             last_seen=ts(a["last_seen"]),
+            consumers=a["consumers"],
+            liveness_read=a["liveness_read"],
             replicas=[
                 ReplicaPublic(
                     replica=r["replica"],

@@ -18,6 +18,7 @@ from hub.registry import Registry
 from hub.service import Hub
 from protocols.cuelist import Cuelist
 from protocols.errors import NotFound
+from protocols.graph import CueGraph
 from protocols.states import CueState, RunStatus
 
 PER_PAGE = 50
@@ -107,11 +108,35 @@ async def runs_page(
     return RunsPage(runs, total, page, max(1, math.ceil(total / per_page)))
 
 
-def operator_conditions(cuelist: Cuelist) -> set[str]:
-    """Conditions some cue waits for that no cue raises: only an operator can raise them."""
-    wanted = {c for cue in cuelist.cues for c in cue.conditions}
-    raised = {c for cue in cuelist.cues for c in cue.raises}
-    return wanted - raised
+def operator_needs(cuelist: Cuelist, run: RunState) -> dict[str, list[str]]:
+    """The conditions unfinished cues of `run` wait for that only an operator can raise,
+    with those cues, as the engine's hold decides (hub.engine.alerts): no unfinished cue
+    raises them but the waiting cue itself and those after it (which wait for it)."""
+    raisers: dict[str, list[str]] = {}
+    for cue in cuelist.cues:
+        for flag in cue.raises:
+            raisers.setdefault(flag, []).append(cue.id)
+    graph: CueGraph | None = None  # built only when some flag has a raiser to place
+    needed: dict[str, list[str]] = {}
+    for cue in cuelist.cues:
+        cr = run.cues.get(cue.id)
+        if cr is None or cr.state.done:
+            continue
+        for flag in cue.conditions:
+            if flag in run.conditions:
+                continue
+            live = {c for c in raisers.get(flag, ()) if _unfinished(run, c)} - {cue.id}
+            if live:
+                graph = graph or CueGraph.from_cuelist(cuelist)
+                if not live <= graph.descendants(cue.id):
+                    continue
+            needed.setdefault(flag, []).append(cue.id)
+    return needed
+
+
+def _unfinished(run: RunState, cue_id: str) -> bool:
+    cr = run.cues.get(cue_id)
+    return cr is None or not cr.state.done
 
 
 async def approvals_of(hub: Hub, run: RunState) -> list[Approval]:
@@ -121,17 +146,7 @@ async def approvals_of(hub: Hub, run: RunState) -> list[Approval]:
     cuelist = await pinned_cuelist(hub, run)
     if cuelist is None:  # it ended, and its version was swept, since it was read
         return []
-    manual = operator_conditions(cuelist) - set(run.conditions)
-    if not manual:
-        return []
-    needed: dict[str, list[str]] = {}
-    for cue in cuelist.cues:
-        cr = run.cues.get(cue.id)
-        if cr is None or cr.state.done:
-            continue
-        for name in cue.conditions:
-            if name in manual:
-                needed.setdefault(name, []).append(cue.id)
+    needed = operator_needs(cuelist, run)
     return [Approval(run, name, cues) for name, cues in sorted(needed.items())]
 
 

@@ -9,11 +9,13 @@ from pathlib import Path
 from hub.api import create_app
 from hub.api.schemas import ts
 from hub.desk import render
-from hub.desk.data import Approval
-from hub.engine.state import RunState
+from hub.desk.data import Approval, operator_needs
+from hub.engine.state import CueRun, RunState
 from hub.service import Hub, HubSettings
 from protocols.cuelist import Budget
 from protocols.payloads import Usage
+from protocols.states import CueState
+from protocols.validation import load_cuelist
 
 
 def test_the_desk_sees_the_routes_of_included_routers() -> None:
@@ -110,3 +112,26 @@ def test_the_run_head_shows_what_the_budget_has_used() -> None:
     )
     assert "<span>tokens 50,112 / 50,000</span>" in html
     assert render.spend(run.model_copy(update={"budget": None})) == []
+
+
+def test_the_approvals_asked_are_the_flags_only_an_operator_can_raise() -> None:
+    """The desk asked for a flag only when no cue raised it: a flag only the waiting cue or
+    those after it raise, or whose raiser has failed, held the run (its hold_reason said
+    so) and no button raised it."""
+    text = (
+        "cuelist: asked\ncues:\n"
+        "  - {id: A, target_agents: [a], raises: [built]}\n"
+        "  - {id: B, target_agents: [b], depends_on: [A], conditions: [checked, built, ok]}\n"
+        "  - {id: C, target_agents: [c], depends_on: [B], raises: [checked]}\n"
+        "  - {id: D, target_agents: [d], conditions: [ok]}\n"
+        "  - {id: E, target_agents: [e], raises: [ok]}\n"
+    )
+    cuelist, version = load_cuelist(text)
+    run = RunState(run_id="r", cuelist="asked", version=version, created_at=0.0)
+    run.cues = {c.id: CueRun() for c in cuelist.cues}
+    assert operator_needs(cuelist, run) == {"checked": ["B"]}  # A and E may still raise theirs
+    run.cues["A"].state = CueState.FAILED  # `built` will never come from A now
+    run.cues["E"].state = CueState.COMPLETED  # nor `ok` from E
+    assert operator_needs(cuelist, run) == {"checked": ["B"], "built": ["B"], "ok": ["B", "D"]}
+    run.conditions = ["checked"]
+    assert "checked" not in operator_needs(cuelist, run)

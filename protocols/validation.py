@@ -10,8 +10,9 @@ Under `strict`, warnings (conflicts, cues that wait for an operator) are errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,6 +40,8 @@ class Report:
     issues: list[Issue] = field(default_factory=list)
     version: str | None = None
     file: str | None = None
+    # places an issue found later (the registry's warnings) on its line, as the others
+    place: Callable[[Issue, bool], Issue] | None = field(default=None, repr=False, compare=False)
 
     @property
     def errors(self) -> list[Issue]:
@@ -148,7 +151,7 @@ def _checked(doc: Document, strict: bool) -> Report:
         positions.setdefault(_raw_id(raw) or "", i)
     issues += [_place(i, positions, lines, strict) for i in later]
     issues.sort(key=lambda i: i.line if i.line is not None else 1 << 30)
-    report = Report(model, issues)
+    report = Report(model, issues, place=partial(_placed, positions, lines))
     if report.valid and model is not None:
         report.version = version_of(model)
     else:
@@ -219,6 +222,10 @@ def _raw_start(raw: Any) -> list[str] | None:
     return None
 
 
+def _placed(positions: dict[str, int], lines: LineMap, issue: Issue, strict: bool) -> Issue:
+    return _place(issue, positions, lines, strict)
+
+
 def _place(issue: Issue, positions: dict[str, int], lines: LineMap, strict: bool) -> Issue:
     """Fill in the line from the cue and key an issue names; warnings become errors if strict."""
     update: dict[str, Any] = {}
@@ -236,31 +243,48 @@ def _place(issue: Issue, positions: dict[str, int], lines: LineMap, strict: bool
     return issue.model_copy(update=update) if update else issue
 
 
-def _handoff_issues(cuelist: Cuelist) -> list[Issue]:
-    """Static contract checks of each cue's `handoff`, where both contracts are inline."""
+def _handoff_issues(
+    cuelist: Cuelist, registered: Mapping[str, Contract] | None = None
+) -> list[Issue]:
+    """Static contract checks of each cue's `handoff`. Without `registered`: where the
+    sender's contract is inline (errors). With the registry's contracts: the checks an
+    inline contract did not make, with the registry's for the agents not inline (warnings:
+    an agent registers its contract, and may change it, before the cue runs)."""
     issues = []
-    contracts = cuelist.specialists
+    inline = cuelist.specialists
+    make = error if registered is None else warning
     for cue in cuelist.cues:
         if cue.handoff is None:
             continue
         to = cue.handoff.to
-        receiver = contracts.get(to)
+        receiver = inline.get(to)
+        receiver_new = False  # the receiver's contract is the registry's
+        if registered is not None and receiver is None:
+            receiver = registered.get(to)
+            receiver_new = receiver is not None
         for agent in cue.fixed_agents:  # a `target` is only known when the cue fires
-            sender = contracts.get(agent)
+            sender_new = registered is not None and agent not in inline
+            sender = registered.get(agent) if registered is not None and sender_new else None
+            sender = sender or inline.get(agent)
             if sender is None:
                 continue
-            if to not in sender.handoff_to:
+            if registered is not None and not sender_new and not receiver_new:
+                continue  # both checked as inline contracts
+            whose = "registered contract" if sender_new else "contract"
+            if (registered is None or sender_new) and to not in sender.handoff_to:
                 allowed = ", ".join(sender.handoff_to) or "nobody"
-                message = f"{agent} may not hand off to {to}: its contract hands off to {allowed}"
-                issues.append(error("handoff_not_allowed", message, cue=cue.id, key="handoff.to"))
+                message = f"{agent} may not hand off to {to}: its {whose} hands off to {allowed}"
+                issues.append(make("handoff_not_allowed", message, cue=cue.id, key="handoff.to"))
             missing = check_handoff(agent, sender, to, receiver, cue.handoff.context)
             if missing:
                 message = (
                     f"{to} requires {', '.join(missing)}, which {agent} does not provide and "
                     "the handoff does not declare in handoff.context"
                 )
+                if registered is not None:
+                    message += " (by the registry's contracts, as they are now)"
                 issues.append(
-                    error("handoff_missing_keys", message, cue=cue.id, key="handoff.context")
+                    make("handoff_missing_keys", message, cue=cue.id, key="handoff.context")
                 )
     return issues
 
@@ -350,14 +374,26 @@ def target_warnings(cuelist: Cuelist, agents: Sequence[Candidate]) -> list[Issue
     return issues
 
 
-def with_target_warnings(report: Report, agents: Sequence[Candidate], strict: bool) -> Report:
-    """The report with `target_warnings` added (placed on their lines when the source is
+def with_registry_warnings(report: Report, agents: Sequence[Candidate], strict: bool) -> Report:
+    """The report with what the registry's agents (online now) say of the cuelist added:
+    `target_warnings`, and the handoff checks against their registered contracts for the
+    agents the cuelist has no inline contract of (placed on their lines when the source is
     known only by cue: the cue's line); under `strict` they are errors, as other warnings."""
     if report.cuelist is None:
         return report
+    registered = {
+        a.name: Contract(provides=list(a.provides), requires=list(a.requires),
+                         handoff_to=list(a.handoff_to))
+        for a in agents
+    }  # fmt: skip
     found = target_warnings(report.cuelist, agents)
-    if strict:
+    found += _handoff_issues(report.cuelist, registered)
+    if report.place is not None:
+        found = [report.place(i, strict) for i in found]
+    elif strict:
         found = [i.model_copy(update={"severity": "error"}) for i in found]
+    if report.file is not None:
+        found = [i.model_copy(update={"file": report.file}) for i in found]
     report.issues = [*report.issues, *found]
     if not report.valid:
         report.cuelist, report.version = None, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from protocols.canonical import canonical_json, version_of
 from protocols.cuelist import Cuelist
 from protocols.targeting import Candidate
-from protocols.validation import validate_text, with_target_warnings
+from protocols.validation import validate_text, with_registry_warnings
 
 BY_CAPABILITY = """\
 cuelist: review
@@ -83,14 +83,14 @@ def test_empty_target_unknown_key_and_bad_count() -> None:
 def test_warns_when_no_registered_agent_matches_now() -> None:
     reviewer = Candidate("rev-1", provides=("code_review",))
     gpu = Candidate("gpu-1", labels={"gpu": True})
-    report = with_target_warnings(validate_text(BY_CAPABILITY), [reviewer, gpu], strict=False)
+    report = with_registry_warnings(validate_text(BY_CAPABILITY), [reviewer, gpu], strict=False)
     assert report.valid and [i.code for i in report.warnings] == []
-    report = with_target_warnings(validate_text(BY_CAPABILITY), [gpu], strict=False)
+    report = with_registry_warnings(validate_text(BY_CAPABILITY), [gpu], strict=False)
     assert report.valid
     (warning,) = report.warnings
     assert (warning.code, warning.cue, warning.key) == ("no_agent_matches", "REVIEW", "target")
     assert "{provides: [code_review], count: 1}" in warning.message
-    strict = with_target_warnings(validate_text(BY_CAPABILITY), [gpu], strict=True)
+    strict = with_registry_warnings(validate_text(BY_CAPABILITY), [gpu], strict=True)
     assert not strict.valid and strict.cuelist is None
     assert [i.code for i in strict.errors] == ["no_agent_matches"]
 
@@ -104,3 +104,40 @@ def test_versions_of_cuelists_without_targets_or_labels_do_not_change() -> None:
     assert report.cuelist is not None
     again = Cuelist.model_validate_json(canonical_json(report.cuelist))
     assert again.cues == report.cuelist.cues and version_of(again) == report.version
+
+
+HANDING = """
+cuelist: handing
+specialists:
+  inline-sender: {provides: [code], handoff_to: [tester]}
+cues:
+  - id: BUILD
+    target_agents: [builder]
+    handoff: {to: tester, context: [notes]}
+  - id: MORE
+    target_agents: [inline-sender]
+    depends_on: [BUILD]
+    handoff: {to: tester}
+"""
+
+
+def test_handoffs_are_checked_against_the_registered_contracts_too() -> None:
+    """SPEC: the cuelist's inline contracts, else the registry's. Submit checked the inline
+    ones only, so a handoff the registered contracts refuse failed only when the cue ran."""
+    builder = Candidate("builder", provides=("code",), handoff_to=("deployer",))
+    tester = Candidate("tester", requires=("code", "notes", "tests"))
+    report = with_registry_warnings(validate_text(HANDING), [builder, tester], strict=False)
+    assert report.valid  # the registry may change before the cues run: warnings
+    found = sorted((i.code, i.cue, i.key) for i in report.warnings)
+    assert found == [
+        ("handoff_missing_keys", "BUILD", "handoff.context"),  # tests: nobody provides it
+        ("handoff_missing_keys", "MORE", "handoff.context"),  # notes, tests: by tester's
+        ("handoff_not_allowed", "BUILD", "handoff.to"),  # builder hands off to deployer
+    ], found
+    assert all(i.line is not None for i in report.warnings)
+    allowed = Candidate("builder", provides=("code", "tests"), handoff_to=("tester",))
+    fine = Candidate("tester", requires=("code",))
+    quiet = with_registry_warnings(validate_text(HANDING), [allowed, fine], strict=False)
+    assert [i.code for i in quiet.warnings] == []
+    strict = with_registry_warnings(validate_text(HANDING), [builder, tester], strict=True)
+    assert not strict.valid and len(strict.errors) == 3

@@ -52,11 +52,12 @@ def _refuse(code: str, message: str) -> CuelistError:
 
 async def _report(request: Request, strict: bool, hub: Hub | None = None) -> Any:
     """Parse the body by its content type and run every check on it; with the hub, also
-    warn of cues whose `target` no online agent matches now."""
+    warn of cues whose `target` no online agent matches now, and of handoffs the online
+    agents' registered contracts refuse."""
     report = await _checked(request, strict)
     if hub is not None:
         online = list((await hub.registry.online_stored()).values())
-        report = validation.with_target_warnings(report, online, strict)
+        report = validation.with_registry_warnings(report, online, strict)
     return report
 
 

@@ -107,12 +107,65 @@ class Budgets:
         return allowed
 
 
+class Shares:
+    """Each sender's share of the capped dead-letter stream (a tenth of its letters),
+    counted by the ids of the letters this hub wrote for it that the stream still holds.
+    One a hub, for all its partitions: a sender picks a bad entry's partition by the run id
+    it writes, and one count a partition would give it a share in each."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.share = max(1, transport.deadletter_maxlen // SHARE_OF_STREAM)
+        # sender -> the ids (oldest first) of its letters written here, maybe still held
+        self._held: OrderedDict[str, deque[tuple[int, int]]] = OrderedDict()
+        self._held_total = 0
+
+    async def fits(self, senders: list[str]) -> list[bool]:
+        """Whether each of these letters (by sender, in order) fits its sender's share of
+        the dead-letter stream. The stream is asked for its oldest letter only when a
+        sender would pass its share, or when the ids kept here pile up."""
+        wanted = Counter(senders)
+        full = any(len(self._held.get(s, ())) + n > self.share for s, n in wanted.items())
+        if full or self._held_total > 2 * self.transport.deadletter_maxlen:
+            await self._forget_trimmed()
+        planned: Counter[str] = Counter()
+        fits = []
+        for sender in senders:
+            room = len(self._held.get(sender, ())) + planned[sender] < self.share
+            planned[sender] += room
+            fits.append(room)
+        return fits
+
+    async def _forget_trimmed(self) -> None:
+        """Forget the ids of letters the stream no longer holds (trimmed: older than its
+        oldest letter)."""
+        oldest = await self.transport.oldest_dead_letter()
+        floor = _id_key(oldest) if oldest is not None else (1 << 64, 0)
+        for sender in list(self._held):
+            ids = self._held[sender]
+            while ids and ids[0] < floor:
+                ids.popleft()
+                self._held_total -= 1
+            if not ids:
+                del self._held[sender]
+
+    def note(self, sender: str, letter_id: str) -> None:
+        """A letter of `sender` was written (senders remembered: SENDERS_KEPT, LRU)."""
+        ids = self._held.pop(sender, None) or deque()
+        ids.append(_id_key(letter_id))
+        self._held[sender] = ids
+        self._held_total += 1
+        if len(self._held) > SENDERS_KEPT:
+            self._held_total -= len(self._held.popitem(last=False)[1])
+
+
 class DeadLetters:
     """Writes the hub's dead letters; see the module docstring."""
 
     def __init__(
-        self, transport: Transport, keys: Keys, metrics: Metrics, budgets: Budgets
-    ) -> None:
+        self, transport: Transport, keys: Keys, metrics: Metrics, budgets: Budgets,
+        shares: Shares | None = None,
+    ) -> None:  # fmt: skip
         self.transport = transport
         self.keys = keys
         self.metrics = metrics
@@ -120,10 +173,7 @@ class DeadLetters:
         # (sender, entry id) dead-lettered -> the call it was, if one: a rejection read again
         # (its step's write failed and the term ended) still fails its attempt, unfetched
         self._rejected: OrderedDict[tuple[str, str], Rejection | None] = OrderedDict()
-        self.share = max(1, transport.deadletter_maxlen // SHARE_OF_STREAM)
-        # sender -> the ids (oldest first) of its letters written here, maybe still held
-        self._held: OrderedDict[str, deque[tuple[int, int]]] = OrderedDict()
-        self._held_total = 0
+        self.shares = shares or Shares(transport)  # one a hub: its partitions share it
 
     async def write(self, bad: list[Bad]) -> None:
         """Dead-letter each bad entry within its sender's budget and share (its XACK is the
@@ -134,7 +184,9 @@ class DeadLetters:
             if self._within_budget(b):  # (over it, not even parsed for a hint: no work)
                 budgeted.append(b)
         kept = []
-        for b, fits in zip(budgeted, await self._fits([b.sender for b in budgeted]), strict=True):
+        for b, fits in zip(
+            budgeted, await self.shares.fits([b.sender for b in budgeted]), strict=True
+        ):
             if not fits:
                 self.metrics.dead_letters_over_share.labels(b.cause).inc()
                 b.detail += OVER_SHARE
@@ -146,7 +198,7 @@ class DeadLetters:
             kept, await self.transport.dead_letter_many(items, None), strict=True
         ):
             b.letter_id = letter_id
-            self._note(b.sender, letter_id)
+            self.shares.note(b.sender, letter_id)
             self.metrics.dead_letters.labels(b.cause).inc()
 
     async def rejected(
@@ -194,7 +246,7 @@ class DeadLetters:
                     wanted_letters.append((entry, reason, sender, rejection))
                 else:
                     self.metrics.dead_letters_over_budget.labels("rejected").inc()
-        fitting = await self._fits([sender for _, _, sender, _ in wanted_letters])
+        fitting = await self.shares.fits([sender for _, _, sender, _ in wanted_letters])
         letters: list[tuple[Delivery, str, str]] = []
         for (entry, reason, sender, rejection), fits in zip(wanted_letters, fitting, strict=True):
             if not fits:
@@ -205,7 +257,7 @@ class DeadLetters:
             letters.append((entry, reason, sender))
         written = await self.transport.dead_letter_many(letters, None)
         for (_, _, sender), letter_id in zip(letters, written, strict=False):
-            self._note(sender, letter_id)
+            self.shares.note(sender, letter_id)
         for rejection, at in lettered:
             rejection.letter_id = written[at] if at < len(written) else None
         for key, rejection in done.items():  # only now: a write that failed is done again
@@ -213,44 +265,6 @@ class DeadLetters:
         for _ in letters:
             self.metrics.dead_letters.labels("rejected").inc()
         return refused, calls
-
-    async def _fits(self, senders: list[str]) -> list[bool]:
-        """Whether each of these letters (by sender, in order) fits its sender's share of
-        the dead-letter stream. The stream is asked for its oldest letter only when a
-        sender would pass its share, or when the ids kept here pile up."""
-        wanted = Counter(senders)
-        full = any(len(self._held.get(s, ())) + n > self.share for s, n in wanted.items())
-        if full or self._held_total > 2 * self.transport.deadletter_maxlen:
-            await self._forget_trimmed()
-        planned: Counter[str] = Counter()
-        fits = []
-        for sender in senders:
-            room = len(self._held.get(sender, ())) + planned[sender] < self.share
-            planned[sender] += room
-            fits.append(room)
-        return fits
-
-    async def _forget_trimmed(self) -> None:
-        """Forget the ids of letters the stream no longer holds (trimmed: older than its
-        oldest letter)."""
-        oldest = await self.transport.oldest_dead_letter()
-        floor = _id_key(oldest) if oldest is not None else (1 << 64, 0)
-        for sender in list(self._held):
-            ids = self._held[sender]
-            while ids and ids[0] < floor:
-                ids.popleft()
-                self._held_total -= 1
-            if not ids:
-                del self._held[sender]
-
-    def _note(self, sender: str, letter_id: str) -> None:
-        """A letter of `sender` was written (senders remembered: SENDERS_KEPT, LRU)."""
-        ids = self._held.pop(sender, None) or deque()
-        ids.append(_id_key(letter_id))
-        self._held[sender] = ids
-        self._held_total += 1
-        if len(self._held) > SENDERS_KEPT:
-            self._held_total -= len(self._held.popitem(last=False)[1])
 
     def _within_budget(self, b: Bad) -> bool:
         if self.budgets.take(b.sender):

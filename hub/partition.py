@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hub import commands as c
-from hub.dead import Budgets, DeadLetters
+from hub.dead import Budgets, DeadLetters, Shares
 from hub.engine.core import Engine
 from hub.engine.driver import Driver
 from hub.engine.outbox import Outbox
@@ -49,6 +49,7 @@ class Partition:
         self, index: int, settings: Settings, hub_id: str, stores: Stores,
         own: PartitionStores, registry: Registry, metrics: Metrics, *,
         on_commit: Callable[[Partition, Outbox], None], dead_budgets: Budgets,
+        dead_shares: Shares | None = None,
         lease_ms: int, early_warning: bool, max_severity: Severity, command_max_tries: int,
         agents_changed: Callable[[], Coroutine[Any, Any, None]] | None = None,
         on_leading: Callable[[], None] = lambda: None,
@@ -70,7 +71,9 @@ class Partition:
         )  # fmt: skip
         self.router = Router(
             registry.transport, settings, self.driver, registry, metrics, hub_id,
-            dead=DeadLetters(registry.transport, settings.keys, metrics, dead_budgets),
+            dead=DeadLetters(
+                registry.transport, settings.keys, metrics, dead_budgets, dead_shares
+            ),
             max_severity=max_severity, partition=index, partitions=settings.partitions,
             agents_changed=agents_changed,
         )  # fmt: skip

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from hub import commands as c
-from hub.dead import Budgets
+from hub.dead import Budgets, Shares
 from hub.engine.core import Engine
 from hub.engine.outbox import Outbox
 from hub.fanout import EventFanout
@@ -124,10 +124,11 @@ class Hub:
         self.metrics = Metrics()
         self.tracer = _tracer(settings, span_exporter)
         budgets = Budgets(settings.deadletter_sender_burst, settings.deadletter_sender_per_s)
+        shares = Shares(self.transport)  # a sender's share of the dead letters, hub-wide
         self.partitions = [
             Partition(
                 index, settings, self.hub_id, self.stores, self._own(index), self.registry,
-                self.metrics, on_commit=self._observe, dead_budgets=budgets,
+                self.metrics, on_commit=self._observe, dead_budgets=budgets, dead_shares=shares,
                 lease_ms=settings.lease_ms, early_warning=settings.early_warning,
                 max_severity=settings.specialist_max_severity,
                 command_max_tries=settings.command_max_tries,

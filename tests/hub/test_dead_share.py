@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from hub.dead import Bad, Budgets, DeadLetters, Shares
 from hub.service import Hub
 from protocols.keys import Keys
+from protocols.transport import Delivery
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -34,7 +36,7 @@ async def _senders(hub: Hub) -> dict[str, int]:
 
 async def test_a_slow_flood_does_not_push_another_senders_letters_out(hub: Hub, keys: Keys) -> None:
     r, dead = hub.transport._client, hub.router.dead
-    hub.transport.deadletter_maxlen, dead.share = 300, 30  # a tenth of the stream's cap
+    hub.transport.deadletter_maxlen, dead.shares.share = 300, 30  # a tenth of the stream's cap
     clock = dead.budgets.clock = FakeClock()
     await r.xadd(keys.out("honest"), {"m": b"honest garbage: its letter is the evidence"})
     await eventually(lambda: _drained(hub, keys.out("honest")), 10)
@@ -48,3 +50,18 @@ async def test_a_slow_flood_does_not_push_another_senders_letters_out(hub: Hub, 
     assert await _senders(hub) == {"honest": 1, "evil": 30}
     over = hub.metrics.dead_letters_over_share.labels("bad_message")._value.get()
     assert over == 600 - 30
+
+
+async def test_a_sender_holds_one_share_whatever_the_partitions(hub: Hub, keys: Keys) -> None:
+    """Each partition's router counted a sender's letters on its own, and the sender picks
+    a bad entry's partition by the run id it writes: it held a share in each partition (all
+    of the stream with ten). The hub's partitions share one count."""
+    hub.transport.deadletter_maxlen = 30  # a share of 3
+    shares = Shares(hub.transport)
+    parts = [DeadLetters(hub.transport, keys, hub.metrics, Budgets(1000, 1000.0), shares)
+             for _ in range(2)]  # fmt: skip
+    out = keys.out("evil")
+    for dead in parts:  # partition 0's router, partition 1's
+        bad = [Bad(Delivery(out, f"1-{i}", b"x"), "bad_message", "x", "evil") for i in range(5)]
+        await dead.write(bad)
+    assert await _senders(hub) == {"evil": 3}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from hub.store.agents import AgentStore
 from hub.store.state import StateStore
-from protocols.errors import TransportError
+from protocols.errors import OutOfMemory, TransportError, Unreachable
 from protocols.keys import Keys, group_partition
 from protocols.transport import Transport
 
@@ -87,11 +87,20 @@ class Upkeep:
         await self._drop_stale_groups()
         trimmed = 0
         trimmed += await self.transport.trim(self.keys.broadcast, maxlen=self.stream_maxlen)
+        refused: list[str] = []
         for out, inbox in self._agent_streams():
-            # only once every partition's group reads it: one not made yet starts at "0"
-            trimmed += await self.transport.trim_handled(out, groups=self.partitions)
-            trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
-                                                 grouped_only=True)  # fmt: skip
+            try:
+                # only once every partition's group reads it: one not made yet starts at "0"
+                trimmed += await self.transport.trim_handled(out, groups=self.partitions)
+                trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
+                                                     grouped_only=True)  # fmt: skip
+            except (Unreachable, OutOfMemory):  # Redis itself: the round ends
+                raise
+            except TransportError as exc:  # this agent's streams (what it wrote): the others go on
+                refused.append(f"{out}: {exc}")
+        if refused:
+            log.warning("upkeep: %d agents' streams not trimmed, e.g. %s", len(refused),
+                        refused[0])  # fmt: skip
         consumers = await self._drop_made_up_consumers()
         forgotten = forgotten_escs = 0
         if self.retention_s is not None:
@@ -135,14 +144,20 @@ class Upkeep:
             room = CONSUMERS_DROPPED_MAX - dropped
             if count <= len(known) or room <= 0:
                 continue
-            names = await self.transport.idle_consumers(
-                inbox, agent, keep=set(known), min_idle_ms=CONSUMER_IDLE_MS, most=room
-            )
-            if names:
-                await self.transport.drop_consumers(inbox, agent, names)
+            try:
+                names = await self.transport.idle_consumers(
+                    inbox, agent, keep=set(known), min_idle_ms=CONSUMER_IDLE_MS, most=room
+                )
+                gone = await self.transport.drop_consumers(inbox, agent, names) if names else 0
+            except (Unreachable, OutOfMemory):
+                raise
+            except TransportError as exc:  # this agent's inbox: the others go on
+                log.warning("upkeep: consumers of %s not looked at: %s", agent, exc)
+                continue
+            if gone:  # (one that read an entry since it was listed is kept)
                 log.warning("upkeep: dropped %d consumers of %s no replica of it has "
-                            "(made up on its own inbox)", len(names), agent)  # fmt: skip
-                dropped += len(names)
+                            "(made up on its own inbox)", gone, agent)  # fmt: skip
+                dropped += gone
         return dropped
 
     async def _drop_stale_groups(self) -> None:

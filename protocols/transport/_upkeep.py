@@ -12,10 +12,27 @@ from protocols.keys import is_entry_id
 from protocols.transport._base import _TransportBase
 from protocols.transport._client import _bytes, _id_key, _text
 from protocols.transport._errors import is_group_missing, is_no_such_key, translated
+from protocols.transport._gateway import Script
+
+_SEQ_MAX = 2**64 - 1  # the largest part of a stream id (its time, and its sequence)
+# KEYS: 1 the stream. ARGV: 1 the group, 2... consumers. Drops each consumer that has no
+# entry pending, in one step with the look (an entry it read meanwhile would be lost).
+_DROP_IDLE = """
+local dropped = 0
+for i = 2, #ARGV do
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[i]) == 0 then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[i])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
 
 
 class _Upkeep(_TransportBase):
     """The part of the Transport that inspects and trims streams."""
+
+    _drop_idle: Script | None = None  # registered when first asked for
 
     async def dead_letters(
         self, count: int = 100, before: str | None = None
@@ -185,19 +202,16 @@ class _Upkeep(_TransportBase):
                 raise
 
     async def drop_consumers(self, stream: str, group: str, consumers: Sequence[str]) -> int:
-        """XGROUP DELCONSUMER each (pipelined, a thousand a round trip); returns how many
-        pending entries went with them (none, for consumers found holding nothing)."""
+        """XGROUP DELCONSUMER each that holds nothing pending when it is dropped (checked in
+        the same script: a consumer listed idle may have read an entry since, and dropping it
+        would take that entry out of the group for good); a thousand a script. Returns how
+        many were dropped (one with no pending entry loses nothing: a read makes it again)."""
+        if self._drop_idle is None:
+            self._drop_idle = self.script(_DROP_IDLE)
         dropped = 0
         for start in range(0, len(consumers), 1000):
-            chunk = consumers[start : start + 1000]
-
-            async def send(chunk: Sequence[str] = chunk) -> list[Any]:
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for consumer in chunk:
-                        pipe.xgroup_delconsumer(stream, group, consumer)
-                    return await pipe.execute()
-
-            dropped += sum(int(n) for n in await self._call("XGROUP DELCONSUMER", send))
+            chunk = list(consumers[start : start + 1000])
+            dropped += int(await self._drop_idle([stream], [group, *chunk]))
         return dropped
 
     async def ensure_consumer(self, stream: str, group: str, consumer: str) -> None:
@@ -283,7 +297,7 @@ class _Upkeep(_TransportBase):
         none is pending. A stream read by fewer than `groups` groups is left alone (one to
         come, made at "0", reads it from its start). Returns how many went."""
         floor = await self._floor(stream, handled=True, groups_at_least=groups)
-        if floor is None or floor <= (0, 1):
+        if floor is None or floor <= (0, 1) or floor[0] > _SEQ_MAX:
             return 0
         minid = f"{floor[0]}-{floor[1]}"
         removed = await self._call(
@@ -313,8 +327,8 @@ class _Upkeep(_TransportBase):
                 return await pipe.execute()
 
         floor = min(_id_key(_text(g["last-delivered-id"])) for g in groups)
-        if handled:
-            floor = (floor[0], floor[1] + 1)
+        if handled:  # the id after it (an agent may XADD the largest sequence there is)
+            floor = (floor[0], floor[1] + 1) if floor[1] < _SEQ_MAX else (floor[0] + 1, 0)
         for summary in await self._call("XPENDING", send):
             if summary["pending"] and summary["min"] is not None:
                 floor = min(floor, _id_key(_text(summary["min"])))

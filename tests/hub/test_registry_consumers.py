@@ -81,3 +81,24 @@ async def test_upkeep_drops_made_up_idle_consumers_a_bounded_number_a_round(
     left = {row["name"] for row in await r.xinfo_consumers(inbox, "crowded")}
     assert left == {b"crowded-1", b"holder"}  # the replica the registry knows, and work
     assert (await hub.upkeep.sweep()).consumers == 0
+
+
+async def test_a_consumer_that_reads_after_it_was_listed_keeps_what_it_read(
+    hub: Hub, keys: Keys
+) -> None:
+    """Upkeep lists idle consumers, then drops them: one that read an entry in between (a
+    replica whose setup outlasted the idle time before it said status.online) lost it, as
+    DELCONSUMER takes its pending entries out of the group, and the GO was never
+    delivered again. The drop looks at what it holds in the same script."""
+    r, t = hub.transport._client, hub.transport
+    inbox, group = keys.inbox("slow-setup"), "slow-setup"
+    await r.xgroup_create(inbox, group, "0", mkstream=True)
+    await r.xgroup_createconsumer(inbox, group, "new-replica")
+    await r.xgroup_createconsumer(inbox, group, "made-up")
+    names = await t.idle_consumers(inbox, group, keep=set(), min_idle_ms=0, most=10)
+    assert sorted(names) == ["made-up", "new-replica"]
+    await r.xadd(inbox, {"m": b"a GO"})
+    await r.xreadgroup(group, "new-replica", {inbox: ">"})  # it starts reading meanwhile
+    assert await t.drop_consumers(inbox, group, names) == 1  # made-up only
+    (left,) = await r.xinfo_consumers(inbox, group)
+    assert (left["name"], left["pending"]) == (b"new-replica", 1)

@@ -4,6 +4,8 @@ size each, used to stay until CALLBOARD_STREAM_MAXLEN of them)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hub.service import Hub
@@ -59,3 +61,22 @@ async def test_a_stream_not_yet_read_by_every_partitions_group_is_kept(
     assert await hub.transport.trim_handled(out, groups=2) == 0  # one partition's group to come
     assert await r.xlen(out) == 1
     assert await hub.transport.trim_handled(out, groups=1) == 1
+
+
+async def test_an_entry_of_the_largest_sequence_stops_no_sweep(hub: Hub, keys: Keys) -> None:
+    """An agent may XADD any id to its own out stream: once the hub had read one whose
+    sequence is 2^64-1, the trim asked Redis for the id after it, which Redis refuses, and
+    every sweep ended there (no other agent's streams trimmed, no run or escalation
+    forgotten). The id after it is the next millisecond's first; and one agent's streams
+    refused are passed over, not the round."""
+    r = hub.transport._client
+    honest, evil = keys.out("zz-honest"), keys.out("aa-evil")  # the evil one sorted first
+    for _ in range(3):
+        await r.xadd(honest, {"m": b"not json"})
+    ms = int(time.time() * 1000) + 1000
+    await r.xadd(evil, {"m": b"not json"}, id=f"{ms}-18446744073709551615")
+    await eventually(lambda: honest in hub.router.streams and evil in hub.router.streams, 10)
+    await eventually(lambda: _handled(hub, honest), 10)
+    await eventually(lambda: _handled(hub, evil), 10)
+    await hub.upkeep.sweep()
+    assert await r.xlen(honest) == 0 and await r.xlen(evil) == 0

@@ -151,7 +151,9 @@ class Router:
             await self._run(stop, discovering)
         finally:  # reads a cluster keeps in flight end with the term (see `reset`)
             discovering.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # its failure, if any, ended the loop already (or the term ends anyway): the
+            # exception that did is the one raised
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await discovering
             self.transport.abandon_reads()
 

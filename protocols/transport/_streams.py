@@ -401,7 +401,9 @@ class Transport(_Upkeep):
             if mine:  # JUSTID leaves the delivery counter alone
                 ids: list[Any] = list(mine)
                 claim = partial(self._client.xclaim, stream, group, consumer, 0, ids, justid=True)
-                await self._call("XCLAIM", claim)
+                # no retry: one held back past a reclaim would take the entry back (the
+                # next renewal, a third of MIN_IDLE later, tries again)
+                await self._call("XCLAIM", claim, retry_s=0)
         except GroupMissing:
             await self._recover([stream], group)
             return []

@@ -138,15 +138,19 @@ def test_handoff_context_provided_keys() -> None:
 def test_a_usage_report_past_its_caps_is_refused_with_its_reason(usage: dict[str, Any]) -> None:
     """A report no total could add without breaking a step (a sum past float's range, an
     int no metric or JSON reader takes) is a bad message: a dead letter with its reason."""
+    with pytest.raises(DecodeError) as caught:
+        decode(_completion(usage))
+    assert "payload.usage" in caught.value.reason
+    most = {"tokens": p.USAGE_MAX, "cost": p.COST_MAX, "counters": {"calls": p.USAGE_MAX}}
+    assert decode(_completion(most)).payload.usage == p.Usage(**most)  # type: ignore[attr-defined]
+
+
+def _completion(usage: dict[str, Any]) -> bytes:
+    """A status.completed reporting `usage`, as its sender wrote it."""
     done = make(MessageType.STATUS_COMPLETED, p.StatusCompleted(), run_id="r", cue_id="C")
     body = json.loads(encode(done))
     body["payload"]["usage"] = usage
-    with pytest.raises(DecodeError) as caught:
-        decode(json.dumps(body).encode())
-    assert "payload.usage" in caught.value.reason
-    most = {"tokens": p.USAGE_MAX, "cost": p.COST_MAX, "counters": {"calls": p.USAGE_MAX}}
-    body["payload"]["usage"] = most
-    assert decode(json.dumps(body).encode()).payload.usage == p.Usage(**most)  # type: ignore[attr-defined]
+    return json.dumps(body).encode()
 
 
 @pytest.mark.parametrize(
@@ -158,14 +162,11 @@ def test_a_usage_value_of_another_json_type_is_refused(usage: dict[str, Any]) ->
     """Usage is counted as JSON sends it: `true` is not one token, nor `"5"` five (a lax
     reading had an agent's typo spend a budget); an integer still takes `5.0`, as JSON
     Schema's integer does, and a cost an integer."""
-    done = make(MessageType.STATUS_COMPLETED, p.StatusCompleted(), run_id="r", cue_id="C")
-    body = json.loads(encode(done))
-    body["payload"]["usage"] = usage
     with pytest.raises(DecodeError) as caught:
-        decode(json.dumps(body).encode())
+        decode(_completion(usage))
     assert "payload.usage" in caught.value.reason
-    body["payload"]["usage"] = {"tokens": 5.0, "cost": 2, "counters": {"calls": 3.0}}
-    got = decode(json.dumps(body).encode()).payload.usage  # type: ignore[attr-defined]
+    as_numbers = {"tokens": 5.0, "cost": 2, "counters": {"calls": 3.0}}
+    got = decode(_completion(as_numbers)).payload.usage  # type: ignore[attr-defined]
     assert got == p.Usage(tokens=5, cost=2.0, counters={"calls": 3})
     with pytest.raises(ValidationError):  # as a `task.context` write's metadata.usage
         p.Usage.model_validate(usage)

@@ -10,7 +10,7 @@ from typing import Any
 
 from protocols import codec
 from protocols.codec import Envelope
-from protocols.errors import DecodeError, GroupMissing, ProtocolError
+from protocols.errors import DecodeError, GroupMissing, ProtocolError, Unreachable
 from protocols.ids import rfc3339, utcnow
 from protocols.keys import STREAM_FIELD, is_entry_id
 from protocols.transport._client import (
@@ -27,6 +27,9 @@ from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
 from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean
 
+# A blocking read's reply may come this long after its block ends before the read is
+# taken for lost (a slow link, a big batch); a commit has COMMIT_DEADLINE_S likewise
+READ_GRACE_S = 10.0
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
 # What `reclaim` hands entries delivered too often to, with the reason for each.
 OnPoison = Callable[[list[tuple[Delivery, str]]], Awaitable[None]]
@@ -161,7 +164,18 @@ class Transport(_Upkeep):
         block_ms = self._block(block_ms)
         groups = by_slot(streams) if self.is_cluster else [list(streams)]
         if len(groups) == 1:
-            return await self._read_group(groups[0], group, consumer, count, block_ms, ahead)
+            # a reply that never comes (a half-dead link: the server ran the read, its answer
+            # is lost) ends the read as a lost connection would, not never
+            deadline_s = None if block_ms == 0 else (block_ms or 0) / 1000 + READ_GRACE_S
+            try:
+                async with asyncio.timeout(deadline_s):
+                    return await self._read_group(
+                        groups[0], group, consumer, count, block_ms, ahead
+                    )
+            except TimeoutError as exc:
+                raise Unreachable(
+                    f"XREADGROUP: no reply within {deadline_s:.1f} s (a half-dead link)"
+                ) from exc
 
         def start(slot_streams: Sequence[str]) -> Awaitable[list[Delivery]]:
             return self._read_group(slot_streams, group, consumer, count, block_ms)

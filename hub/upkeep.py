@@ -2,7 +2,8 @@
 their escalations forgotten.
 
 Every `every_s` the leader trims each agent's out stream to what the hub has not yet read
-and acknowledged (nothing reads an acknowledged out entry again: Transport.trim_handled),
+and acknowledged, or did in the last HANDLED_KEPT_S (nothing reads an acknowledged out
+entry again: Transport.trim_handled),
 each inbox and the broadcast stream to `CALLBOARD_STREAM_MAXLEN` entries, never past an
 entry any group still has pending or has not been delivered (Transport.trim), and drops
 from the runs index the runs whose state retention expired (`CALLBOARD_RUN_RETENTION_S`,
@@ -33,6 +34,9 @@ from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
 FORGET_BATCH = 1_000  # index entries looked at per round
+# An out stream keeps what the hub handled this long, for whoever reads it (an operator's
+# redis-cli, a test measuring what an agent sent): bounded by what an agent sends meanwhile
+HANDLED_KEPT_S = 120.0
 CONSUMERS_DROPPED_MAX = 50_000  # made-up consumers dropped per round (of all agents)
 CONSUMER_IDLE_MS = 60_000  # ...once idle this long (a replica lists itself before it says so)
 
@@ -91,7 +95,9 @@ class Upkeep:
         for out, inbox in self._agent_streams():
             try:
                 # only once every partition's group reads it: one not made yet starts at "0"
-                trimmed += await self.transport.trim_handled(out, groups=self.partitions)
+                trimmed += await self.transport.trim_handled(
+                    out, groups=self.partitions, keep_ms=int(HANDLED_KEPT_S * 1000)
+                )
                 trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
                                                      grouped_only=True)  # fmt: skip
             except (Unreachable, OutOfMemory):  # Redis itself: the round ends

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -291,12 +292,15 @@ class _Upkeep(_TransportBase):
         )
         return int(removed)
 
-    async def trim_handled(self, stream: str, groups: int = 1) -> int:
+    async def trim_handled(self, stream: str, groups: int = 1, keep_ms: int = 0) -> int:
         """Drop the entries every group of `stream` has read and acknowledged: XTRIM MINID
         to the oldest entry one still has pending, or just past the last one delivered when
-        none is pending. A stream read by fewer than `groups` groups is left alone (one to
+        none is pending; those of the last `keep_ms` (by their ids' time) stay, to be read
+        by whoever looks. A stream read by fewer than `groups` groups is left alone (one to
         come, made at "0", reads it from its start). Returns how many went."""
         floor = await self._floor(stream, handled=True, groups_at_least=groups)
+        if floor is not None and keep_ms:
+            floor = min(floor, (max(0, int(time.time() * 1000) - keep_ms), 0))
         if floor is None or floor <= (0, 1) or floor[0] > _SEQ_MAX:
             return 0
         minid = f"{floor[0]}-{floor[1]}"

@@ -106,8 +106,9 @@ async def test_streams_are_trimmed_to_the_cap_but_never_past_a_pending_entry(hub
     orphan = hub.keys.inbox("never-started")  # no group: its reader has not come yet
     for n in range(30):
         await client.xadd(orphan, {STREAM_FIELD: f"{n}"})
-    hub.router.streams.append(out)
-    hub.router.streams.append(hub.keys.out("never-started"))
+    # the streams upkeep looks at: these (the router's discovery, beside its reads, would
+    # replace a list appended to)
+    hub.upkeep.streams = lambda: [out, hub.keys.out("never-started")]
     await hub.upkeep.sweep()
     assert await client.xlen(inbox) == 30  # the pending head holds it
     rows = await client.xreadgroup("trimmed", "r1", {inbox: "0"}, count=10)

@@ -8,12 +8,19 @@ import time
 
 import pytest
 
+from hub import upkeep
 from hub.service import Hub
 from protocols.keys import Keys
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
 KIB = 1024
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the hub handled goes at once (it stays HANDLED_KEPT_S for whoever reads it)."""
+    monkeypatch.setattr(upkeep, "HANDLED_KEPT_S", 0.0)
 
 
 async def _handled(hub: Hub, stream: str) -> bool:
@@ -80,3 +87,15 @@ async def test_an_entry_of_the_largest_sequence_stops_no_sweep(hub: Hub, keys: K
     await eventually(lambda: _handled(hub, evil), 10)
     await hub.upkeep.sweep()
     assert await r.xlen(honest) == 0 and await r.xlen(evil) == 0
+
+
+async def test_what_the_hub_handled_lately_stays_to_be_read(hub: Hub, keys: Keys) -> None:
+    """Whoever reads an out stream (an operator, a test measuring what an agent sent) finds
+    what the hub handled in the last HANDLED_KEPT_S; older handled entries go."""
+    r, out = hub.transport._client, keys.out("recent")
+    await r.xadd(out, {"m": b"not json"}, id="1-0")  # handled, long ago
+    await r.xadd(out, {"m": b"not json"})  # handled, now
+    await eventually(lambda: out in hub.router.streams, 10)
+    await eventually(lambda: _handled(hub, out), 10)
+    assert await hub.transport.trim_handled(out, keep_ms=60_000) == 1
+    assert await r.xlen(out) == 1

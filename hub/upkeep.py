@@ -3,7 +3,7 @@ their escalations forgotten.
 
 Every `every_s` the leader trims each agent's out stream to what the hub has not yet read
 and acknowledged, or did in the last HANDLED_KEPT_S (nothing reads an acknowledged out
-entry again: Transport.trim_handled),
+entry again: Transport.trim_handled), and to `CALLBOARD_STREAM_MAXLEN` entries,
 each inbox and the broadcast stream to `CALLBOARD_STREAM_MAXLEN` entries, never past an
 entry any group still has pending or has not been delivered (Transport.trim), and drops
 from the runs index the runs whose state retention expired (`CALLBOARD_RUN_RETENTION_S`,
@@ -98,6 +98,9 @@ class Upkeep:
                 trimmed += await self.transport.trim_handled(
                     out, groups=self.partitions, keep_ms=int(HANDLED_KEPT_S * 1000)
                 )
+                # and the count cap, over what was handled lately too
+                trimmed += await self.transport.trim(out, maxlen=self.stream_maxlen,
+                                                     grouped_only=True)  # fmt: skip
                 trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
                                                      grouped_only=True)  # fmt: skip
             except (Unreachable, OutOfMemory):  # Redis itself: the round ends

@@ -117,16 +117,14 @@ class Upkeep:
             gone, read = await self.store.expired_run_ids(cutoff, FORGET_BATCH, self._forget_from)
             forgotten = await self.store.forget_runs(gone)
             # the runs kept are passed over next time; at the end, back to the oldest
-            self._forget_from = 0 if read < FORGET_BATCH else self._forget_from + read - len(gone)
+            self._forget_from = _past_kept(self._forget_from, read, len(gone))
             # escalations: of runs gone, or of no run and closed, as long ago (and the same
             # way past those kept)
             gone, read = await self.store.expired_escalation_ids(
                 cutoff, FORGET_BATCH, self._forget_escs_from
             )
             forgotten_escs = await self.store.forget_escalations(gone)
-            self._forget_escs_from = (
-                0 if read < FORGET_BATCH else self._forget_escs_from + read - len(gone)
-            )
+            self._forget_escs_from = _past_kept(self._forget_escs_from, read, len(gone))
         if trimmed or forgotten or consumers or forgotten_escs:
             log.info("upkeep: %d stream entries trimmed, %d expired runs and %d escalations "
                      "forgotten, %d made-up consumers dropped", trimmed, forgotten,
@@ -187,3 +185,9 @@ class Upkeep:
             for out in self.streams()
             if (agent := self.keys.agent_of_out(out))
         ]
+
+
+def _past_kept(offset: int, read: int, gone: int) -> int:
+    """Where the next round looks in an index's old entries: past the `read - gone` kept
+    this round; back to the oldest once a round read fewer than FORGET_BATCH (the end)."""
+    return 0 if read < FORGET_BATCH else offset + read - gone

@@ -3,16 +3,18 @@
 The Transport (streams) and the Storage (typed commands for the state stores) are both
 Gateways; nothing outside protocols/transport/ holds a client. Each call runs through
 `_call`: retried on a lost connection for at most its `retry_s`, and its Redis error
-raised as its class in protocols.errors.
+raised as its class in protocols.errors. A blocking read goes through `_read_call` too: its
+reply must come within its block and READ_GRACE_S.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 
-from protocols.errors import OutOfMemory, ReadOnly
+from protocols.errors import OutOfMemory, ReadOnly, Unreachable
 from protocols.transport._client import (
     DEFAULT_RETRY_S,
     Redis,
@@ -28,6 +30,9 @@ from protocols.transport._wire import Command, pipelined
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
 RECENT_REFUSAL_S = 10.0  # a write refused this recently is still the likely why
 ScriptArg = str | bytes | int | float
+# A blocking read's reply may come this long after its block ends before the read is
+# taken for lost (a slow link, a big batch); a commit has COMMIT_DEADLINE_S likewise
+READ_GRACE_S = 10.0
 
 
 class Gateway:
@@ -79,6 +84,26 @@ class Gateway:
         except (OutOfMemory, ReadOnly) as exc:
             self._refused = (time.monotonic(), exc)  # for `write_refusal`: what was seen
             raise
+
+    async def _read_call(self, op: str, fn: Callable[[], Awaitable[T]], block_ms: int | None) -> T:
+        """`_call` for a read that blocks `block_ms` (None: not at all; 0: for ever). A
+        reply that never comes (a half-dead link: the server ran the read, its answer is
+        lost) ends each try after the block and READ_GRACE_S, as Unreachable, as a lost
+        connection would; its connection is dropped (redis-py's, on the cancellation)."""
+        if block_ms == 0:
+            return await self._call(op, fn)
+        deadline_s = (block_ms or 0) / 1000 + READ_GRACE_S
+
+        async def bounded() -> T:
+            try:
+                async with asyncio.timeout(deadline_s):
+                    return await fn()
+            except TimeoutError as exc:
+                raise Unreachable(
+                    f"{op}: no reply within {deadline_s:.1f} s (a half-dead link)"
+                ) from exc
+
+        return await self._call(op, bounded)
 
     async def _pipelined(
         self, op: str, commands: Sequence[Command], atomic: bool = False

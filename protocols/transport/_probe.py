@@ -17,9 +17,9 @@ class Probe(Transport):
 
     async def read_after(self, stream: str, last_id: str, *, block_ms: int) -> list[Delivery]:
         """Entries after `last_id` (plain XREAD, no group), decoded."""
-        response = await self._call(
-            "XREAD",
-            lambda: self._client.xread({stream: last_id}, count=500, block=self._block(block_ms)),
+        block = self._block(block_ms)
+        response = await self._read_call(
+            "XREAD", lambda: self._client.xread({stream: last_id}, count=500, block=block), block
         )
         return [
             self._delivery(key, entry_id, fields, 1)

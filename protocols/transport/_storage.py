@@ -196,8 +196,10 @@ class Storage(Gateway):
 
     async def xread(self, stream: str, after: str, count: int, block_ms: int) -> list[Entry]:
         """Entries after `after`, waiting up to `block_ms` for some (XREAD BLOCK)."""
-        reply = await self._call(
-            "XREAD", lambda: self._client.xread({stream: after}, count=count, block=block_ms)
+        reply = await self._read_call(
+            "XREAD",
+            lambda: self._client.xread({stream: after}, count=count, block=block_ms),
+            block_ms,
         )
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
 
@@ -213,7 +215,7 @@ class Storage(Gateway):
             pipe.xdel(stream, *done)
             pipe.xread({stream: after}, count=count, block=block_ms)
 
-        _, reply = await self.pipeline("XDEL XREAD", build)
+        _, reply = await self.pipeline("XDEL XREAD", build, blocks_ms=block_ms)
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
 
     async def xread_many(
@@ -225,8 +227,8 @@ class Storage(Gateway):
         groups = by_slot(after) if self.is_cluster else [list(after)]
         if len(groups) == 1:
             streams: dict[Any, Any] = dict(after)
-            reply = await self._call(
-                "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+            reply = await self._read_call(
+                "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms), block_ms
             )
             replies = [reply]
         else:
@@ -255,8 +257,10 @@ class Storage(Gateway):
 
             def read(group: list[str]) -> Callable[[], Any]:
                 streams: dict[Any, Any] = {stream: after[stream] for stream in group}
-                return lambda: self._call(
-                    "XREAD", lambda: self._client.xread(streams, count=count, block=block_ms)
+                return lambda: self._read_call(
+                    "XREAD",
+                    lambda: self._client.xread(streams, count=count, block=block_ms),
+                    block_ms,
                 )
 
             return await first_answers([read(group) for group in groups])
@@ -287,11 +291,12 @@ class Storage(Gateway):
         block_ms: int | None,
     ) -> list[Entry]:  # fmt: skip
         """XREADGROUP from `start` (">" new entries, "0" this consumer's pending ones)."""
-        reply = await self._call(
+        reply = await self._read_call(
             "XREADGROUP",
             lambda: self._client.xreadgroup(
                 group, consumer, {stream: start}, count=count, block=block_ms
             ),
+            block_ms,
         )
         return [e for _, rows in _stream_replies(reply) for e in _entries(rows)]
 
@@ -326,8 +331,10 @@ class Storage(Gateway):
         *,
         transaction: bool = False,
         raise_on_error: bool = True,
+        blocks_ms: int | None = None,
     ) -> list[Any]:
-        """Commands queued by `build` in one round trip (MULTI/EXEC with `transaction`)."""
+        """Commands queued by `build` in one round trip (MULTI/EXEC with `transaction`);
+        `blocks_ms`: one of them is a read that blocks so long (its deadline: `_read_call`)."""
 
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=transaction) as pipe:
@@ -336,6 +343,8 @@ class Storage(Gateway):
 
         if transaction and self.is_cluster:
             return await self._call(op, lambda: self._multi_per_slot(build, raise_on_error))
+        if blocks_ms is not None:
+            return await self._read_call(op, send, blocks_ms)
         return await self._call(op, send)
 
     async def commands(

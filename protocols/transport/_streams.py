@@ -10,7 +10,7 @@ from typing import Any
 
 from protocols import codec
 from protocols.codec import Envelope
-from protocols.errors import DecodeError, GroupMissing, ProtocolError, Unreachable
+from protocols.errors import DecodeError, GroupMissing, ProtocolError
 from protocols.ids import rfc3339, utcnow
 from protocols.keys import STREAM_FIELD, is_entry_id
 from protocols.transport._client import (
@@ -27,9 +27,6 @@ from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
 from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean
 
-# A blocking read's reply may come this long after its block ends before the read is
-# taken for lost (a slow link, a big batch); a commit has COMMIT_DEADLINE_S likewise
-READ_GRACE_S = 10.0
 MAX_REASON_CHARS = 1000  # a dead letter's reason is cut here (it may quote what was sent)
 # What `reclaim` hands entries delivered too often to, with the reason for each.
 OnPoison = Callable[[list[tuple[Delivery, str]]], Awaitable[None]]
@@ -164,18 +161,7 @@ class Transport(_Upkeep):
         block_ms = self._block(block_ms)
         groups = by_slot(streams) if self.is_cluster else [list(streams)]
         if len(groups) == 1:
-            # a reply that never comes (a half-dead link: the server ran the read, its answer
-            # is lost) ends the read as a lost connection would, not never
-            deadline_s = None if block_ms == 0 else (block_ms or 0) / 1000 + READ_GRACE_S
-            try:
-                async with asyncio.timeout(deadline_s):
-                    return await self._read_group(
-                        groups[0], group, consumer, count, block_ms, ahead
-                    )
-            except TimeoutError as exc:
-                raise Unreachable(
-                    f"XREADGROUP: no reply within {deadline_s:.1f} s (a half-dead link)"
-                ) from exc
+            return await self._read_group(groups[0], group, consumer, count, block_ms, ahead)
 
         def start(slot_streams: Sequence[str]) -> Awaitable[list[Delivery]]:
             return self._read_group(slot_streams, group, consumer, count, block_ms)
@@ -206,11 +192,11 @@ class Transport(_Upkeep):
             return self._client.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
 
         try:
-            response = await self._call("XREADGROUP", send)
+            response = await self._read_call("XREADGROUP", send, block_ms)
         except GroupMissing:
             await self._recover(list(wanted), group)
             try:
-                response = await self._call("XREADGROUP", send)
+                response = await self._read_call("XREADGROUP", send, block_ms)
             except GroupMissing:
                 return []  # deleted again meanwhile: the next read recovers
         if lean:  # as sent (redis-py's shapes need `_stream_replies`' unwrapping)
@@ -497,9 +483,10 @@ class Transport(_Upkeep):
     async def read_broadcast(self, last_id: str, *, block_ms: int | None = 1000) -> list[Delivery]:
         """Broadcast entries after `last_id` (plain XREAD, no group: every replica sees all)."""
         stream, block_ms = self.keys.broadcast, self._block(block_ms)
-        response = await self._call(
+        response = await self._read_call(
             "XREAD",
             lambda: self._client.xread({stream: last_id}, count=1000, block=block_ms),
+            block_ms,
         )
         return [
             self._delivery(key, entry_id, fields, 1)

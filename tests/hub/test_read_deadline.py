@@ -13,7 +13,7 @@ from protocols.codec import encode, make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
-from protocols.transport import Redis, _streams
+from protocols.transport import Redis, _gateway
 from tests.helpers import eventually
 from tests.hub.running import running_hub
 from tests.lossy_proxy import lossy_clients
@@ -29,7 +29,7 @@ async def _online(client: Redis, keys: Keys, agent: str) -> None:
 async def test_the_router_reads_again_after_a_read_whose_reply_never_came(
     redis_server: EmbeddedServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_streams, "READ_GRACE_S", 1.0)
+    monkeypatch.setattr(_gateway, "READ_GRACE_S", 1.0)
     keys = settings.keys
     async with lossy_clients(redis_server.port, keys.prefix) as (proxy, _, direct):
         lossy = settings.model_copy(update={"redis_url": proxy.url})

@@ -10,7 +10,7 @@ import pytest
 from callboard.embedded import EmbeddedServer
 from protocols.messages import MessageType
 from protocols.settings import Settings
-from protocols.transport import _streams
+from protocols.transport import _gateway
 from tests.helpers import eventually
 from tests.lossy_proxy import lossy_clients
 from tests.specialists.conftest import AGENT, HubSide, Starter
@@ -24,7 +24,7 @@ async def test_work_in_hand_is_settled_after_a_ride_on_a_dead_link(
     redis_server: EmbeddedServer, fast: Settings, start: Starter, hub: HubSide,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(_streams, "READ_GRACE_S", 1.0)
+    monkeypatch.setattr(_gateway, "READ_GRACE_S", 1.0)
     keys = fast.keys
     async with lossy_clients(redis_server.port, keys.prefix + "zz") as (proxy, _, direct):
         lossy = fast.model_copy(update={"redis_url": proxy.url})

@@ -4,7 +4,7 @@ with predecessors), and the queries the run engine asks of it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import TYPE_CHECKING
@@ -25,6 +25,17 @@ class CueNode:
     id: str
     depends_on: tuple[str, ...] = ()
     auto_follow: str | None = None
+
+
+def raised_by_hand_only(
+    cue_id: str, raisers: Iterable[str], after: Callable[[str], Collection[str]]
+) -> bool:
+    """Whether only an operator can raise a flag `cue_id` waits for: no cue among `raisers`
+    (those that may still raise it) but the cue itself and the cues `after` it, which wait
+    for it. `after(cue_id)` is asked only when some other cue raises the flag. The one rule of the
+    engine's hold, the desk's approvals and validation's warnings."""
+    others = set(raisers) - {cue_id}
+    return not others or others <= set(after(cue_id))
 
 
 def nodes_of(cuelist: Cuelist) -> list[CueNode]:

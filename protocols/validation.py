@@ -22,7 +22,7 @@ from protocols.conflicts import find_conflicts
 from protocols.contracts import Contract, check_handoff
 from protocols.cuelist import MAX_CUES, Cue, CueDefaults, Cuelist, Handoff
 from protocols.errors import CuelistError
-from protocols.graph import CueGraph, CueNode, nodes_of
+from protocols.graph import CueGraph, CueNode, nodes_of, raised_by_hand_only
 from protocols.issues import Issue, dotted, error, from_validation_error, warning
 from protocols.loader import Document, LineMap, check_plain, load, paused_gc
 from protocols.targeting import Candidate, Target
@@ -317,8 +317,7 @@ def _condition_issue(cue_id: str, flag: str, raisers: list[str], graph: CueGraph
     if not raisers:
         message = f"no cue raises '{flag}': {cue_id} waits until it is raised by hand"
         return warning("condition_never_raised", message, cue=cue_id, key="conditions")
-    after = graph.descendants(cue_id) | {cue_id}
-    if all(c in after for c in raisers):
+    if raised_by_hand_only(cue_id, raisers, graph.descendants):
         who = [f"{c} itself" if c == cue_id else c for c in raisers]
         message = (
             f"'{flag}' is raised only by {' and '.join(who)}, after {cue_id} completes: "

@@ -7,6 +7,7 @@ and dead letters), so a hub with many runs renders a page in the same time as a 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from hub.registry import Registry
 from hub.service import Hub
 from protocols.cuelist import Cuelist
 from protocols.errors import NotFound
-from protocols.graph import CueGraph
+from protocols.graph import CueGraph, raised_by_hand_only
 from protocols.states import CueState, RunStatus
 
 PER_PAGE = 50
@@ -116,7 +117,11 @@ def operator_needs(cuelist: Cuelist, run: RunState) -> dict[str, list[str]]:
     for cue in cuelist.cues:
         for flag in cue.raises:
             raisers.setdefault(flag, []).append(cue.id)
-    graph: CueGraph | None = None  # built only when some flag has a raiser to place
+
+    @functools.cache
+    def graph() -> CueGraph:  # built only when some flag has a raiser to place
+        return CueGraph.from_cuelist(cuelist)
+
     needed: dict[str, list[str]] = {}
     for cue in cuelist.cues:
         cr = run.cues.get(cue.id)
@@ -125,12 +130,9 @@ def operator_needs(cuelist: Cuelist, run: RunState) -> dict[str, list[str]]:
         for flag in cue.conditions:
             if flag in run.conditions:
                 continue
-            live = {c for c in raisers.get(flag, ()) if _unfinished(run, c)} - {cue.id}
-            if live:
-                graph = graph or CueGraph.from_cuelist(cuelist)
-                if not live <= graph.descendants(cue.id):
-                    continue
-            needed.setdefault(flag, []).append(cue.id)
+            live = [c for c in raisers.get(flag, ()) if _unfinished(run, c)]
+            if raised_by_hand_only(cue.id, live, lambda c: graph().descendants(c)):
+                needed.setdefault(flag, []).append(cue.id)
     return needed
 
 

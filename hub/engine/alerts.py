@@ -21,6 +21,7 @@ from hub.engine.escalations import DETAIL_CHARS, OPEN, Escalation, clipped
 from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.errors import Conflict, NotFound
+from protocols.graph import raised_by_hand_only
 from protocols.messages import HUB
 from protocols.messages import MessageType as T
 from protocols.states import (
@@ -204,9 +205,8 @@ class AlertsMixin(EngineBase):
         for flag in plan.cues[cue_id].conditions:
             if flag in run.conditions:
                 continue
-            raisers = {c for c in plan.raisers.get(flag, ()) if not run.cues[c].state.done}
-            raisers.discard(cue_id)
-            if not raisers or raisers <= plan.after(cue_id):
+            raisers = [c for c in plan.raisers.get(flag, ()) if not run.cues[c].state.done]
+            if raised_by_hand_only(cue_id, raisers, plan.after):
                 needs.append(flag)
         return needs
 

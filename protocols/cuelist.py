@@ -33,14 +33,17 @@ from pydantic_core import PydanticCustomError
 from protocols.contracts import Contract
 from protocols.issues import PATTERN_NAMES
 from protocols.keys import AGENT_ID_PATTERN
-from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, CounterName
+from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, USAGE_MAX, CounterName
 from protocols.states import ConflictStrategy, Coordination, OnFailure, Overlap
 from protocols.targeting import Target
 
 MAX_CUES = 10_000
 CUELIST_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 CUE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"  # safe in URLs and Redis keys
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"  # flags, resources, groups, context keys
+NAME_MAX = 256  # characters of a NAME_PATTERN name
+NAME_PATTERN = (
+    rf"^[A-Za-z0-9][A-Za-z0-9_.:/-]{{0,{NAME_MAX - 1}}}$"  # flags, resources, groups, context keys
+)
 PATTERN_NAMES.update({
     CUELIST_NAME_PATTERN: "a cuelist name ([a-z0-9][a-z0-9-]*, up to 63 characters)",
     CUE_ID_PATTERN: "a cue id (a letter or digit, then letters, digits, _ . -)",
@@ -193,7 +196,7 @@ class Cue(BaseModel):
         return tuple(self.target_agents or ())
 
 
-Amount = Annotated[StrictInt, Field(ge=0)]
+Amount = Annotated[StrictInt, Field(ge=0, le=USAGE_MAX)]  # as a usage total is bounded
 
 
 class Budget(BaseModel):

@@ -193,7 +193,8 @@ def _refuse(file: str | None, issue: Issue) -> CuelistError:
 
 def check_plain(data: Any) -> None:
     """The same limits for data that did not come through `load` (a JSON body): depth,
-    size, string keys, finite numbers. Raises CuelistError when one is crossed."""
+    size, string keys, finite numbers, text UTF-8 can carry (JSON's `\\ud83d` alone is
+    none). Raises CuelistError when one is crossed."""
     stack: list[tuple[Any, int]] = [(data, 1)]
     count = 0
     while stack:
@@ -207,11 +208,25 @@ def check_plain(data: Any) -> None:
             for key, value in item.items():
                 if not isinstance(key, str):
                     raise _refuse(None, error("bad_yaml", f"mapping key {key!r} is not a string"))
+                _check_text(key)
                 stack.append((value, depth + 1))
         elif isinstance(item, list):
             stack.extend((value, depth + 1) for value in item)
         elif isinstance(item, float) and not math.isfinite(item):
             raise _refuse(None, error("bad_value", f"{item} is not a number JSON can carry"))
+        elif isinstance(item, str):
+            _check_text(item)
+
+
+def _check_text(text: str) -> None:
+    """Refuse a string holding a lone surrogate (UTF-8 has no bytes for it)."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            at = f"{text[: exc.start][-20:]!r}"
+            message = f"a string holds a lone surrogate (not UTF-8) after {at}"
+            raise _refuse(None, error("bad_value", message)) from None
 
 
 class _Frame:

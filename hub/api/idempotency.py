@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, cast
@@ -68,6 +69,14 @@ AskedDep = Annotated[Asked | None, Depends(asked)]
 
 def fingerprint(body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def request_text(body: BaseModel) -> str:
+    """What a keyed request's body is compared by: the keys sent, sorted, with their values
+    as validated. A key left out and one sent as null differ (in a budget change, null
+    removes a limit); the order keys were sent in does not."""
+    data = body.model_dump(mode="json", exclude_unset=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 async def claim(hub: Hub, key: str, run_id: str, request: str) -> str | None:
@@ -187,4 +196,4 @@ async def call_everywhere(
 
 def _request(key: Asked, body: BaseModel | None) -> str:
     """The fingerprint of a keyed request: its route and body."""
-    return fingerprint(f"{key.path}\n{body.model_dump_json() if body is not None else ''}")
+    return fingerprint(f"{key.path}\n{request_text(body) if body is not None else ''}")

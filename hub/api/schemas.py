@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from protocols.cuelist import MAX_TIMEOUT_S
+from protocols.errors import CuelistError
 from protocols.ids import rfc3339
-from protocols.payloads import AS_JSON_NUMBER, COUNTERS_MAX, CounterName
+from protocols.loader import check_plain
+from protocols.payloads import AS_JSON_NUMBER, COUNTERS_MAX, USAGE_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
@@ -31,7 +33,21 @@ class In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-Count = Annotated[int, Field(strict=False, ge=0), AS_JSON_NUMBER]
+Count = Annotated[int, Field(strict=False, ge=0, le=USAGE_MAX), AS_JSON_NUMBER]
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
+    """Free-form JSON within what a command carries to the engine (protocols.loader's
+    limits: depth, size, UTF-8 text); past them a 422, not a 500 or a command the engine
+    cannot read."""
+    try:
+        check_plain(value)
+    except CuelistError as exc:
+        raise ValueError(exc.issues[0].message) from None
+    return value
+
+
+PlainObject = Annotated[dict[str, Any], AfterValidator(_plain)]
 
 
 class ErrorPublic(BaseModel):
@@ -132,7 +148,7 @@ class BudgetChange(In):
 class RunCreate(In):
     cuelist: str = Field(min_length=1, max_length=200)
     version: str | None = Field(None, max_length=200)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: PlainObject = Field(default_factory=dict)
     dry: bool = False
     budget: BudgetChange | None = Field(None, description="merged over the cuelist's budget")
 

@@ -50,7 +50,9 @@ def used(run: RunState, now: float) -> dict[str, float]:
 
 def num(value: float) -> str:
     """50112 -> "50,112"; 2.5 -> "2.5" (thousands marked, no trailing zeros)."""
-    if float(value).is_integer():
+    if isinstance(value, int):  # whatever its size (float() of a huge one overflows)
+        return f"{value:,}"
+    if value.is_integer():
         return f"{int(value):,}"
     return f"{value:,.4f}".rstrip("0").rstrip(".")
 

@@ -436,3 +436,94 @@ def test_dead_letters_are_paged_and_bounded(api: httpx.Client, stack: dict[str, 
     for bad in ({"limit": 101}, {"before": "+"}, {"before": "1-0\n"}, {"before": "9" * 20 + "-0"}):
         r = api.get("/v1/deadletters", params=bad)
         assert r.status_code == 422 and "detail" in r.json()
+
+
+BIG = "9" * 400  # past any total a run keeps (int64); float() of it overflows
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("budget", f'{{"tokens": {BIG}}}'),
+        ("runs", f'{{"cuelist": "api-approval", "budget": {{"counters": {{"x": {BIG}}}}}}}'),
+    ],
+)
+def test_a_limit_past_what_a_total_holds_is_a_422_and_the_engine_goes_on(
+    api: httpx.Client, path: str, body: str
+) -> None:
+    # it passed the API, then crashed the leader's commands task on each read of the
+    # command (an OverflowError writing "budget tokens ..."): three terms ended for one
+    # request, every run stalled meanwhile, and the caller got a 409 after 5 s
+    run_id = start(api, "api-approval")
+    url = f"/v1/runs/{run_id}/budget" if path == "budget" else "/v1/runs"
+    r = api.post(url, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["key"].endswith(("tokens", "x")), r.json()
+    yaml = (
+        f"cuelist: api-big\nbudget: {{tokens: {BIG}}}\ncues:\n  - {{id: A, target_agents: [x]}}\n"
+    )
+    r = api.post("/v1/cuelists", content=yaml, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and r.json()["errors"][0]["key"] == "budget.tokens", r.text
+    r = api.post(f"/v1/runs/{run_id}/budget", json={"tokens": 2**63 - 1})
+    assert r.status_code == 200, r.text  # the largest a total holds, answered at once
+    assert api.post(f"/v1/runs/{run_id}/cancel").status_code == 200
+
+
+def test_a_key_sent_again_with_another_null_is_a_409_and_key_order_is_not_another(
+    api: httpx.Client,
+) -> None:
+    # the key compared every field's value: one left out and one sent as null (which in a
+    # budget removes a limit) were the same, so the second request was answered with the
+    # first's reply and did nothing
+    run_id = start(api, "api-approval")
+    url, key = f"/v1/runs/{run_id}/budget", {"Idempotency-Key": f"nulls-{run_id}"}
+    first = api.post(url, json={"tokens": 5, "cost": None}, headers=key)
+    assert first.status_code == 200, first.text
+    json_ = {"Content-Type": "application/json", **key}
+    same = api.post(url, content=b'{"cost": null, "tokens": 5}', headers=json_)
+    assert same.status_code == 200 and same.json()["budget"] == first.json()["budget"], same.text
+    other = api.post(url, json={"tokens": 5, "messages": None}, headers=key)
+    assert other.status_code == 409 and "different request" in other.json()["detail"], other.text
+    assert api.post(f"/v1/runs/{run_id}/cancel").status_code == 200
+
+
+def test_a_condition_as_long_as_a_cuelist_allows_is_raised(api: httpx.Client) -> None:
+    # the route took 200 characters of a name the cuelist allows 256 of: such a run could
+    # only be cancelled
+    flag = "f" * 256
+    cue = f"{{id: A, target_agents: [api-alpha], conditions: [{flag}]}}"
+    yaml = f"cuelist: api-long-flag\ncues:\n  - {cue}\n"
+    r = api.post("/v1/cuelists", content=yaml, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    run_id = start(api, "api-long-flag")
+    eventually_sync(lambda: cue_state(api, run_id, "A", "waiting"), 10, interval_s=0.05)
+    r = api.post(f"/v1/runs/{run_id}/conditions/{flag}")
+    assert r.status_code == 200 and r.json()["conditions"] == [flag], r.text
+    assert wait_done(api, run_id)["status"] == "success"
+    assert api.post(f"/v1/runs/{run_id}/conditions/{flag}f").status_code == 422
+
+
+DEEP = '{"a": ' * 100 + "1" + "}" * 100
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "key"),
+    [
+        ("/v1/runs", '{"cuelist": "api-simple", "params": {"a": "\\ud83d"}}', "params"),
+        ("/v1/runs", '{"cuelist": "api-simple", "dry": true, "params": {"\\ud83d": 1}}', "params"),
+        ("/v1/runs", f'{{"cuelist": "api-simple", "params": {DEEP}}}', "params"),
+        ("/v1/broadcasts", '{"message_type": "broadcast.notice", "payload": {"text": "\\ud83d"}}',
+         "payload"),
+    ],
+    ids=["surrogate", "surrogate-key", "deep", "broadcast"],
+)  # fmt: skip
+def test_free_form_json_a_command_cannot_carry_is_a_422(
+    api: httpx.Client, url: str, body: str, key: str
+) -> None:
+    # a lone surrogate was a 500 with a traceback (the command could not be written as
+    # UTF-8), and deep nesting either a 500 or a command the engine could not read (404)
+    for keyed in ({}, {"Idempotency-Key": f"plain-{key}-{len(body)}"}):
+        headers = {"Content-Type": "application/json", **keyed}
+        r = api.post(url, content=body.encode(), headers=headers)
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["key"].startswith(key), r.json()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hub.api import idempotency
 from hub.api.deps import HubDep
 from hub.api.idempotency import AskedDep
-from hub.api.schemas import ErrorPublic, In
+from hub.api.schemas import ErrorPublic, In, PlainObject
 from hub.commands import Broadcast
 from hub.commands.client import to_every_partition
 from protocols.messages import Channel, MessageType
@@ -62,7 +62,7 @@ class BroadcastCreate(In):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_broadcast_schema)
 
     message_type: str = Field(description="a broadcast.* type")
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: PlainObject = Field(default_factory=dict)
 
 
 class BroadcastPublic(BaseModel):

@@ -38,11 +38,12 @@ from hub.commands import Cancel, Command, Go, RaiseCondition, Rerun, Retry, Star
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
+from protocols.cuelist import NAME_MAX
 from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
 from protocols.keys import ENTRY_ID_PARAM, is_entry_id
 
 router = APIRouter(prefix="/runs", tags=["runs"])
-Name = Annotated[str, Path(min_length=1, max_length=200)]
+Name = Annotated[str, Path(min_length=1, max_length=NAME_MAX)]  # a cue id, a condition
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
 REFUSED: dict[int | str, dict[str, Any]] = {**NOT_FOUND, 409: {"model": ErrorPublic}}
 # The event stream's errors are JSON, not text/event-stream: documented by hand.
@@ -96,7 +97,7 @@ async def create_run(
     budget = None if body.budget is None else budget_changes(body.budget, cuelist.budget)
     run_id = hub.new_run_id(claims_resources=cuelist.claims_resources)
     if idempotency_key:
-        request = body.model_dump_json()
+        request = idempotency.request_text(body)
         while (held := await idempotency.claim(hub, idempotency_key, run_id, request)) is not None:
             timeout_s = hub.settings.command_timeout_s + 5
             if await idempotency.wait_for_run(hub, idempotency_key, held, timeout_s):
@@ -104,7 +105,7 @@ async def create_run(
     command = StartRun(
         cuelist=body.cuelist, version=version, run_id=run_id, params=body.params, dry=body.dry,
         budget=budget, idempotency_key=idempotency_key,
-        request=idempotency.fingerprint(body.model_dump_json()) if idempotency_key else "",
+        request=idempotency.fingerprint(idempotency.request_text(body)) if idempotency_key else "",
     )  # fmt: skip
     try:
         await _call(hub, command)
@@ -112,7 +113,7 @@ async def create_run(
         if await hub.store.run(run_id) is not None:  # "failing" after the try that wrote it
             return RunCreated(run_id=run_id)
         if idempotency_key:
-            await idempotency.release(hub, idempotency_key, run_id, body.model_dump_json())
+            await idempotency.release(hub, idempotency_key, run_id, idempotency.request_text(body))
         raise
     # Anything else (503: no leader in time, Redis refusing writes) keeps the key: the
     # command may be queued still, and a retry must get its run, not a second one.

@@ -190,11 +190,19 @@ class Serving:
 
             return await self._step(command_id, retry)
 
-        loaded = await self._ended_run(cmd.run_id)
+        return await self._held_or_ended(cmd.run_id, once)
+
+    async def _held_or_ended(
+        self, run_id: str, once: Callable[[tuple[RunState, Plan] | None], Awaitable[RP]]
+    ) -> RP:
+        """`once(ended)`: `ended` is the run loaded from Redis when the engine no longer holds
+        it. Tried again with it loaded when it ended and was forgotten between the look and
+        the step (NotFound)."""
+        ended = await self._ended_run(run_id)
         try:
-            return await once(loaded)
-        except NotFound:  # it ended and was forgotten between the look and the step
-            again = None if loaded else await self._ended_run(cmd.run_id)
+            return await once(ended)
+        except NotFound:
+            again = None if ended else await self._ended_run(run_id)
             if again is None:
                 raise
             return await once(again)
@@ -208,24 +216,28 @@ class Serving:
 
     async def _rerun(self, cmd: c.Rerun, command_id: str) -> c.RerunReply:
         self._must_be_mine(cmd.new_run_id)
-        ended = await self._ended_run(cmd.run_id)
-        source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
-        if source is None:
-            raise NotFound(f"no run {cmd.run_id}")
-        plan = ended[1] if ended else await self.driver.plan(source.cuelist, source.version)
         context = {}
         if cmd.from_failure:
             stored = await self.store.context(cmd.run_id)
             context = {key: entry.model_dump(mode="json") for key, entry in stored.items()}
 
-        def rerun(e: Engine) -> c.RerunReply:
-            run = e.rerun(
-                cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
-                loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
-            )  # fmt: skip
-            return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=run.status.value)
+        async def once(ended: tuple[RunState, Plan] | None) -> c.RerunReply:
+            source = self.driver.engine.runs.get(cmd.run_id) or (ended[0] if ended else None)
+            if source is None:
+                raise NotFound(f"no run {cmd.run_id}")
+            plan = ended[1] if ended else await self.driver.plan(source.cuelist, source.version)
 
-        return await self._step(command_id, rerun)
+            def rerun(e: Engine) -> c.RerunReply:
+                run = e.rerun(
+                    cmd.run_id, plan, cmd.new_run_id, from_failure=cmd.from_failure,
+                    loaded=ended[0] if ended else None, context=context, chunk=BACKLOG_CHUNK,
+                )  # fmt: skip
+                status = run.status.value
+                return c.RerunReply(run_id=run.run_id, rerun_of=cmd.run_id, status=status)
+
+            return await self._step(command_id, rerun)
+
+        return await self._held_or_ended(cmd.run_id, once)
 
     async def _raise_condition(
         self, cmd: c.RaiseCondition, command_id: str

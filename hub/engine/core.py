@@ -155,9 +155,14 @@ class Engine(
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run once its end is committed (not one an operator has reopened
-        since: see `retry_cue`)."""
+        since: see `retry_cue`). One changed since that write started (a rerun's link,
+        stepped while it was in flight) is dropped after the next write, which carries the
+        change: dropped now, that write would pass over it."""
         run = self.runs.get(run_id)
         if run is not None and not run.status.done:
+            return
+        if run_id in self.out.dirty:
+            self.out.finished.add(run_id)
             return
         self.note_ended([run_id])
         self.runs.pop(run_id, None)

@@ -6,6 +6,7 @@ client's address (the event streams' per-client cap), and a 503 says when to com
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -27,6 +28,9 @@ from hub.a2a.errors import RETRY_AFTER_S
 from hub.a2a.handler import RunTasks
 from hub.api.deps import require_api_key
 from hub.service import Hub
+
+log = logging.getLogger(__name__)
+SEND_STALL_S = 60.0  # a client may take no bytes of an answer this long (see SendDeadline)
 
 
 class RequireKey:
@@ -83,6 +87,45 @@ class RetryAfter:
         await self.app(scope, receive, sending)
 
 
+class SendStalled(TimeoutError):
+    """A client took no bytes of its answer for `SendDeadline.limit_s`."""
+
+
+class SendDeadline:
+    """Ends an answer whose client stops reading: a send that waits past `limit_s` (the
+    socket full, the client reading nothing) is given up and the connection dropped. The
+    SDK's event stream sends from inside its generator, so a stalled send kept its fanout
+    slot, past every deadline of its own, until the client went away: a few such clients
+    held the per-client and global caps for ever. Given up, the stream's generator is
+    closed (sse-starlette does so when a send fails) and its slot let go."""
+
+    def __init__(self, app: ASGIApp, limit_s: float) -> None:
+        self.app = app
+        self.limit_s = limit_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self.limit_s):
+                    await send(message)
+            except TimeoutError:
+                raise SendStalled(f"the client read nothing for {self.limit_s:g}s") from None
+
+        try:
+            await self.app(scope, receive, sending)
+        except* SendStalled as stalled:  # (raised in a task group, maybe grouped)
+            log.info("an A2A answer to %s given up: %s", _peer(scope), stalled.exceptions[0])
+
+
+def _peer(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
 def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
     """Add the card route and mount the A2A bindings on `app`."""
 
@@ -103,4 +146,6 @@ def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
     bindings = Starlette(routes=[*create_jsonrpc_routes(handler, RPC_PATH, context), *rest])
     # a refused stream's wait is the fanout's; a Redis outage's, ours
     retry_after_s = max(hub.fanout.retry_after_s, RETRY_AFTER_S)
-    app.mount(A2A_PATH, RequireKey(RetryAfter(bindings, retry_after_s)))
+    # a send may wait as long as a whole stream may last, and no longer (SEND_STALL_S)
+    stall_s = min(SEND_STALL_S, hub.settings.sse_max_s)
+    app.mount(A2A_PATH, RequireKey(RetryAfter(SendDeadline(bindings, stall_s), retry_after_s)))

@@ -5,7 +5,9 @@ Redis connections, its lease and its REST API. A real hub process, the official 
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -99,3 +101,47 @@ async def test_a2a_streams_past_the_cap_are_refused_and_the_hub_keeps_leading(
             again = rpc.subscribe(SubscribeToTaskRequest(id=run_id))
             assert (await anext(again)).task.id == run_id
             await again.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a2a_streams_whose_clients_read_nothing_let_their_slots_go(
+    redis_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A client that opens message:stream and never reads: the hub's sends fill the socket
+    and wait. The SDK sends from inside the stream's generator, so before, its deadline
+    never ran and the slot was held for as long as the client kept the socket open (the
+    per-client cap then refused every stream and blocking send of that address)."""
+    chain = "".join(f"  - {{id: C{i}, target_agents: [w], depends_on: [C{i - 1}]}}\n"
+                    for i in range(1, 1500))  # fmt: skip
+    cuelist = f"cuelist: a2a-long\ncues:\n  - {{id: C0, target_agents: [w]}}\n{chain}"
+    env = child_env(redis_server, CALLBOARD_SSE_MAX_S="2", CALLBOARD_SSE_PER_CLIENT=str(CAP))
+    with processes(env, tmp_path) as procs:
+        url = procs.hub()
+        host, port = httpx.URL(url).host, httpx.URL(url).port
+        async with httpx.AsyncClient(base_url=url, timeout=30) as api:
+            r = await api.post("/v1/cuelists", content=cuelist,
+                               headers={"Content-Type": "application/yaml"})  # fmt: skip
+            assert r.status_code == 201, r.text
+            body = json.dumps({"message": {
+                "messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+                "parts": [{"data": {"cuelist": "a2a-long", "dry": True}}],
+            }}).encode()  # fmt: skip
+            request = (
+                b"POST /a2a/message:stream HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            ) + body
+            silent = []
+            for _ in range(CAP):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect((host, port))
+                sock.sendall(request)
+                silent.append(sock)  # never read
+            try:
+                await eventually(lambda: _streams_open(api, CAP), 20, message="both open")
+                await eventually(lambda: _streams_open(api, 0), 30, message="slots let go")
+                rest = await _client(api, url, "HTTP+JSON", streaming=True)
+                async for _ in rest.send_message(_start("a2a-long")):
+                    break  # admitted (its first event): the address's streams were let go
+            finally:
+                for sock in silent:
+                    sock.close()

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from hub.commands import Command
 from hub.commands.models import R
 from hub.service import Hub
+from hub.store.commands import QueueFull
 from hub.store.idempotency import CommandHold, IdempotencyHold
 from protocols.errors import Conflict, EngineError, TransportError
 
@@ -166,8 +167,8 @@ async def call(
         if await keys.claim(key.key, CommandHold(request=request)):
             try:
                 return await hub.commands.call(made, timeout_s=timeout_s)
-            except EngineError:  # refused: nothing was done, the key is free for another try
-                await keys.release(key.key, request)
+            except (EngineError, QueueFull):  # refused, or not queued: nothing was done,
+                await keys.release(key.key, request)  # the key is free for another try
                 raise
 
 

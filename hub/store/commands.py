@@ -21,6 +21,25 @@ Answered = tuple[str, str | None, bytes]  # command id, its asker (Keys.answers)
 # A served command's answer is deleted with the command's XACK; the TTL only reclaims one
 # whose step was replayed (a cluster's journal) after its command was answered otherwise.
 SERVED_TTL_MS = 24 * 3600 * 1000
+# Commands waiting in a partition's stream (served ones are deleted): past this many more
+# are refused (503). While no hub holds the partition's lease only WAITING_LEADERLESS may
+# wait, enough to ride out a failover; the stream no longer grows for as long as an outage
+# lasts (each command may be up to the API's body limit).
+WAITING_MAX = 10_000
+WAITING_LEADERLESS = 1_000
+# KEYS: the commands stream, the leader lease; ARGV: the two caps, then the commands. The
+# number queued; when the stream holds too many, -1 (a hub leads) or -2 (none does).
+_QUEUE = f"""
+local cap, full = tonumber(ARGV[1]), -1
+if redis.call('EXISTS', KEYS[2]) == 0 then cap, full = tonumber(ARGV[2]), -2 end
+if redis.call('XLEN', KEYS[1]) + #ARGV - 2 > cap then return full end
+for i = 3, #ARGV do redis.call('XADD', KEYS[1], '*', '{FIELD}', ARGV[i]) end
+return #ARGV - 2
+"""
+
+
+class QueueFull(TransportError):
+    """The partition's commands stream holds as many commands as it may (503: try later)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,15 +59,20 @@ class CommandStore:
         # commands queued at once (an API process's concurrent requests) share one XADD
         # pipeline: one round trip for the batch, in the order they were queued
         self._pushes = Coalescer(self._push_many, f"commands-{partition}")
+        self._queue = db.script(_QUEUE)
         self.answers = Answers(db, keys)
 
     async def push(self, body: bytes) -> None:
         await self._pushes(body)
 
     async def _push_many(self, bodies: list[bytes]) -> list[None]:
-        await self.db.commands(
-            "QUEUE COMMANDS", [("XADD", self.stream, "*", FIELD, b) for b in bodies]
-        )
+        keys = [self.stream, self.keys.leader(self.partition)]
+        queued = await self._queue(keys, [WAITING_MAX, WAITING_LEADERLESS, *bodies])
+        if queued < 0:
+            leader = "" if queued == -1 else " and no hub leads it"
+            raise QueueFull(
+                f"partition {self.partition}'s engine has too many commands waiting{leader}"
+            )
         return [None] * len(bodies)
 
     async def wait_answer(self, command_id: str, timeout_s: float) -> bytes | None:

@@ -26,6 +26,7 @@ from hub.commands import (
     StartRunReply,
 )
 from hub.store import CommandStore
+from hub.store import commands as commands_store
 from protocols.errors import Conflict, EngineError, NotFound, TransportError
 from protocols.keys import Keys
 from protocols.transport import Storage
@@ -135,20 +136,21 @@ async def test_a_command_that_ends_every_term_is_answered_failing_after_its_trie
 async def test_commands_queued_at_once_go_in_one_round_trip_in_their_order(
     real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An API process's concurrent requests: their commands share one XADD pipeline."""
+    """An API process's concurrent requests: their commands share one round trip (one
+    script, which XADDs them all)."""
     db = Storage(real_redis)
     store = CommandStore(db, keys)
-    trips: list[str] = []
-    real_commands = db.commands
+    trips: list[int] = []
+    real_queue = store._queue
 
-    async def commands(op: str, *args: Any, **kwargs: Any) -> list[Any]:
-        trips.append(op)
-        return await real_commands(op, *args, **kwargs)
+    async def queue(keys_: Any, args: Any, **kwargs: Any) -> Any:
+        trips.append(len(args) - 2)  # the commands (after the two caps)
+        return await real_queue(keys_, args, **kwargs)
 
-    monkeypatch.setattr(db, "commands", commands)
+    monkeypatch.setattr(store, "_queue", queue)
     bodies = [f'{{"n": {i}}}'.encode() for i in range(20)]
     await asyncio.gather(*(store.push(body) for body in bodies))
-    assert trips == ["QUEUE COMMANDS"]
+    assert trips == [20]
     entries = await real_redis.xrange(keys.commands(0))
     assert [fields[b"c"] for _, fields in entries] == bodies
 
@@ -383,7 +385,7 @@ def _answer_first_out_of_memory(store: CommandStore, server: Any) -> None:
 async def test_a_command_queued_twice_by_a_lost_reply_is_served_once(
     redis_server: EmbeddedServer, keys: Keys
 ) -> None:
-    """The push's reply is lost and redis-py sends the XADD again: two entries of one
+    """The push's reply is lost and redis-py sends its script (the XADDs) again: two entries of one
     command. The second gets the first's answer and is not served again."""
     served, handlers = _counting_gos()
     async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, direct):
@@ -392,7 +394,8 @@ async def test_a_command_queued_twice_by_a_lost_reply_is_served_once(
         stop = asyncio.Event()
         server = asyncio.create_task(CommandServer(store, "hub-a", handlers).run(stop))
         try:
-            proxy.arm(b"XADD", "reset")
+            await direct.script_load(commands_store._QUEUE)  # its EVALSHA runs at once
+            proxy.arm(b"EVALSHA", "reset")
             asking = CommandClient(CommandStore(Storage(lossy), keys))
             reply = await asking.call(Go(run_id="r1", cue_id="C"), 5)
             assert proxy.fired == ["reset"] and reply == GoReply(state="go", attempt=1)

@@ -38,6 +38,7 @@ from hub.commands import Cancel, Command, Go, RaiseCondition, Rerun, Retry, Star
 from hub.commands.models import R
 from hub.engine.state import RunState
 from hub.service import Hub
+from hub.store.commands import QueueFull
 from protocols.cuelist import NAME_MAX
 from protocols.errors import Conflict, EngineError, NotFound, Unprocessable
 from protocols.keys import ENTRY_ID_PARAM, is_entry_id
@@ -109,9 +110,9 @@ async def create_run(
     )  # fmt: skip
     try:
         await _call(hub, command)
-    except EngineError:  # refused by the engine: no run, the key is free for another try
-        if await hub.store.run(run_id) is not None:  # "failing" after the try that wrote it
-            return RunCreated(run_id=run_id)
+    except (EngineError, QueueFull) as exc:  # refused, or not queued: the key is free again
+        if isinstance(exc, EngineError) and await hub.store.run(run_id) is not None:
+            return RunCreated(run_id=run_id)  # "failing" after the try that wrote it
         if idempotency_key:
             await idempotency.release(hub, idempotency_key, run_id, idempotency.request_text(body))
         raise

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncGenerator
+from functools import partial
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -52,6 +53,7 @@ from hub.a2a.errors import translated
 from hub.a2a.stream import following, updates
 from hub.a2a.tasks import CONTEXT_PARAM, TERMINAL, context_id, needs, task_of
 from hub.api.idempotency import Asked, fingerprint
+from hub.api.offload import off_the_loop_if
 from hub.api.routes import runs as routes
 from hub.api.schemas import CancelCreate, RunCreate
 from hub.engine.state import RunState
@@ -67,6 +69,9 @@ REPLY_TTL_S = 24 * 3600
 # tasks/list reads at most this many runs per request (filters may leave a page short: its
 # next_page_token goes on from where the scan stopped)
 LIST_SCAN_MAX = 1_000
+# A page of tasks ends once it holds this many cues (its next_page_token goes on): the SDK
+# writes the page's JSON on the event loop, about 10 µs a cue
+LIST_CUES_MAX = 20_000
 MAX_PAGE_SIZE = 100
 
 
@@ -93,9 +98,13 @@ class RunTasks(RequestHandler):
     async def _task(
         self, run: RunState, *, artifacts: bool = True, store: StateStore | None = None
     ) -> Task:
-        """The run as a task; its `context` artifact is read only when asked for."""
+        """The run as a task; its `context` artifact is read only when asked for. A big
+        run's is built in a worker thread (3,000 cues take 70-130 ms), as the REST API
+        builds its JSON: a page of them held the loop, and the lease, for seconds."""
         context = await (store or self.hub.store).context(run.run_id) if artifacts else None
-        return task_of(run, await self._cuelist(run), context)
+        cuelist = await self._cuelist(run)
+        big = len(run.cues) > routes.BIG_RUN_CUES
+        return await off_the_loop_if(big, partial(task_of, run, cuelist, context))
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         with translated():
@@ -105,8 +114,9 @@ class RunTasks(RequestHandler):
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
         """The newest tasks first, filtered by context and state; a filtered page is filled
-        from older runs, reading at most LIST_SCAN_MAX runs: a page left short then has a
-        next_page_token (an offset into the runs, newest first) that goes on from there."""
+        from older runs, reading at most LIST_SCAN_MAX runs, and ends once its tasks hold
+        LIST_CUES_MAX cues: a page left short then has a next_page_token (an offset into the
+        runs, newest first) that goes on from there."""
         if params.HasField("page_size"):  # 1 to 100: a size below 1 was ZRANGE's end
             validate_page_size(params.page_size)
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
@@ -114,17 +124,19 @@ class RunTasks(RequestHandler):
         filtered = bool(params.context_id or params.status)
         window = MAX_PAGE_SIZE if filtered else size
         tasks: list[Task] = []
-        offset, drained = start, False
+        offset, drained, cues = start, False, 0
         with translated():
-            while len(tasks) < size and offset - start < LIST_SCAN_MAX:
+            while len(tasks) < size and offset - start < LIST_SCAN_MAX and cues < LIST_CUES_MAX:
                 ids = await self.hub.store.recent_run_ids(window, offset)
-                runs = {run.run_id: run for run in await self.hub.store.runs(ids)}
                 read = 0
                 for run_id in ids:
                     read += 1
-                    run = runs.get(run_id)
+                    # one run a read, not the window's in one: a big run is parsed in a
+                    # worker thread then, and the loop runs between any two of them
+                    run = await self.hub.store.run(run_id)
                     listed = run is not None and await self._listed(run, params, tasks)
-                    if listed and len(tasks) == size:
+                    cues += len(run.cues) if run is not None and listed else 0
+                    if listed and (len(tasks) == size or cues >= LIST_CUES_MAX):
                         break
                 offset += read
                 if len(ids) < window:  # the runs ran out: drained if all of them were read
@@ -264,7 +276,7 @@ class RunTasks(RequestHandler):
     ) -> AsyncGenerator[Event, None]:
         with translated():
             run = await self._run(params.id)
-            if task_of(run, await self._cuelist(run)).status.state in TERMINAL:
+            if (await self._task(run, artifacts=False)).status.state in TERMINAL:
                 raise UnsupportedOperationError(f"task {params.id} has ended")
             async with following(self.hub.fanout, run.run_id, _client(context)) as sub:
                 # the position, then the task: every event up to it is in that task

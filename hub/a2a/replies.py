@@ -98,20 +98,25 @@ def actions(message: Message, wants: Sequence[Need]) -> list[tuple[str, str]]:
             if not all(isinstance(n, str) and n for n in names):
                 raise InvalidParamsError(f"`{kind}` must be a name or a list of names")
             out += [(kind, n) for n in names]
-    if len(out) > MAX_ACTIONS:
-        raise InvalidParamsError(f"a reply gives at most {MAX_ACTIONS} conditions and GOs")
     if out:
-        return list(dict.fromkeys(out))  # the same one twice is sent once
+        return _once_each(out)
     text = text_of(message)
-    words = text.split()
     by_name = {n.name: n for n in wants}
-    named = [by_name[w] for w in words if w in by_name]
+    named = [(by_name[w].kind, w) for w in text.split() if w in by_name]
     if named:
-        return [(n.kind, n.name) for n in named]
+        return _once_each(named)
     if len(wants) == 1 and text.lower().strip(".! ") in YES:
         return [(wants[0].kind, wants[0].name)]
     options = "; ".join(n.describe() for n in wants) or "nothing an operator can give"
     raise InvalidParamsError(f"say what to give the run: it waits for {options}")
+
+
+def _once_each(named: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The actions a reply names, each once; refused past MAX_ACTIONS names (as written: a
+    reply naming one thing 2,000 times is refused, not sent 2,000 times)."""
+    if len(named) > MAX_ACTIONS:
+        raise InvalidParamsError(f"a reply gives at most {MAX_ACTIONS} conditions and GOs")
+    return list(dict.fromkeys(named))  # the same one twice is sent once
 
 
 def check(actions: Sequence[tuple[str, str]], run: RunState, cuelist: Cuelist | None) -> None:

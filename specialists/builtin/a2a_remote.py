@@ -32,7 +32,9 @@ from a2a.types import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskState,
+    TaskStatus,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
@@ -52,10 +54,12 @@ TERMINAL = frozenset(
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 BINDINGS = [TransportProtocol.HTTP_JSON.value, TransportProtocol.JSONRPC.value]
 PROBE_TASK = "callboard-auth-probe"  # a task id no agent has: asked for to test the token
+PARTS_MAX = 10_000  # parts of one artifact, as appends build it, followed (Following)
 
 
 class TooLong(Exception):
-    """The remote's task grew past what a message may hold: it could not be reported."""
+    """The remote's task grew past what a message may hold, or one of its artifacts past
+    `PARTS_MAX` parts: it could not be reported."""
 
 
 def state_name(state: TaskState) -> str:
@@ -94,6 +98,7 @@ class Remote:
     timeout_s: float = 30.0
     card_ttl_s: float = 60.0
     limit_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # of an answer, an event, a task as held
+    parts_max: int = PARTS_MAX  # of an artifact as a task's appends build it
     # httpx event hooks (specialists.tracing.request_hooks: the W3C traceparent header)
     event_hooks: dict[str, list[Any]] = field(default_factory=dict)
     http: httpx.AsyncClient = field(init=False)
@@ -130,16 +135,6 @@ class Remote:
                 f"no agent card from {url}: {exc}", status_code=status
             ) from exc
 
-    def held(self, task: Task) -> Task:
-        """`task`, unless it grew past `limit_bytes` (an agent appending to an artifact
-        without end): then the cue fails, as its result could not be sent anyway."""
-        if task.ByteSize() > self.limit_bytes:
-            raise TooLong(
-                f"the remote task {task.id} is over the {self.limit_bytes}-byte limit of a "
-                "message: not followed further"
-            )
-        return task
-
     async def streams(self) -> bool:
         return bool((await self.card()).capabilities.streaming)
 
@@ -158,23 +153,24 @@ class Remote:
         return client
 
     async def send(self, message: Message) -> AsyncIterator[Task]:
-        """Send `message` and yield what is known of its task after each event."""
+        """Send `message` and yield what is known of its task after each event: one `Task`,
+        updated in place (`Following`), so a snapshot holds until the next is asked for."""
         streaming = await self.streams()
         client = await self.client(streaming=streaming)
-        task: Task | None = None
+        following = Following(self.limit_bytes, parts_max=self.parts_max)
         async for event in client.send_message(SendMessageRequest(message=message)):
-            task = merge(task, event)
+            task = following.merge(event)
             if task is not None:
-                yield self.held(task)
+                yield task
 
     async def subscribe(self, task_id: str, known: Task) -> AsyncIterator[Task]:
         """Follow a task's stream from now on (the agent sends the task first)."""
         client = await self.client(streaming=True)
-        task: Task | None = known
+        following = Following(self.limit_bytes, known, self.parts_max)
         async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
-            task = merge(task, event)
+            task = following.merge(event)
             if task is not None:
-                yield self.held(task)
+                yield task
 
     async def get(self, task_id: str) -> Task:
         return await (await self.client()).get_task(GetTaskRequest(id=task_id))
@@ -229,26 +225,88 @@ def _status_of(exc: BaseException) -> int | None:
     return None
 
 
+class Following:
+    """One task as its stream's events come (the task, status and artifact updates), kept
+    within bounds: `limit_bytes` in all, `parts_max` parts an artifact; past either the
+    task is not followed further (`TooLong`) and the cue fails, as its result could not be
+    sent anyway.
+
+    The task is updated in place, its size counted as it changes and an artifact found by
+    its id, so an event costs what it carries, not what the task holds: copied and measured
+    whole per event, 20,000 one-character appends took 22 s of the replica's loop."""
+
+    def __init__(
+        self, limit_bytes: int, task: Task | None = None, parts_max: int = PARTS_MAX
+    ) -> None:
+        self.limit_bytes, self.parts_max = limit_bytes, parts_max
+        self.task: Task | None = None
+        self.size_bytes = 0  # what task.ByteSize() would say
+        self._sizes: list[int] = []  # each artifact's ByteSize(), in order
+        self._first: dict[str, int] = {}  # artifact id -> where its first artifact is
+        if task is not None:
+            self._take(task)
+
+    def merge(self, event: StreamResponse) -> Task | None:
+        """The task as known after `event` (None while updates come before the task)."""
+        kind = event.WhichOneof("payload")
+        if kind == "task":
+            self._take(event.task)
+        if self.task is None:
+            return None  # updates before the task itself: wait for it
+        if kind == "status_update":
+            self._status(self.task, event.status_update.status)
+        elif kind == "artifact_update":
+            self._artifact(self.task, event.artifact_update)
+        if self.size_bytes > self.limit_bytes:
+            raise TooLong(
+                f"the remote task {self.task.id} is over the {self.limit_bytes}-byte limit of "
+                "a message: not followed further"
+            )
+        return self.task
+
+    def _take(self, task: Task) -> None:
+        self.task, self.size_bytes = task, task.ByteSize()
+        self._sizes = [artifact.ByteSize() for artifact in task.artifacts]
+        self._first = {}
+        for at, artifact in enumerate(task.artifacts):
+            self._first.setdefault(artifact.artifact_id, at)
+
+    def _status(self, task: Task, status: TaskStatus) -> None:
+        before = _framed(task.status.ByteSize()) if task.HasField("status") else 0
+        task.status.CopyFrom(status)
+        self.size_bytes += _framed(status.ByteSize()) - before
+
+    def _artifact(self, task: Task, update: TaskArtifactUpdateEvent) -> None:
+        """Append `update`'s parts to the first artifact of its id, else add the artifact."""
+        at = self._first.get(update.artifact.artifact_id) if update.append else None
+        if at is None:
+            self._first.setdefault(update.artifact.artifact_id, len(task.artifacts))
+            task.artifacts.append(update.artifact)
+            self._sizes.append(update.artifact.ByteSize())
+            self.size_bytes += _framed(self._sizes[-1])
+            return
+        artifact = task.artifacts[at]
+        if len(artifact.parts) + len(update.artifact.parts) > self.parts_max:
+            raise TooLong(
+                f"the remote task {task.id} appended to its artifact {artifact.artifact_id!r} "
+                f"past {self.parts_max} parts: not followed further"
+            )
+        artifact.parts.extend(update.artifact.parts)
+        before = self._sizes[at]
+        self._sizes[at] += sum(_framed(part.ByteSize()) for part in update.artifact.parts)
+        self.size_bytes += _framed(self._sizes[at]) - _framed(before)
+
+
+def _framed(size: int) -> int:
+    """The bytes a nested message of `size` bytes takes in its parent: a one-byte tag (every
+    field here is numbered under 16), its length as a varint, then itself."""
+    return 1 + max(1, (size.bit_length() + 6) // 7) + size
+
+
 def merge(task: Task | None, event: StreamResponse) -> Task | None:
-    """The task as known after one stream event (a task, a status or an artifact update)."""
-    kind = event.WhichOneof("payload")
-    if kind == "task":
-        return event.task
-    if task is None:
-        return None  # updates before the task itself: wait for it
-    out = Task()
-    out.CopyFrom(task)
-    if kind == "status_update":
-        out.status.CopyFrom(event.status_update.status)
-    elif kind == "artifact_update":
-        update = event.artifact_update
-        for artifact in out.artifacts:
-            if artifact.artifact_id == update.artifact.artifact_id and update.append:
-                artifact.parts.extend(update.artifact.parts)
-                break
-        else:
-            out.artifacts.append(update.artifact)
-    return out
+    """`task` after one event, updated in place: a one-off (it measures `task` whole); a
+    stream of events is followed with `Following`, which keeps its counts between them."""
+    return Following(DEFAULT_MAX_MESSAGE_BYTES, task).merge(event)
 
 
 async def follow(

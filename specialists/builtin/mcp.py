@@ -4,8 +4,9 @@ SDK's client, and records the tool's result as the cue's result.
 Action: `{server?, tool, arguments?}`. `server` is a streamable HTTP URL
 (`http://host:port/mcp`) or a command that speaks MCP on stdin/stdout (a list, or a string
 split like a shell would, without a shell); a replica started with `--url` serves one
-server and needs none. WARNING lists the server's tools and checks `tool` is one of them
-(not ready, saying why, otherwise). GO calls it once: the result (`structured` content and
+server and needs none. WARNING lists the server's tools (every page of the list, up to
+`PAGES_MAX` pages and `TOOLS_MAX` tools) and checks `tool` is one of them (not ready,
+saying why, otherwise). GO calls it once: the result (`structured` content and
 the content blocks) is the cue's result, and `{cue}.result` in the run's context; a tool
 error fails the cue with its text. A GO redelivered after a replica died mid-call is not
 called again (a tool call need not be idempotent): the cue fails, saying so, and a retry
@@ -41,6 +42,9 @@ from specialists.errors import Reject
 
 CALL = "mcp-call"  # the done-marker set while a cue's tool call is under way
 GUARD = Path(__file__).with_name("mcp_guard.py")  # between a stdio server and the SDK
+PAGES_MAX = 100  # pages of a tool list read (each one message at most)
+TOOLS_MAX = 10_000  # tool names kept of a server
+NAMED_MAX = 50  # tool names a "no such tool" reason lists
 
 
 class McpSettings(BaseSettings):
@@ -55,6 +59,10 @@ class McpSettings(BaseSettings):
 
 class ToolFailed(Exception):
     """The tool answered with an error."""
+
+
+class ToolListTooLong(Exception):
+    """The server's tool list went on past `PAGES_MAX` pages or `TOOLS_MAX` tools."""
 
 
 class Mcp(Specialist):
@@ -116,12 +124,13 @@ class Mcp(Specialist):
         known = self.tools.get(key)
         if fresh or known is None or time.monotonic() - known[0] > self.mcp_settings.tools_ttl_s:
             async with self.connect(server) as client:
-                names = [t.name for t in (await client.list_tools()).tools]
+                names = await _tool_names(client, key)
             known = self.tools[key] = (time.monotonic(), names)
         if tool not in known[1]:
-            raise LookupError(
-                f"{key} has no tool {tool!r} (it has: {', '.join(known[1]) or 'none'})"
-            )
+            have = ", ".join(known[1][:NAMED_MAX]) or "none"
+            if len(known[1]) > NAMED_MAX:
+                have += f" and {len(known[1]) - NAMED_MAX} more"
+            raise LookupError(f"{key} has no tool {tool!r} (it has: {have})")
         return server
 
     async def prepare(self, cue: Cue) -> None:
@@ -161,6 +170,22 @@ class Mcp(Specialist):
                   "content": content}  # fmt: skip
         entry = Entry(value, tags=["mcp"], metadata={"tool": cue.action["tool"]})
         return Result(result=result, context={f"{cue.cue_id}.result": entry})
+
+
+async def _tool_names(client: Client, server: str) -> list[str]:
+    """The names of the server's tools, page after page as its `nextCursor` says, up to
+    `PAGES_MAX` pages and `TOOLS_MAX` tools: a server may page without end."""
+    names: list[str] = []
+    cursor: str | None = None
+    for _ in range(PAGES_MAX):
+        page = await client.list_tools(cursor=cursor)
+        names.extend(tool.name for tool in page.tools)
+        if len(names) > TOOLS_MAX:
+            raise ToolListTooLong(f"{server} lists over {TOOLS_MAX} tools: not read further")
+        cursor = page.next_cursor
+        if not cursor:
+            return names
+    raise ToolListTooLong(f"{server} lists its tools on over {PAGES_MAX} pages: not read further")
 
 
 def _alone(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -115,11 +115,11 @@ class StateStore:
         for at in range(0, len(run_ids), LOAD_CHUNK):  # a round trip a chunk: the loop
             chunk = run_ids[at : at + LOAD_CHUNK]  # (the lease's too) runs between them
             found = await self.db.hgetall_each([self.keys.run(r) for r in chunk])
-            out += [
-                (run, escalation_ids(fields))
-                for fields in found
-                if (run := read_run(fields)) is not None
-            ]
+            for fields in found:  # a big run parsed in a worker thread, as `run` does
+                big = len(fields) > BIG_RUN_FIELDS
+                run = await asyncio.to_thread(read_run, fields) if big else read_run(fields)
+                if run is not None:
+                    out.append((run, escalation_ids(fields)))
         return out
 
     async def missing_runs(self, run_ids: list[str]) -> list[str]:

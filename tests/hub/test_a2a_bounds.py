@@ -123,6 +123,24 @@ async def test_a_page_of_big_tasks_never_holds_the_loop(
     assert not {t.id for t in first.tasks} & {t.id for t in rest.tasks}
 
 
+@pytest.mark.redis
+async def test_the_rest_list_of_big_runs_never_holds_the_loop(
+    hub: Hub, settings: Settings, keys: Keys
+) -> None:
+    """GET /v1/runs (and the MCP tool's list) read a page's runs with `store.runs`, which
+    parsed every one on the loop: 30 runs of 2,000 cues held it over a second."""
+    await _big_runs(hub, keys)
+    async with api_process(settings) as api:
+        stop = asyncio.Event()
+        ticker = asyncio.create_task(_worst_gap_s(stop))
+        await asyncio.sleep(0.05)
+        listed = await api.get("/v1/runs", params={"limit": 100})
+        stop.set()
+        worst_s = await ticker
+    assert listed.status_code == 200 and listed.json()["count"] == BIG_RUNS
+    assert worst_s < MAX_GAP_S, f"the loop was held {worst_s:.2f} s"
+
+
 def test_a_reply_text_names_each_thing_once_and_at_most_16() -> None:
     """A text reply naming a condition 2,000 times sent 2,000 commands to the leader, each
     with an idempotency key kept a day; the data part's rule holds for text too."""

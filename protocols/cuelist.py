@@ -33,7 +33,7 @@ from pydantic_core import PydanticCustomError
 from protocols.contracts import Contract
 from protocols.issues import PATTERN_NAMES
 from protocols.keys import AGENT_ID_PATTERN
-from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, USAGE_MAX, CounterName
+from protocols.payloads import COUNTER_PATTERN, COUNTERS_MAX, CounterName
 from protocols.states import ConflictStrategy, Coordination, OnFailure, Overlap
 from protocols.targeting import Target
 
@@ -196,7 +196,11 @@ class Cue(BaseModel):
         return tuple(self.target_agents or ())
 
 
-Amount = Annotated[StrictInt, Field(ge=0, le=USAGE_MAX)]  # as a usage total is bounded
+# A budget's whole-number limit: at most what every JSON reader holds exactly (2^53 - 1),
+# under what a usage total holds (USAGE_MAX); a schema's `maximum` of 2^63 - 1 is a float
+# to most checkers, which then take numbers past it
+LIMIT_MAX = 2**53 - 1
+Amount = Annotated[StrictInt, Field(ge=0, le=LIMIT_MAX)]
 
 
 class Budget(BaseModel):

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from protocols.cuelist import MAX_TIMEOUT_S
+from protocols.cuelist import LIMIT_MAX, MAX_TIMEOUT_S
 from protocols.errors import CuelistError
 from protocols.ids import rfc3339
 from protocols.loader import check_plain
-from protocols.payloads import AS_JSON_NUMBER, COUNTERS_MAX, USAGE_MAX, CounterName
+from protocols.payloads import AS_JSON_NUMBER, COUNTERS_MAX, CounterName
 
 
 def ts(epoch: float | None) -> str | None:
@@ -33,7 +33,7 @@ class In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-Count = Annotated[int, Field(strict=False, ge=0, le=USAGE_MAX), AS_JSON_NUMBER]
+Count = Annotated[int, Field(strict=False, ge=0, le=LIMIT_MAX), AS_JSON_NUMBER]
 
 
 def _plain(value: dict[str, Any]) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class Engine(
         self.open[run.run_id] = sum(not cr.state.done for cr in run.cues.values())
         self.moving[run.run_id] = sum(cr.state in MOVING for cr in run.cues.values())
         self.out.fresh.add(run.run_id)
+        if new:
+            self.out.started.add(run.run_id)
         self.mark_dirty(run)
         for cue_id, cr in run.cues.items():
             pending = cr.state is CueState.PENDING

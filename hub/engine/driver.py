@@ -95,6 +95,9 @@ class Driver:
         # A write refused for a lost lease (StaleLeader) ends the term too, at once: a
         # quiet step's lingering write is refused with no caller to hear it.
         self.stale = asyncio.Event()
+        # runs made by steps whose write failed: never in Redis (unless the write landed
+        # with its answer lost), so not runs whose state is gone (`_fail_lost`)
+        self._unwritten: set[str] = set()
 
     @property
     def applied(self) -> int:
@@ -182,9 +185,13 @@ class Driver:
 
     async def _fail_lost(self, previous: Engine) -> None:
         """Runs this hub was running whose state Redis no longer has (it came back empty,
-        taking the leader lease along): fail them with that reason instead of forgetting."""
+        taking the leader lease along): fail them with that reason instead of forgetting.
+        Not a run whose first write never landed (the term ended before it, or refused it):
+        it was never in Redis, and the command that made it, served again, makes it again.
+        Failed as lost, it ended a run its operator had only just started."""
+        unwritten, self._unwritten = self._unwritten | previous.out.started, set()
         gone = await self.store.missing_runs(
-            [r for r in previous.runs if r not in self.engine.runs]
+            [r for r in previous.runs if r not in self.engine.runs and r not in unwritten]
         )
         for run_id in gone:
             run = previous.runs[run_id]
@@ -326,12 +333,14 @@ class Driver:
             await self.store.commit(out, self.engine, lease)
         except StaleLeader as exc:
             self.stale.set()
+            self._unwritten |= out.started
             if tracer is not None:
                 tracer.failed(exc)
             raise
         except Exception as exc:
             self.failed = exc
             self.broken.set()
+            self._unwritten |= out.started
             if tracer is not None:
                 tracer.failed(exc)
             raise

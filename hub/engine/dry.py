@@ -128,5 +128,6 @@ def _merge(into: Outbox, out: Outbox) -> None:
     into.dirty |= out.dirty
     into.dirty_cues |= out.dirty_cues
     into.fresh |= out.fresh
+    into.started |= out.started
     into.finished |= out.finished
     into.messages.extend(out.messages)

@@ -35,6 +35,7 @@ class Outbox:
     dirty: set[str] = field(default_factory=set)  # run ids whose header changed
     dirty_cues: set[tuple[str, str]] = field(default_factory=set)  # (run id, cue id) changed
     fresh: set[str] = field(default_factory=set)  # runs whose whole layout must be written
+    started: set[str] = field(default_factory=set)  # runs made by this write's steps (new)
     finished: set[str] = field(default_factory=set)
     reopened: set[str] = field(default_factory=set)  # ended runs running again: keep them
     timers: list[Timer] = field(default_factory=list)

@@ -9,6 +9,7 @@ a `holding` run too. The status message names what it waits for and how to reply
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import sys
@@ -31,6 +32,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hub.engine.state import RunState
 from hub.store.state import ContextEntry
 from protocols.cuelist import Cuelist
+from protocols.graph import CueGraph, raised_by_hand_only
 from protocols.states import CueState, RunStatus
 
 CONTEXT_PARAM = "a2a_context_id"  # the run param keeping the A2A client's context id
@@ -77,6 +79,11 @@ def needs(run: RunState, cuelist: Cuelist | None) -> list[Need]:
         if cr is not None and not cr.state.done:
             for flag in cue.raises:
                 givers.setdefault(flag, set()).add(cid)
+
+    @functools.cache
+    def graph() -> CueGraph:  # built only when some flag has a giver to place
+        return CueGraph.from_cuelist(cuelist)
+
     out: list[Need] = []
     for cid, cr in run.cues.items():
         found = cues.get(cid)
@@ -86,7 +93,10 @@ def needs(run: RunState, cuelist: Cuelist | None) -> list[Need]:
             out.append(Need("go", cid, cid))
         elif cr.state is CueState.WAITING:
             for flag in found.conditions:
-                if flag not in run.conditions and not givers.get(flag, set()) - {cid}:
+                if flag in run.conditions:
+                    continue
+                # the engine's rule (its hold): no giver but the cue and those after it
+                if raised_by_hand_only(cid, givers.get(flag, ()), lambda c: graph().descendants(c)):
                     out.append(Need("condition", flag, cid))
     return out
 

@@ -220,3 +220,21 @@ async def test_tasks_of_a_context_are_found_past_the_newest_page(hub: Hub) -> No
     assert len(seen) == len(set(seen)) == 63 and set(mine) <= set(seen)
     with pytest.raises(InvalidParamsError, match="page token"):
         await tasks.on_list_tasks(ListTasksRequest(page_token="-3"), call)
+
+
+def test_a_condition_raised_only_by_the_cues_after_it_is_the_operators() -> None:
+    """SIGN waits for `signed`, which only NOTIFY raises, and NOTIFY waits for SIGN: no cue
+    will give it. The engine holds such a run for the operator (and the desk offers the
+    flag); the task said WORKING, asking the client for nothing, as it counted NOTIFY a
+    giver."""
+    plan = plan_of("""
+cuelist: downstream
+cues:
+  - {id: SIGN, target_agents: [a], conditions: [signed]}
+  - {id: NOTIFY, target_agents: [a], depends_on: [SIGN], raises: [signed]}
+""")
+    sim = Sim(plan)
+    sim.start()
+    run = sim.run()
+    assert needs(run, plan.cuelist) == [Need("condition", "signed", "SIGN")]
+    assert task_of(run, plan.cuelist).status.state == TaskState.TASK_STATE_INPUT_REQUIRED

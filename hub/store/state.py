@@ -99,10 +99,7 @@ class StateStore:
         """The run as Redis holds it. A big one (thousands of cues: hundreds of ms to parse)
         is parsed in a worker thread, so the event loop the engine and the lease share
         keeps its time while an API client reads it."""
-        fields = await self.db.hgetall(self.keys.run(run_id))
-        if len(fields) > BIG_RUN_FIELDS:
-            return await asyncio.to_thread(read_run, fields)
-        return read_run(fields)
+        return await _parsed(await self.db.hgetall(self.keys.run(run_id)))
 
     async def runs(self, run_ids: list[str]) -> list[RunState]:
         """The runs that exist of these, in one round trip."""
@@ -115,10 +112,8 @@ class StateStore:
         for at in range(0, len(run_ids), LOAD_CHUNK):  # a round trip a chunk: the loop
             chunk = run_ids[at : at + LOAD_CHUNK]  # (the lease's too) runs between them
             found = await self.db.hgetall_each([self.keys.run(r) for r in chunk])
-            for fields in found:  # a big run parsed in a worker thread, as `run` does
-                big = len(fields) > BIG_RUN_FIELDS
-                run = await asyncio.to_thread(read_run, fields) if big else read_run(fields)
-                if run is not None:
+            for fields in found:
+                if (run := await _parsed(fields)) is not None:
                     out.append((run, escalation_ids(fields)))
         return out
 
@@ -264,3 +259,11 @@ class StateStore:
 def run_event(entry_id: str, fields: dict[bytes, bytes]) -> RunEvent:
     data: dict[str, Any] = json.loads(fields[EVENT_FIELD])
     return RunEvent(entry_id, data)
+
+
+async def _parsed(fields: dict[bytes, bytes]) -> RunState | None:
+    """`read_run`, in a worker thread for a big run (thousands of cues: hundreds of ms), so
+    the event loop the engine and the lease share keeps its time."""
+    if len(fields) > BIG_RUN_FIELDS:
+        return await asyncio.to_thread(read_run, fields)
+    return read_run(fields)

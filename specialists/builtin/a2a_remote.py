@@ -303,12 +303,6 @@ def _framed(size: int) -> int:
     return 1 + max(1, (size.bit_length() + 6) // 7) + size
 
 
-def merge(task: Task | None, event: StreamResponse) -> Task | None:
-    """`task` after one event, updated in place: a one-off (it measures `task` whole); a
-    stream of events is followed with `Following`, which keeps its counts between them."""
-    return Following(DEFAULT_MAX_MESSAGE_BYTES, task).merge(event)
-
-
 async def follow(
     remote: Remote,
     first: AsyncIterator[Task] | None,

@@ -17,11 +17,12 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
+from protocols.codec import DEFAULT_MAX_MESSAGE_BYTES
 from specialists.builtin.a2a import A2A, ARTIFACTS_MAX
 from specialists.builtin.a2a_remote import (
+    Following,
     Remote,
     artifact_value,
-    merge,
     part_value,
     state_name,
 )
@@ -34,16 +35,17 @@ def test_events_before_the_task_wait_for_it_then_merge_in_order() -> None:
             task_id="t", status=TaskStatus(state=TaskState.TASK_STATE_WORKING)
         )
     )
-    assert merge(None, working) is None
-    task = merge(None, StreamResponse(task=Task(id="t", context_id="c")))
+    following = Following(DEFAULT_MAX_MESSAGE_BYTES)
+    assert following.merge(working) is None
+    task = following.merge(StreamResponse(task=Task(id="t", context_id="c")))
     assert task is not None and task.id == "t"
-    task = merge(task, working)
+    task = following.merge(working)
     assert task is not None and task.status.state == TaskState.TASK_STATE_WORKING
     chunk = Artifact(artifact_id="a", name="log", parts=[new_text_part("one ")])
-    task = merge(task, StreamResponse(artifact_update=TaskArtifactUpdateEvent(artifact=chunk)))
+    task = following.merge(StreamResponse(artifact_update=TaskArtifactUpdateEvent(artifact=chunk)))
     more = Artifact(artifact_id="a", parts=[new_text_part("two")])
     update = TaskArtifactUpdateEvent(artifact=more, append=True)
-    task = merge(task, StreamResponse(artifact_update=update))
+    task = following.merge(StreamResponse(artifact_update=update))
     assert task is not None and len(task.artifacts) == 1
     assert artifact_value(task.artifacts[0]) == ["one ", "two"]
 

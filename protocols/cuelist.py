@@ -307,6 +307,14 @@ class Cuelist(BaseModel):
         """Does some cue claim a resource? (Its runs live in the resource partition.)"""
         return any(cue.resources for cue in self.cues)
 
+    def raisers(self) -> dict[str, list[str]]:
+        """Each flag some cue raises -> the ids of the cues that raise it, in order."""
+        found: dict[str, list[str]] = {}
+        for cue in self.cues:
+            for flag in cue.raises:
+                found.setdefault(flag, []).append(cue.id)
+        return found
+
     def cue(self, cue_id: str) -> Cue:
         """The cue with this id; KeyError when there is none."""
         for cue in self.cues:

@@ -291,10 +291,7 @@ def _handoff_issues(
 
 def _operator_warnings(cuelist: Cuelist, graph: CueGraph) -> list[Issue]:
     """Cues that can only start by an operator's hand, without saying so."""
-    raisers: dict[str, list[str]] = {}
-    for cue in cuelist.cues:
-        for flag in cue.raises:
-            raisers.setdefault(flag, []).append(cue.id)
+    raisers = cuelist.raisers()
     entries = set(graph.entry_cues)
     issues = []
     for cue in cuelist.cues:

@@ -113,10 +113,7 @@ def operator_needs(cuelist: Cuelist, run: RunState) -> dict[str, list[str]]:
     """The conditions unfinished cues of `run` wait for that only an operator can raise,
     with those cues, as the engine's hold decides (hub.engine.alerts): no unfinished cue
     raises them but the waiting cue itself and those after it (which wait for it)."""
-    raisers: dict[str, list[str]] = {}
-    for cue in cuelist.cues:
-        for flag in cue.raises:
-            raisers.setdefault(flag, []).append(cue.id)
+    raisers = cuelist.raisers()
 
     @functools.cache
     def graph() -> CueGraph:  # built only when some flag has a raiser to place

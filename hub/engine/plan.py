@@ -49,9 +49,7 @@ class Plan:
         )
         plan.agents |= plan.debuggers
         plan.by_target = tuple(cue.id for cue in cuelist.cues if cue.target is not None)
-        for cue in cuelist.cues:
-            for flag in cue.raises:
-                plan.raisers[flag] = (*plan.raisers.get(flag, ()), cue.id)
+        plan.raisers = {flag: tuple(ids) for flag, ids in cuelist.raisers().items()}
         # a distance never exceeds the number of cues: a `warn_ahead` that large is `all`
         count = len(cuelist.cues)
         numbers = [c.warn_ahead for c in cuelist.cues

@@ -2,9 +2,9 @@
 
 The Transport (streams) and the Storage (typed commands for the state stores) are both
 Gateways; nothing outside protocols/transport/ holds a client. Each call runs through
-`_call`: retried on a lost connection for at most its `retry_s`, and its Redis error
-raised as its class in protocols.errors. A blocking read goes through `_read_call` too: its
-reply must come within its block and READ_GRACE_S.
+`_call`: retried on a lost connection for at most its `retry_s`, its Redis error raised as
+its class in protocols.errors, and each try's reply due within REPLY_GRACE_S (a blocking
+read's, `_read_call`, within its block and REPLY_GRACE_S): see protocols.transport._deadlines.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ from protocols.transport._client import (
     is_cluster,
     retry_transient,
 )
+from protocols.transport._deadlines import Deadlines
 from protocols.transport._errors import translated
 from protocols.transport._wire import Command, pipelined
 
 OnRetry = Callable[[BaseException, float], None]  # (error, seconds until the next attempt)
 RECENT_REFUSAL_S = 10.0  # a write refused this recently is still the likely why
 ScriptArg = str | bytes | int | float
-# A blocking read's reply may come this long after its block ends before the read is
-# taken for lost (a slow link, a big batch); a commit has COMMIT_DEADLINE_S likewise
-READ_GRACE_S = 10.0
+# A reply may come this long after the command is sent (a blocking read's, after its block
+# ends) before the call is taken for lost: a slow link, a big batch, a busy server
+REPLY_GRACE_S = 10.0
 
 
 class Gateway:
@@ -43,6 +44,7 @@ class Gateway:
         self.retry_s = retry_s  # 0: a lost connection is not retried (beyond the client's one)
         self._owns_client = False
         self._refused: tuple[float, OutOfMemory | ReadOnly] | None = None  # the last, and when
+        self._deadlines = Deadlines()
 
     @property
     def is_cluster(self) -> bool:
@@ -72,38 +74,41 @@ class Gateway:
         fn: Callable[[], Awaitable[T]],
         retry_s: float | None = None,
         on_retry: OnRetry | None = None,
+        *,
+        block_ms: int | None = None,
     ) -> T:
         """`await fn()`: retried on connection loss (`retry_s`, else the gateway's), its
-        errors translated. The common case costs one call."""
+        errors translated. A try whose reply never comes (a half-dead link: the server ran
+        the command, its answer is lost) ends after its block (`block_ms`; None: it does
+        not block; 0: it blocks for ever, and so is not bounded) and REPLY_GRACE_S, as
+        Unreachable, not tried again; its connection is closed (redis-py's, on the
+        cancellation). The common case costs one call and its registration."""
         total_s = self.retry_s if retry_s is None else retry_s
+        call = None
+        if block_ms != 0:
+            call = self._deadlines.start((block_ms or 0) / 1000 + REPLY_GRACE_S, on_retry)
         try:
             with translated(op):
                 if total_s <= 0:
                     return await fn()
-                return await retry_transient(fn, total_s, on_retry)
+                heard = on_retry if call is None else call.retried
+                return await retry_transient(fn, total_s, heard)
+        except asyncio.CancelledError:
+            if call is not None and self._deadlines.ended_it(call):
+                raise Unreachable(
+                    f"{op}: no reply within {call.deadline_s:.1f} s (a half-dead link)"
+                ) from None
+            raise
         except (OutOfMemory, ReadOnly) as exc:
             self._refused = (time.monotonic(), exc)  # for `write_refusal`: what was seen
             raise
+        finally:
+            if call is not None:
+                self._deadlines.end(call)
 
     async def _read_call(self, op: str, fn: Callable[[], Awaitable[T]], block_ms: int | None) -> T:
-        """`_call` for a read that blocks `block_ms` (None: not at all; 0: for ever). A
-        reply that never comes (a half-dead link: the server ran the read, its answer is
-        lost) ends each try after the block and READ_GRACE_S, as Unreachable, as a lost
-        connection would; its connection is dropped (redis-py's, on the cancellation)."""
-        if block_ms == 0:
-            return await self._call(op, fn)
-        deadline_s = (block_ms or 0) / 1000 + READ_GRACE_S
-
-        async def bounded() -> T:
-            try:
-                async with asyncio.timeout(deadline_s):
-                    return await fn()
-            except TimeoutError as exc:
-                raise Unreachable(
-                    f"{op}: no reply within {deadline_s:.1f} s (a half-dead link)"
-                ) from exc
-
-        return await self._call(op, bounded)
+        """`_call` for a read that blocks `block_ms` (None: not at all; 0: for ever)."""
+        return await self._call(op, fn, block_ms=block_ms)
 
     async def _pipelined(
         self, op: str, commands: Sequence[Command], atomic: bool = False

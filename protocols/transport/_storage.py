@@ -171,7 +171,9 @@ class Storage(Gateway):
     # -- lists ----------------------------------------------------------------------------
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         """The head of list `key`, waiting up to `timeout_s`; None when nothing came."""
-        reply = await self._call("BLPOP", lambda: self._client.blpop([key], timeout=timeout_s))
+        reply = await self._read_call(
+            "BLPOP", lambda: self._client.blpop([key], timeout=timeout_s), int(timeout_s * 1000)
+        )
         return None if reply is None else _bytes(reply[1])
 
     # -- streams (other than the Transport's envelopes) -----------------------------------

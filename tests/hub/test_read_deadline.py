@@ -1,5 +1,5 @@
 """A read whose reply never comes (a half-dead link: the server ran XREADGROUP, its answer
-is lost) ends as a lost connection would, after its block and READ_GRACE_S: the router
+is lost) ends as a lost connection would, after its block and REPLY_GRACE_S: the router
 waited for ever while the lease, renewed on other connections, kept every other hub out,
 and nothing of its partition was routed again."""
 
@@ -29,7 +29,7 @@ async def _online(client: Redis, keys: Keys, agent: str) -> None:
 async def test_the_router_reads_again_after_a_read_whose_reply_never_came(
     redis_server: EmbeddedServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_gateway, "READ_GRACE_S", 1.0)
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 1.0)
     keys = settings.keys
     async with lossy_clients(redis_server.port, keys.prefix) as (proxy, _, direct):
         lossy = settings.model_copy(update={"redis_url": proxy.url})

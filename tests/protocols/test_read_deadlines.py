@@ -1,5 +1,5 @@
 """Every blocking read ends when its reply never comes (a half-dead link: the server ran
-the read, its answer is lost): after its block and READ_GRACE_S, as Unreachable, as a lost
+the read, its answer is lost): after its block and REPLY_GRACE_S, as Unreachable, as a lost
 connection would, and the next read works. Before, only the streams' reads of one slot had
 this deadline: the command server's, the API's answers, the event fanout's, a specialist's
 broadcast reads, the conformance kit's and a cluster's reads over many slots waited for
@@ -42,7 +42,7 @@ READS: dict[str, Read] = {
 async def test_a_read_whose_reply_never_comes_ends_and_the_next_one_reads(
     redis_server: EmbeddedServer, keys: Keys, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_gateway, "READ_GRACE_S", 0.5)
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 0.5)
     read = READS[name]
     async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, direct):
         await direct.xgroup_create(keys.commands(), "hub", id="0", mkstream=True)
@@ -65,7 +65,7 @@ async def test_a_clusters_read_over_many_slots_reads_a_silent_slot_again(
     """One slot's read (of several, each in flight on its own) whose reply never comes:
     it ends after its block and the grace, and that slot is read again. Before, its read
     stayed in flight for ever, and nothing of its streams was read again."""
-    monkeypatch.setattr(_gateway, "READ_GRACE_S", 0.5)
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 0.5)
     quiet, other = keys.inbox("quiet"), keys.inbox("other")
     assert key_slot(quiet) != key_slot(other)
     transport = Transport(cluster_redis, keys, retry_s=0)

@@ -1,5 +1,5 @@
 """A replica whose answers ride a read on a half-dead link (the server ran the MULTI and
-the XREADGROUP, no reply ever comes) gives the read up after its block and READ_GRACE_S:
+the XREADGROUP, no reply ever comes) gives the read up after its block and REPLY_GRACE_S:
 the batch it lent was never settled, so the replica wrote nothing more, ever, and its
 renewals (on a healthy connection) kept every other replica from reclaiming its work."""
 
@@ -24,7 +24,7 @@ async def test_work_in_hand_is_settled_after_a_ride_on_a_dead_link(
     redis_server: EmbeddedServer, fast: Settings, start: Starter, hub: HubSide,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(_gateway, "READ_GRACE_S", 1.0)
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 1.0)
     keys = fast.keys
     async with lossy_clients(redis_server.port, keys.prefix + "zz") as (proxy, _, direct):
         lossy = fast.model_copy(update={"redis_url": proxy.url})

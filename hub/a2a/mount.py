@@ -6,6 +6,7 @@ client's address (the event streams' per-client cap), and a 503 says when to com
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from a2a.server.context import ServerCallContext
@@ -31,6 +32,8 @@ from hub.service import Hub
 
 log = logging.getLogger(__name__)
 SEND_STALL_S = 60.0  # a client may take no bytes of an answer this long (see SendDeadline)
+# A body with fewer brackets than this cannot nest deep enough to exhaust Python's stack
+DEEP_BRACKETS = 200
 
 
 class RequireKey:
@@ -121,6 +124,59 @@ class SendDeadline:
             log.info("an A2A answer to %s given up: %s", _peer(scope), stalled.exceptions[0])
 
 
+class NestedTooDeep:
+    """A JSON-RPC body nested past what Python's parser takes (a RecursionError in the SDK's
+    `json.loads`) gets the Parse error (-32700) the SDK gives any other body it cannot
+    parse. Before, it got an Internal error (-32603), and the SDK logged a traceback at
+    ERROR for each such request. Only a body with at least DEEP_BRACKETS brackets is parsed
+    here first (bounded by the API's body limit); the others go straight to the SDK."""
+
+    def __init__(self, app: ASGIApp, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away: nobody to answer
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if _nested_too_deep(body):
+            error = {"code": -32700, "message": "Parse error: the body nests too deep"}
+            answer = JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})
+            await answer(scope, receive, send)
+            return
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given
+            if given:
+                return await receive()
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _nested_too_deep(body: bytes) -> bool:
+    if body.count(b"[") + body.count(b"{") < DEEP_BRACKETS:
+        return False
+    try:
+        json.loads(body)
+    except RecursionError:
+        return True
+    except ValueError:  # not JSON: the SDK says so
+        return False
+    return False
+
+
 def _peer(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
@@ -144,8 +200,9 @@ def install(app: FastAPI, hub: Hub, stopping: asyncio.Event) -> None:
     # the tenant Mount create_rest_routes adds is left out: no tenants here
     rest = [r for r in create_rest_routes(handler, context) if isinstance(r, Route)]
     bindings = Starlette(routes=[*create_jsonrpc_routes(handler, RPC_PATH, context), *rest])
+    guarded = NestedTooDeep(bindings, A2A_PATH + RPC_PATH)
     # a refused stream's wait is the fanout's; a Redis outage's, ours
     retry_after_s = max(hub.fanout.retry_after_s, RETRY_AFTER_S)
     # a send may wait as long as a whole stream may last, and no longer (SEND_STALL_S)
     stall_s = min(SEND_STALL_S, hub.settings.sse_max_s)
-    app.mount(A2A_PATH, RequireKey(RetryAfter(SendDeadline(bindings, stall_s), retry_after_s)))
+    app.mount(A2A_PATH, RequireKey(RetryAfter(SendDeadline(guarded, stall_s), retry_after_s)))

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hub.a2a.mount import RequireKey
 from hub.mcp.tools import build
@@ -50,6 +50,51 @@ class McpEndpoint:
         await self.app(scope, receive, send)
 
 
+class JsonRefusals:
+    """The SDK answers a request it refuses before reading it (a wrong Content-Type or
+    Accept, a Host its DNS-rebinding check does not know) in plain text; every other answer
+    of the API, its own refusals included, is JSON. Such an answer (4xx, not JSON) is sent
+    as `{"detail": "<the SDK's words>"}`, with its status and other headers kept."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held: Message | None = None  # a refusal's start, sent once its body is read
+        body: list[bytes] = []
+
+        async def sending(message: Message) -> None:
+            nonlocal held
+            if message["type"] == "http.response.start" and _plain_refusal(message):
+                held = message
+                return
+            if held is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            text = b"".join(body).decode("utf-8", "replace").strip() or "refused"
+            answer = JSONResponse({"detail": text}, status_code=held["status"])
+            kept = [(k, v) for k, v in held.get("headers", []) if k.lower() not in _SET_BY_ANSWER]
+            answer.raw_headers = [*answer.raw_headers, *kept]
+            await answer(scope, receive, send)
+
+        await self.app(scope, receive, sending)
+
+
+_SET_BY_ANSWER = {b"content-type", b"content-length"}
+
+
+def _plain_refusal(start: Message) -> bool:
+    if not 400 <= start["status"] < 500:
+        return False
+    for name, value in start.get("headers", []):
+        if name.lower() == b"content-type":
+            return not value.lower().startswith(b"application/json")
+    return True
+
+
 def install(app: FastAPI, hub: Hub) -> None:
     """Route /mcp to the MCP server; the app's lifespan runs it (`app.state.lifespans`)."""
     endpoint = McpEndpoint(hub)
@@ -57,5 +102,5 @@ def install(app: FastAPI, hub: Hub) -> None:
     # standalone stream answer. Stateless, the SDK would open a GET stream that never
     # carries a message (nothing is sent outside a POST's answer) and never ends, and there
     # is no session to DELETE.
-    app.router.routes.append(Route(MCP_PATH, RequireKey(endpoint), methods=["POST"]))
+    app.router.routes.append(Route(MCP_PATH, RequireKey(JsonRefusals(endpoint)), methods=["POST"]))
     app.state.lifespans.append(endpoint.running)

@@ -6,6 +6,7 @@ is required and POST is the only method."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -281,3 +282,27 @@ async def test_post_is_the_only_method(hub_url: str) -> None:
             async with client.stream(method, f"{hub_url}/mcp") as r:
                 assert r.status_code == 405, (method, r.status_code, r.headers)
                 assert r.headers["allow"] == "POST"
+
+
+async def test_a_refused_request_is_answered_in_json(hub_url: str) -> None:
+    """The SDK refused a wrong Content-Type or Host (its DNS-rebinding check) in plain
+    text, or with no Content-Type at all; like every other answer of the API, these are
+    JSON now: `{"detail": ...}`, the status and the SDK's words kept (a wrong Accept was
+    already a JSON-RPC error)."""
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    wrong = {
+        "Content-Type": {**auth, **accept, "Content-Type": "text/plain"},
+        "Accept": {**auth, "Accept": "text/html", "Content-Type": "application/json"},
+        "Host": {**auth, **accept, "Content-Type": "application/json", "Host": "evil.example"},
+    }
+    async with httpx.AsyncClient() as client:
+        for what, headers in wrong.items():
+            r = await client.post(f"{hub_url}/mcp", content=json.dumps(call), headers=headers)
+            assert 400 <= r.status_code < 500, (what, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/json"), (what, r.headers)
+            said = r.json()  # the API's {"detail"}, or a JSON-RPC error of the SDK's own
+            assert said.get("detail") or said["error"]["message"], (what, r.text)
+        r = await client.post(f"{hub_url}/mcp", json=call, headers={**auth, **accept})
+        assert r.status_code == 200 and "tools" in r.json()["result"], r.text

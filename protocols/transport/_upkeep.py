@@ -10,6 +10,7 @@ from typing import Any
 
 from protocols.errors import GroupMissing, TransportError
 from protocols.keys import is_entry_id
+from protocols.transport import _gateway
 from protocols.transport._base import _TransportBase
 from protocols.transport._client import _bytes, _id_key, _text
 from protocols.transport._errors import is_group_missing, is_no_such_key, translated
@@ -173,8 +174,9 @@ class _Upkeep(_TransportBase):
         pool = self._client.connection_pool
         client_type, pool_type = type(self._client), type(pool)
 
-        async def listing() -> Any:
-            own = pool_type(connection_class=pool.connection_class, **pool.connection_kwargs)
+        async def listing() -> Any:  # its reply due within REPLY_GRACE_S, as any call's
+            options = {**pool.connection_kwargs, "socket_timeout": _gateway.REPLY_GRACE_S}
+            own = pool_type(connection_class=pool.connection_class, **options)
             client = client_type(connection_pool=own)
             try:
                 return await client.xinfo_consumers(stream, group)

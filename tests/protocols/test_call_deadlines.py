@@ -150,3 +150,22 @@ async def test_time_the_process_was_frozen_does_not_count_against_a_reply(
 
 def test_the_sweep_runs_often_enough_for_a_short_deadline() -> None:
     assert _deadlines.SWEEP_S <= _gateway.REPLY_GRACE_S / 4
+
+
+@pytest.mark.redis
+async def test_the_consumer_listing_off_the_loop_ends_too(
+    redis_server: EmbeddedServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upkeep lists an inbox's consumers in a worker thread on a connection of its own (the
+    list may be huge): its reply is due within REPLY_GRACE_S as well, and the listing (a
+    read) is sent again once on a fresh connection, as redis-py does after a read timeout.
+    Before, a lost reply held the thread and upkeep's task for ever."""
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 0.5)
+    async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, _direct):
+        transport = Transport(lossy, keys, retry_s=0)
+        inbox = keys.inbox("a")
+        await transport.ensure_group(inbox, "a")
+        proxy.arm(b"CONSUMERS", "swallow")
+        async with asyncio.timeout(10):  # before, it never ended
+            listed = await transport.idle_consumers(inbox, "a", keep=(), min_idle_ms=0, most=9)
+        assert listed == [] and proxy.fired == ["swallow"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from hub.api import create_app
 from hub.api.schemas import ts
 from hub.desk import render
-from hub.desk.data import Approval, operator_needs
+from hub.desk.data import Approval, Inbox, operator_needs
 from hub.engine.state import CueRun, RunState
 from hub.service import Hub, HubSettings
 from protocols.cuelist import Budget
@@ -69,6 +69,11 @@ def test_a_condition_is_one_segment_of_its_buttons_url() -> None:
     )
     assert 'data-url="/v1/runs/r1/conditions/x%2F..%2F..%2Frerun"' in html
     assert "/conditions/x/" not in html
+    # the board's inbox too: its button sent the browser to POST /v1/runs/r1/rerun
+    # (a review found "approval/../../cancel" cancelling the run it was asked to approve)
+    board = render.ENV.get_template("_inbox.html").render(inbox=Inbox(approvals=approvals))
+    assert 'data-url="/v1/runs/r1/conditions/x%2F..%2F..%2Frerun"' in board
+    assert "/conditions/x/" not in board
 
 
 TEMPLATES = Path(render.__file__).parent / "templates"

@@ -6,7 +6,6 @@ cleanly: live event streams end, the lease is released, connections close.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Annotated, Any, NoReturn
 
@@ -14,20 +13,11 @@ import typer
 import uvicorn
 
 from hub.api import create_app
+from hub.api.hosts import is_loopback
 from hub.service import Hub, HubSettings
 from protocols.process import loop_name, tune_gc
 
-LOOPBACK_NAMES = ("localhost",)
 GRACEFUL_S = 5
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _Server(uvicorn.Server):

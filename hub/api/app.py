@@ -16,6 +16,7 @@ from fastapi_offline import FastAPIOffline
 from hub.api import errors
 from hub.api.deps import require_api_key
 from hub.api.gone import ClientGone
+from hub.api.hosts import LoopbackHosts
 from hub.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from hub.api.routes import (
     agent_cards,
@@ -124,6 +125,8 @@ def create_app(hub: Hub, *, run_hub: bool = True, max_body_bytes: int = MAX_BODY
     app.state.lifespans = []  # context managers the lifespan enters (mounted servers)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     app.add_middleware(ClientGone)  # outside the body limit: it sees what the route raised
+    if not hub.settings.api_key:
+        app.add_middleware(LoopbackHosts)  # outermost: DNS rebinding (hub.api.hosts)
     errors.install(app)
     app.include_router(health.router)
     secured = [Depends(require_api_key)]

@@ -15,6 +15,9 @@ from hub.registry import Registry
 from hub.service import Hub
 from protocols.errors import NotFound
 
+# What Sec-Fetch-Site says of a page of another origin ("same-origin" and "none", typed or
+# bookmarked, are the desk's own; a client that is no browser sends none)
+FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 _bearer = HTTPBearer(auto_error=False, description="CALLBOARD_API_KEY, when the hub has one")
 
 
@@ -39,11 +42,13 @@ async def require_api_key(
 ) -> None:
     """With CALLBOARD_API_KEY set, `Authorization: Bearer <key>` (compared in constant time),
     or the desk's login cookie; a request that changes state with the cookie alone must carry
-    the desk's CSRF header. Key or not, a browser's cross-site request that changes state is
-    refused (Sec-Fetch-Site), so no other site can drive a hub through an operator's browser."""
-    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
-    if cross_site and request.method not in session.SAFE_METHODS:
-        raise HTTPException(status_code=403, detail="cross-site requests may not change state")
+    the desk's CSRF header. Key or not, a browser's request that changes state from a page
+    of another site, or of another origin of this site (another port of 127.0.0.1: "same-
+    site"), is refused (Sec-Fetch-Site), so no other page can drive a hub through an
+    operator's browser: without a key, a form on any local web app could GO a cue."""
+    site = request.headers.get("sec-fetch-site")
+    if site in FOREIGN_SITES and request.method not in session.SAFE_METHODS:
+        raise HTTPException(status_code=403, detail=f"{site} requests may not change state")
     expected: str | None = request.state.api_key
     if not expected:
         return

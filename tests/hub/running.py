@@ -65,5 +65,5 @@ async def api_process(settings: Settings, **extra: Any) -> AsyncIterator[httpx.A
             await app(scope, receive, send)
 
         transport = httpx.ASGITransport(app=served)
-        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client

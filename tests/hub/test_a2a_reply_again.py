@@ -32,7 +32,7 @@ pytestmark = pytest.mark.redis
 
 
 async def _client(api: httpx.AsyncClient) -> Client:
-    card = await A2ACardResolver(api, "http://hub").get_agent_card()
+    card = await A2ACardResolver(api, "http://127.0.0.1").get_agent_card()
     config = ClientConfig(
         httpx_client=api, streaming=False, supported_protocol_bindings=["JSONRPC"]
     )

@@ -344,6 +344,9 @@ class Driver:
             if tracer is not None:
                 tracer.failed(exc)
             raise
+        except asyncio.CancelledError:  # the term ended with the write on its way
+            self._unwritten |= out.started
+            raise
         if tracer is not None:
             tracer.committed(out, self.engine)
         for timer in out.timers:

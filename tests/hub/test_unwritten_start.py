@@ -7,6 +7,7 @@ again makes the run, once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -14,12 +15,14 @@ import pytest
 
 from hub import commands as c
 from hub.engine.outbox import Outbox
+from hub.store.state import StateStore
 from protocols.canonical import canonical_json
 from protocols.errors import StaleLeader
 from protocols.ids import new_id
 from protocols.settings import Settings
 from protocols.validation import load_cuelist
-from tests.hub.running import running_hub
+from tests.helpers import eventually
+from tests.hub.running import inbox, running_hub
 
 pytestmark = pytest.mark.redis
 WAITS = "cuelist: unwritten\ncues:\n  - {id: A, target_agents: [nobody], conditions: [never]}\n"
@@ -51,3 +54,51 @@ async def test_a_start_whose_write_was_refused_is_made_again_not_failed_as_lost(
         assert run is not None and run.status.value == "holding"
         assert run.cues["A"].state.value == "waiting"
         assert "state is gone" not in caplog.text
+
+
+SCHEDULED = (
+    'cuelist: every\nschedule: "* * * * * *"\noverlap: skip\n'
+    "cues:\n  - {id: A, target_agents: [nobody], ack_timeout_s: 60}\n"
+)
+
+
+async def test_a_start_whose_write_the_ending_term_cut_short_is_not_failed_as_lost(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The term ends (a yield; a lost lease alike) while a scheduled start's write is on
+    its way: the task writing it is cancelled, not refused. Before, that run was not
+    counted as unwritten: the next term on this hub failed it as lost ("Redis lost its
+    data") and told its agent to stand down for a WARNING never sent (found by review)."""
+    real = StateStore.commit
+    held: list[str] = []
+    cancelled = asyncio.Event()
+
+    async def commit(self: StateStore, out: Outbox, engine: Any, lease: str) -> None:
+        if out.started and not held:  # the first scheduled start: its write never goes out
+            held.extend(out.started)
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        await real(self, out, engine, lease)
+
+    monkeypatch.setattr(StateStore, "commit", commit)
+    async with running_hub(settings, lease_ms=1000) as hub:
+        parsed, version = load_cuelist(SCHEDULED)
+        await hub.cuelists.put(parsed, version, canonical_json(parsed), SCHEDULED)
+        await eventually(lambda: held, 10, message="a scheduled start is being written")
+        hub.partitions[0].yielding.set()  # the term ends while the write is in flight
+        async with asyncio.timeout(10):
+            await cancelled.wait()
+        # the same hub leads again; a later tick starts a run that is written
+        written = await eventually(
+            lambda: _written_runs(hub, exclude=held[0]), 15, message="a later start written"
+        )
+        await hub.cuelists.delete("every")
+        assert written and await hub.store.run(held[0]) is None
+        assert not [m for m in await inbox(hub, "nobody") if m.run_id == held[0]]
+
+
+async def _written_runs(hub: Any, exclude: str) -> list[str]:
+    return [i for i in await hub.store.recent_run_ids() if i != exclude]

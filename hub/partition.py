@@ -121,7 +121,9 @@ class Partition:
         tasks = [
             keeping,
             asyncio.create_task(self.router.run(leading_ends), name="router"),
-            asyncio.create_task(self.driver.run_timers(leading_ends), name="timers"),
+            asyncio.create_task(
+                self.driver.run_timers(leading_ends, self.router.handled_through), name="timers"
+            ),
             asyncio.create_task(self.driver.run_backlog(leading_ends), name="backlog"),
             asyncio.create_task(server.run(leading_ends), name="commands"),
             asyncio.create_task(self.driver.broken.wait(), name="commit"),

@@ -55,6 +55,9 @@ _REGISTRY_TYPES = frozenset({T.STATUS_ONLINE, T.STATUS_OFFLINE, T.STATUS_REPORT}
 # read loop, never in it, and waits between scans at least this many times what the last
 # one took: Redis is not kept busy scanning.
 DISCOVER_EVERY_S = 1.0
+# How long deadlines may wait for the router to have handled what came before them (see
+# `handled_through`): a stream kept full (an agent flooding) does not hold them longer
+SETTLE_MAX_S = 5.0
 DISCOVER_REST = 10
 SEEN_CAPACITY = 200_000
 ABSENT_CAPACITY = 10_000
@@ -120,6 +123,11 @@ class Router:
         self._forgive = False  # ...and does not count what this hub held as delivered again
         self._deferred: _Deferred | None = None  # the last batch's writes, not sent yet
         self._deferred_failed: BaseException | None = None  # ...sent, and refused
+        # Every entry that reached an out stream before this time (the engine's clock) has
+        # been handled: when the last read that found every stream drained was sent.
+        self.drained_through = float("-inf")
+        self._passed = asyncio.Event()  # set whenever `drained_through` moves on
+        self._discovered = False  # discovery has scanned once this term
 
     def reset(self, blameless: bool = False) -> None:
         """A new leadership term: nothing seen, and every entry pending in the hub group
@@ -135,6 +143,25 @@ class Router:
         self._last_claim = 0.0
         self._claim_all = True
         self._forgive = blameless
+        self.drained_through = float("-inf")  # nothing read yet this term
+        self._discovered = False
+
+    async def handled_through(self, mark: float) -> None:
+        """Return once every entry that reached an out stream before `mark` (the engine's
+        clock) has been handled: a read sent at or after `mark` came back with every stream
+        drained and its entries were handled. Or after SETTLE_MAX_S. The driver asks this
+        before firing deadlines at a term's start or after the process stalled: the
+        replies sent before them, waiting in the streams while no hub read them (a
+        failover, a freeze), are not late, and must count before the deadlines do."""
+        limit = time.monotonic() + SETTLE_MAX_S
+        while self.drained_through < mark and (left := limit - time.monotonic()) > 0:
+            self._passed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._passed.wait(), left)
+
+    def _drained(self, sent_at: float) -> None:
+        self.drained_through = max(self.drained_through, sent_at)
+        self._passed.set()
 
     async def discover(self) -> None:
         """Find every agent's out stream (new agents appear at any time)."""
@@ -163,6 +190,7 @@ class Router:
         while not stop.is_set():
             started = time.monotonic()
             await self.discover()
+            self._discovered = True
             took_s = time.monotonic() - started
             await self.transport.trim(self.keys.audit, maxlen=self.settings.audit_maxlen)
             rest_s = max(DISCOVER_EVERY_S, DISCOVER_REST * took_s)
@@ -174,9 +202,12 @@ class Router:
             if discovering.done():  # failed (Redis, say): the term ends, as a read failing does
                 discovering.result()
             if not self.streams:
+                if self._discovered:  # no agent has a stream: nothing waits to be read
+                    self._drained(self.driver.engine.clock())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
                 continue
+            sent_at = self.driver.engine.clock()
             if time.monotonic() - self._last_claim > self.settings.claim_interval_ms / 1000:
                 await self._caught_up()  # what they acknowledge is not claimed again
                 await self._reclaim()
@@ -190,6 +221,8 @@ class Router:
                 raise failed
             if batch:
                 await self.process(batch, defer=True)
+            if len(batch) < self.settings.read_count or _drained(batch, self.settings.read_count):
+                self._drained(sent_at)
         await self._caught_up()
 
     async def _caught_up(self) -> None:
@@ -472,6 +505,12 @@ class Router:
         self._seen[message_id] = None
         if len(self._seen) > SEEN_CAPACITY:
             self._seen.popitem(last=False)
+
+
+def _drained(batch: Sequence[Delivery], count: int) -> bool:
+    """Whether a read of `count` entries a stream left every stream drained (each gave
+    fewer than `count`)."""
+    return max(Counter(d.stream for d in batch).values(), default=0) < count
 
 
 def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:

@@ -12,7 +12,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +40,9 @@ GONE_REASON = "its cuelist version was deleted while it ran: the hub cannot go o
 BACKLOG_CHUNK = CHUNK  # cues a step evaluates of the backlog (see hub.engine.base.CHUNK)
 DRY_EVENTS_PER_WRITE = 2_000  # a dry run's events, written after it this many at a time
 LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
+# A timers' wait that ends this much later than it should have: the process stalled (frozen,
+# starved), and the deadlines wait for the router to read what came meanwhile
+STALL_S = 0.25
 # The least time between two re-checks of the cues waiting for an agent: a burst of registry
 # changes (an agent changing its contract on every batch, a fleet coming online) makes one
 # re-check at once and one more with the newest agents RECHECK_S later, not one per batch.
@@ -442,20 +445,40 @@ class Driver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._backlog.wait(), 1.0)
 
-    async def run_timers(self, stop: asyncio.Event) -> None:
-        """Fire deadlines when due; rebuilt from run state after a restart."""
+    async def run_timers(
+        self, stop: asyncio.Event, handled: Callable[[float], Awaitable[None]] | None = None
+    ) -> None:
+        """Fire deadlines when due; rebuilt from run state after a restart. `handled(now)`
+        (the router's `handled_through`) returns once the replies that reached the streams
+        before `now` are handled: asked before the term's first deadlines fire, and after
+        this task woke late (the process stalled). Replies an agent sent in time, waiting
+        in the streams while no hub read them (a failover, a freeze), then count first:
+        before, the rebuilt deadline fired ahead of them, and the cue failed or was called
+        again for work already done."""
+        settled = handled is None  # the term's first deadlines wait for the router
+        woken_by = time.monotonic()  # when the last wait was to end at the latest
         while not stop.is_set():
             now = self.engine.clock()
+            if time.monotonic() - woken_by > STALL_S:
+                settled = handled is None
+            if self._timers and self._timers[0].at <= now and not settled:
+                assert handled is not None
+                await handled(now)
+                settled = True
+                woken_by = time.monotonic()
+                continue
             due: list[Timer] = []
             while self._timers and self._timers[0].at <= now:
                 due.append(heapq.heappop(self._timers))
             if due:
                 await self.step(partial(_fire_timers, due=due))
+                woken_by = time.monotonic()
                 continue
-            wait_s = min(self._timers[0].at - now, 1.0) if self._timers else 1.0
+            wait_s = max(min(self._timers[0].at - now, 1.0) if self._timers else 1.0, 0.001)
             self._wake.clear()
+            woken_by = time.monotonic() + wait_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
+                await asyncio.wait_for(self._wake.wait(), wait_s)
 
 
 def _heard(task: asyncio.Task[None]) -> None:

@@ -29,6 +29,7 @@ from hub.store.state import LOAD_CHUNK, StateStore
 from protocols.contracts import Contract
 from protocols.errors import CallboardError, NotFound, StaleLeader
 from protocols.keys import Keys
+from protocols.recent import Recent
 from protocols.targeting import Candidate
 
 if TYPE_CHECKING:  # imported only when tracing is on (hub.service)
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # imported only when tracing is on (hub.service)
 log = logging.getLogger(__name__)
 LOST_REASON = "Redis lost its data: the run's state was gone when the hub resumed"
 GONE_REASON = "its cuelist version was deleted while it ran: the hub cannot go on with it"
+PLANS_KEPT = 64  # the plans of this many versions are kept built (see `plan`)
 BACKLOG_CHUNK = CHUNK  # cues a step evaluates of the backlog (see hub.engine.base.CHUNK)
 DRY_EVENTS_PER_WRITE = 2_000  # a dry run's events, written after it this many at a time
 LINGER_S = 0.002  # how long a step that sends nothing may wait to share the next write
@@ -87,7 +89,8 @@ class Driver:
         self._quiet_since: float | None = None  # the oldest quiet step no write has taken
         self._linger_failed: BaseException | None = None
         self._behind: asyncio.Task[None] | None = None  # a `behind` step's write in flight
-        self._plans: dict[tuple[str, str], Plan] = {}
+        # plans built lately (a run holds its own in the engine; these spare a rebuild)
+        self._plans: Recent[tuple[str, str], Plan] = Recent(PLANS_KEPT)
         self._rechecked = float("-inf")  # when cues waiting for an agent were last re-checked
         self._agents: Mapping[str, Candidate] = {}  # the newest online agents not yet seen
         self._recheck: asyncio.Task[None] | None = None  # the re-check waiting its turn
@@ -219,11 +222,12 @@ class Driver:
 
     async def plan(self, name: str, version: str) -> Plan:
         key = (name, version)
-        if key not in self._plans:
+        found = self._plans.get(key)
+        if found is None:
             cuelist = await self.cuelists.get(name, version)
             # pure, and long for a big cuelist: off the event loop
-            self._plans[key] = await asyncio.to_thread(Plan.build, cuelist, version)
-        return self._plans[key]
+            found = self._plans.put(key, await asyncio.to_thread(Plan.build, cuelist, version))
+        return found
 
     async def step(
         self, fn: Callable[[Engine], R], quiet_may_wait: bool = False, behind: bool = False

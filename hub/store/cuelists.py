@@ -21,6 +21,7 @@ from hub.store.layout import HEADER
 from protocols.cuelist import Cuelist
 from protocols.errors import NotFound
 from protocols.keys import Keys
+from protocols.recent import Recent
 from protocols.transport import Pipeline, Storage
 
 
@@ -44,12 +45,16 @@ class StoredCuelist(BaseModel):
         return self.versions[0].version
 
 
+CUELISTS_KEPT = 256  # versions kept parsed in memory (see CuelistStore.get)
+
+
 class CuelistStore:
     def __init__(self, db: Storage, keys: Keys, partitions: int = 1) -> None:
         self.db = db
         self.keys = keys
         self.partitions = partitions  # whose active sets `pinned` reads
-        self._cache: dict[tuple[str, str], Cuelist] = {}
+        # versions read lately (a version never changes; all of them would grow for ever)
+        self._cache: Recent[tuple[str, str], Cuelist] = Recent(CUELISTS_KEPT)
         self._drop_unlisted = db.script(_DROP_UNLISTED)
         self._forget_deleted = db.script(_FORGET_DELETED)
 
@@ -67,18 +72,19 @@ class CuelistStore:
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
 
         created, _, _, _ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
-        self._cache[(name, version)] = cuelist
+        self._cache.put((name, version), cuelist)
         return bool(created)
 
     async def get(self, name: str, version: str) -> Cuelist:
         """The validated cuelist model of one version."""
         key = (name, version)
-        if key not in self._cache:
+        found = self._cache.get(key)
+        if found is None:
             raw = await self.db.hget(self.keys.cuelist(name), version)
             if raw is None:
                 raise NotFound(f"no version {version} of cuelist {name}")
-            self._cache[key] = Cuelist.model_validate_json(json.loads(raw)["canonical"])
-        return self._cache[key]
+            found = self._cache.put(key, Cuelist.model_validate_json(json.loads(raw)["canonical"]))
+        return found
 
     async def latest(self, name: str) -> str | None:
         newest = await self.db.zrange(self.keys.cuelist_versions(name), 0, 0, desc=True)
@@ -137,7 +143,7 @@ class CuelistStore:
 
         await self.db.pipeline("DELETE CUELIST", build, transaction=True)
         for v in dropped:
-            self._cache.pop((name, v), None)
+            self._cache.pop((name, v))
         return gone
 
     async def pinned(self) -> set[tuple[str, str]]:
@@ -178,7 +184,7 @@ class CuelistStore:
             name, version = _version_of(member)
             keys = [self.keys.cuelist(name), self.keys.cuelist_versions(name)]
             if await self._drop_unlisted(keys, [version]):
-                self._cache.pop((name, version), None)
+                self._cache.pop((name, version))
             await self._forget_deleted([self.keys.deleted_versions], [member, repr(at)])
         return len(free)
 

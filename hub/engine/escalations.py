@@ -110,6 +110,10 @@ class EscalationBook:
             self.by_id.pop(esc.id, None)
 
     def forget_run(self, run_id: str) -> None:
-        """Drop a finished run's slots from memory (the store keeps the records)."""
+        """Drop a finished run's escalations from memory (the store keeps the records):
+        those holding a slot and those that no longer do (an answered question's was freed;
+        before, such questions stayed in memory for as long as the hub led)."""
         for slot in [s for s in self.by_slot if s[0] == run_id]:
             self.by_id.pop(self.by_slot.pop(slot), None)
+        for esc_id in [i for i, esc in self.by_id.items() if esc.run_id == run_id]:
+            del self.by_id[esc_id]

@@ -117,3 +117,19 @@ def test_no_answer_for_other_escalations_a_note_alone_or_a_finished_cue() -> Non
     sim.complete("other", "C1")
     _resolve(sim, late, "too late")
     assert sim.take_sent(T.TASK_INPUT) == []
+
+
+def test_answered_questions_leave_memory_with_their_run() -> None:
+    """An answered question's slot is freed, and the run's end forgot only escalations
+    holding a slot: answered questions stayed in the leader's memory for as long as it
+    led (found by review: 100 of them after two runs of 50)."""
+    sim = Sim(plan_of(ASK))
+    _at_go(sim)
+    for n in range(5):
+        _resolve(sim, _ask(sim, "remote", f"input_required:task-{n}"), "blue")
+    assert len(sim.engine.escalations.by_id) == 5
+    sim.engine.cancel("r1")
+    sim._drain()
+    sim.engine.forget("r1")  # as the driver does once the run's ending write landed
+    assert "r1" not in sim.engine.runs
+    assert not sim.engine.escalations.by_id

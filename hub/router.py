@@ -484,10 +484,15 @@ class Router:
         body = msg.body(p.TaskHandoff)
         if body.from_agent != agent:
             return f"its body names {body.from_agent!r} as the sender"
-        if body.to_agent not in self.registry.agents:
+        receiver = self.registry.agents.get(body.to_agent)
+        if receiver is None:
             # an inbox of a name no agent has: a key nothing reads, trims or expires, one a
             # handoff to each made-up name (up to a message's size each, without end)
             return f"no agent {body.to_agent!r} has come online"
+        if not any(replica.online for replica in receiver.replicas.values()):
+            # an agent that went offline reads nothing, and what it has not read is never
+            # trimmed: a sender could fill its inbox without end (found by review)
+            return f"agent {body.to_agent!r} is offline"
         problem, _ = inputs.handoff_problem(
             agent, self.registry.contract_of(agent),
             body.to_agent, self.registry.contract_of(body.to_agent),

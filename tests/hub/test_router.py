@@ -198,6 +198,23 @@ async def test_a_handoff_outside_a_run_to_no_known_agent_is_refused(hub: Hub) ->
     assert not await hub.transport._client.keys(f"{hub.keys.prefix}*ghost*")
 
 
+async def test_a_handoff_outside_a_run_to_an_agent_gone_offline_is_refused(hub: Hub) -> None:
+    """What an offline agent has not read is never trimmed: handoffs outside a run to an
+    agent that came online once and left filled its inbox without end (found by review:
+    XLEN 200 past a maxlen of 50). Only an agent online now receives one."""
+    await _send(hub, "otto", make(T.STATUS_ONLINE, p.StatusOnline(replica="o1"), from_agent="otto"))
+    await eventually(lambda: "otto" in hub.registry.agents, 10)
+    await _send(
+        hub, "otto", make(T.STATUS_OFFLINE, p.StatusOffline(replica="o1"), from_agent="otto")
+    )
+    await eventually(lambda: not hub.registry.agents["otto"].replicas["o1"].online, 10)
+    for _ in range(3):
+        await _send(hub, "mallory", _handoff("mallory", "otto", blob="x" * 10_000))
+    dead = await eventually(lambda: _letters(hub, 3), 10)
+    assert all("agent 'otto' is offline" in letter["reason"].decode() for letter in dead)
+    assert not await hub.transport._client.exists(hub.keys.inbox("otto"))
+
+
 async def _letters(hub: Hub, n: int) -> list[dict[str, Any]]:
     found = await _dead(hub)
     return found if len(found) >= n else []

@@ -93,10 +93,14 @@ class Scheduler:
 
     async def _due(self, name: str, version: str, cuelist: Cuelist, now: float) -> str | None:
         state = await self.schedules.get(name)
-        if state.last is None:  # first sight: schedule from now, do not fire the past
-            await self._save(name, ScheduleState(last=now))
-            return None
         schedule = cuelist.schedule or ""
+        # first sight, or a schedule changed since its last tick (a version without one
+        # clears it: CuelistStore.put): from now on, the past does not fire
+        if state.last is None or state.schedule not in (None, schedule):
+            reset = state.model_copy(update={"last": now, "schedule": schedule, "buffered": False})
+            await self._save(name, reset)
+            return None
+        state.schedule = schedule
         fires_at = next_fire(schedule, state.last or now)
         if fires_at is None:  # none comes (stored before validation refused it, or its
             # years have gone by): passed over, said once a version

@@ -70,8 +70,10 @@ class CuelistStore:
             pipe.zadd(self.keys.cuelists, {name: now})
 
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
+            if not cuelist.schedule:  # put back later, a schedule starts from then
+                pipe.hdel(self.keys.schedule(name), "last")
 
-        created, _, _, _ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+        created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
         self._cache.put((name, version), cuelist)
         return bool(created)
 

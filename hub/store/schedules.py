@@ -18,6 +18,7 @@ class ScheduleState(BaseModel):
     buffered: bool = False  # overlap `buffer_one`: a tick waits for the run to end
     skipped: int = 0  # ticks dropped by overlap `skip`
     paused: bool = False  # an operator paused the schedule: its ticks start nothing
+    schedule: str | None = None  # the schedule `last` was taken under (None: not recorded)
 
 
 class ScheduleStore:
@@ -36,6 +37,7 @@ class ScheduleStore:
             buffered=raw.get("buffered") == "1",
             skipped=int(raw.get("skipped", 0)),
             paused=raw.get("paused") == "1",
+            schedule=raw.get("schedule"),
         )
 
     async def set_paused(self, name: str, paused: bool) -> None:
@@ -62,4 +64,6 @@ class ScheduleStore:
             fields["last"] = state.last
         if state.run_id is not None:
             fields["run_id"] = state.run_id
+        if state.schedule is not None:
+            fields["schedule"] = state.schedule
         return fields

@@ -277,3 +277,36 @@ async def test_a_version_deleted_while_the_tick_reads_it_starts_nothing(
     harness.cuelists.latest = latest_then_deleted  # type: ignore[method-assign]
     assert await harness.scheduler.tick(T0 + 120) == []
     assert harness.asked == []
+
+
+async def _put_nightly(h: Harness, schedule: str | None, description: str = "") -> None:
+    text = f"cuelist: nightly\ndescription: '{description}'\n"
+    text += f'schedule: "{schedule}"\n' if schedule else ""
+    text += "cues:\n  - {id: A, target_agents: [a]}\n"
+    cuelist, version = load_cuelist(text)
+    await h.cuelists.put(cuelist, version, canonical_json(cuelist), text)
+
+
+async def test_a_schedule_taken_out_and_put_back_starts_from_then(harness: Harness) -> None:
+    """A version without a schedule, then the schedule put back days later: its last tick
+    was kept, and the first tick after fired at once, off schedule (found by review: a
+    03:00 schedule put back at 08:00 started a run at 08:00)."""
+    tick, day = harness.scheduler.tick, 86_400
+    await _put_nightly(harness, "0 3 * * *")
+    assert await tick(T0) == []  # first sight
+    await _put_nightly(harness, None)
+    assert await tick(T0 + 3600) == []
+    await _put_nightly(harness, "0 3 * * *", "again")  # put back, three days later
+    assert await tick(T0 + 3 * day) == []  # seen anew: the past does not fire
+    assert len(await tick(T0 + 4 * day)) == 1  # the next 03:00 does
+
+
+async def test_a_changed_schedule_starts_from_the_change(harness: Harness) -> None:
+    """From daily to hourly: the hourly schedule's ticks since the daily one's last fire
+    are the past; they fired at once before."""
+    tick = harness.scheduler.tick
+    await _put_nightly(harness, "0 3 * * *")
+    assert await tick(T0) == []
+    await _put_nightly(harness, "0 * * * *", "hourly")
+    assert await tick(T0 + 7200) == []  # seen anew under its new schedule
+    assert len(await tick(T0 + 7200 + 3600)) == 1

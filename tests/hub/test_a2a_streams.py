@@ -126,7 +126,7 @@ async def test_a2a_streams_whose_clients_read_nothing_let_their_slots_go(
                 "parts": [{"data": {"cuelist": "a2a-long", "dry": True}}],
             }}).encode()  # fmt: skip
             request = (
-                b"POST /a2a/message:stream HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\n"
+                b"POST /a2a/message:stream HTTP/1.1\r\nHost: 127.0.0.1\r\nA2A-Version: 1.0\r\n"
                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
             ) + body
             silent = []

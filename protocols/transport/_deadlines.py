@@ -12,39 +12,34 @@ deadline on by its lateness: time the process could not hear a reply is not coun
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 SWEEP_S = 1.0  # how often calls in flight are checked (a quarter of a shorter deadline)
 LATE_S = 0.5  # a sweep this late or later counts as time the process was not running
-OnRetry = Callable[[BaseException, float], None]
+T = TypeVar("T")
 
 
 class Call:
     """One call in flight: its task, when its reply is due, whether the sweep ended it."""
 
-    __slots__ = ("cancelling", "deadline_s", "due", "expired", "loop", "on_retry", "task")
+    __slots__ = ("cancelling", "deadline_s", "due", "expired", "loop", "task")
 
     def __init__(
-        self,
-        task: asyncio.Task[object],
-        loop: asyncio.AbstractEventLoop,
-        deadline_s: float,
-        on_retry: OnRetry | None,
+        self, task: asyncio.Task[object], loop: asyncio.AbstractEventLoop, deadline_s: float
     ) -> None:
         self.task = task
         self.loop = loop
         self.deadline_s = deadline_s
-        self.due = self.loop.time() + deadline_s
+        self.due = loop.time() + deadline_s
         self.cancelling = task.cancelling()  # cancellations already asked of the task
         self.expired = False
-        self.on_retry = on_retry
 
-    def retried(self, error: BaseException, sleep_s: float) -> None:
-        """A try failed and the next comes in `sleep_s`: the next try's reply is due after
-        that and the deadline (each try has the whole deadline)."""
-        self.due = self.loop.time() + sleep_s + self.deadline_s
-        if self.on_retry is not None:
-            self.on_retry(error, sleep_s)
+    def tried(self, fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        """`fn()`, a try of the call: its reply is due within the whole deadline from now
+        (a retry does not inherit what the tries before it spent)."""
+        self.due = self.loop.time() + self.deadline_s
+        return fn()
 
 
 class Deadlines:
@@ -58,14 +53,14 @@ class Deadlines:
         self._sweep_due = 0.0
         self._every_s = SWEEP_S
 
-    def start(self, deadline_s: float, on_retry: OnRetry | None = None) -> Call | None:
+    def start(self, deadline_s: float) -> Call | None:
         """A call of the current task whose reply is due within `deadline_s` (None outside
         a task: there is nothing to cancel)."""
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         if task is None:
             return None
-        call = Call(task, loop, deadline_s, on_retry)
+        call = Call(task, loop, deadline_s)
         self._calls.add(call)
         if self._sweep is None or self._sweep_due > call.due or self._loop is not call.loop:
             self._schedule(call.loop, min(SWEEP_S, deadline_s / 4))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Self
 
 from protocols.errors import OutOfMemory, ReadOnly, Unreachable
@@ -86,13 +87,14 @@ class Gateway:
         total_s = self.retry_s if retry_s is None else retry_s
         call = None
         if block_ms != 0:
-            call = self._deadlines.start((block_ms or 0) / 1000 + REPLY_GRACE_S, on_retry)
+            call = self._deadlines.start((block_ms or 0) / 1000 + REPLY_GRACE_S)
         try:
             with translated(op):
                 if total_s <= 0:
                     return await fn()
-                heard = on_retry if call is None else call.retried
-                return await retry_transient(fn, total_s, heard)
+                if call is not None:  # each try has the whole deadline
+                    return await retry_transient(partial(call.tried, fn), total_s, on_retry)
+                return await retry_transient(fn, total_s, on_retry)
         except asyncio.CancelledError:
             if call is not None and self._deadlines.ended_it(call):
                 raise Unreachable(

@@ -169,3 +169,25 @@ async def test_the_consumer_listing_off_the_loop_ends_too(
         async with asyncio.timeout(10):  # before, it never ended
             listed = await transport.idle_consumers(inbox, "a", keep=(), min_idle_ms=0, most=9)
         assert listed == [] and proxy.fired == ["swallow"]
+
+
+async def test_each_try_of_a_retried_call_has_the_whole_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A try lost to a broken connection late in its deadline, then a slower second try:
+    the second inherited what was left of the first's deadline and was cut short (found
+    by review: a blackholed connect takes about 10 s, leaving its retry nothing)."""
+    monkeypatch.setattr(_gateway, "REPLY_GRACE_S", 0.5)
+    tries: list[float] = []
+
+    async def flaky() -> str:
+        tries.append(time.monotonic())
+        await asyncio.sleep(0.35)  # the reply's time on the wire (not a wait for an event)
+        if len(tries) == 1:
+            raise ConnectionError("connection reset")
+        return "ok"
+
+    gateway = Storage(connect("redis://127.0.0.1:1/0"), retry_s=5)
+    async with asyncio.timeout(10):
+        assert await gateway._call("GET", flaky) == "ok"
+    assert len(tries) == 2

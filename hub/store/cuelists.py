@@ -70,10 +70,11 @@ class CuelistStore:
             pipe.zadd(self.keys.cuelists, {name: now})
 
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
-            if not cuelist.schedule:  # put back later, a schedule starts from then
-                pipe.hdel(self.keys.schedule(name), "last")
 
         created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+        if created and not cuelist.schedule:  # the latest now has none: put back later, a
+            # schedule starts from then (an old version stored again is not the latest)
+            await self.db.command("HDEL", self.keys.schedule(name), "last")
         self._cache.put((name, version), cuelist)
         return bool(created)
 

@@ -310,3 +310,14 @@ async def test_a_changed_schedule_starts_from_the_change(harness: Harness) -> No
     await _put_nightly(harness, "0 * * * *", "hourly")
     assert await tick(T0 + 7200) == []  # seen anew under its new schedule
     assert len(await tick(T0 + 7200 + 3600)) == 1
+
+
+async def test_an_old_version_stored_again_leaves_the_schedule_be(harness: Harness) -> None:
+    """Storing again a version without a schedule that is not the latest (it exists: the
+    latest stays) must not clear the latest's tick: a missed 03:00 did not fire."""
+    tick, day = harness.scheduler.tick, 86_400
+    await _put_nightly(harness, None, "old")
+    await _put_nightly(harness, "0 3 * * *")
+    assert await tick(T0) == []  # first sight at 08:00
+    await _put_nightly(harness, None, "old")  # stored again: still not the latest
+    assert len(await tick(T0 + day)) == 1  # the 03:00 missed meanwhile fires

@@ -123,10 +123,11 @@ class Router:
         self._forgive = False  # ...and does not count what this hub held as delivered again
         self._deferred: _Deferred | None = None  # the last batch's writes, not sent yet
         self._deferred_failed: BaseException | None = None  # ...sent, and refused
-        # Every entry that reached an out stream before this time (the engine's clock) has
-        # been handled: when the last read that found every stream drained was sent.
-        self.drained_through = float("-inf")
-        self._passed = asyncio.Event()  # set whenever `drained_through` moves on
+        # Per out stream, every entry that reached it before this time (the engine's clock)
+        # has been handled: when the last read that found it drained was sent.
+        self._drained_at: dict[str, float] = {}
+        self._all_drained_at = float("-inf")  # ...and every stream, by one read of them all
+        self._passed = asyncio.Event()  # set whenever a stream's time moves on
         self._discovered = False  # discovery has scanned once this term
 
     def reset(self, blameless: bool = False) -> None:
@@ -143,7 +144,8 @@ class Router:
         self._last_claim = 0.0
         self._claim_all = True
         self._forgive = blameless
-        self.drained_through = float("-inf")  # nothing read yet this term
+        self._drained_at.clear()  # nothing read yet this term
+        self._all_drained_at = float("-inf")
         self._discovered = False
 
     async def handled_through(self, mark: float) -> None:
@@ -154,13 +156,37 @@ class Router:
         replies sent before them, waiting in the streams while no hub read them (a
         failover, a freeze), are not late, and must count before the deadlines do."""
         limit = time.monotonic() + SETTLE_MAX_S
-        while self.drained_through < mark and (left := limit - time.monotonic()) > 0:
+        while self.drained_through() < mark and (left := limit - time.monotonic()) > 0:
             self._passed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._passed.wait(), left)
 
-    def _drained(self, sent_at: float) -> None:
-        self.drained_through = max(self.drained_through, sent_at)
+    def drained_through(self) -> float:
+        """The time before which every entry of every out stream has been handled: the
+        oldest of the streams' (none known before this term's first discovery)."""
+        if not self._discovered:
+            return float("-inf")
+        drained = self._drained_at
+        oldest = min((drained.get(s, float("-inf")) for s in self.streams), default=float("inf"))
+        return max(oldest, self._all_drained_at)
+
+    def _drained(self, batch: Sequence[Delivery]) -> None:
+        """Note the streams the last read found drained (it gave fewer than a read's count
+        of them), as of when that read was sent (a cluster's slot may have been read by an
+        earlier call: transport.answered says)."""
+        count = self.settings.read_count
+        answered = self.transport.answered
+        if len(batch) < count and len(answered) == 1 and not self.transport.is_cluster:
+            # one read of every stream, each drained (the usual case: no loop over them)
+            self._all_drained_at = max(self._all_drained_at, answered[0][0])
+            self._passed.set()
+            return
+        taken = Counter(d.stream for d in batch) if len(batch) >= count else None
+        drained = self._drained_at
+        for sent, streams in answered:
+            for stream in streams:
+                if (taken is None or taken[stream] < count) and drained.get(stream, sent) <= sent:
+                    drained[stream] = sent
         self._passed.set()
 
     async def discover(self) -> None:
@@ -202,8 +228,7 @@ class Router:
             if discovering.done():  # failed (Redis, say): the term ends, as a read failing does
                 discovering.result()
             if not self.streams:
-                if self._discovered:  # no agent has a stream: nothing waits to be read
-                    self._drained(self.driver.engine.clock())
+                self._passed.set()  # no agent has a stream: nothing waits to be read
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
                 continue
@@ -214,15 +239,14 @@ class Router:
             batch = await self.transport.read_group(
                 self.streams, self.group, self.consumer,
                 count=self.settings.read_count, block_ms=min(self.settings.block_ms, 500),
-                ahead=self._ahead(),
+                ahead=self._ahead(), sent=sent_at,
             )  # fmt: skip
             if self._deferred_failed is not None:  # what the read brought waits for a term
                 failed, self._deferred_failed = self._deferred_failed, None
                 raise failed
             if batch:
                 await self.process(batch, defer=True)
-            if len(batch) < self.settings.read_count or _drained(batch, self.settings.read_count):
-                self._drained(sent_at)
+            self._drained(batch)
         await self._caught_up()
 
     async def _caught_up(self) -> None:
@@ -510,12 +534,6 @@ class Router:
         self._seen[message_id] = None
         if len(self._seen) > SEEN_CAPACITY:
             self._seen.popitem(last=False)
-
-
-def _drained(batch: Sequence[Delivery], count: int) -> bool:
-    """Whether a read of `count` entries a stream left every stream drained (each gave
-    fewer than `count`)."""
-    return max(Counter(d.stream for d in batch).values(), default=0) < count
 
 
 def _xadds(items: list[tuple[str, Envelope | bytes]]) -> list[list[Any]]:

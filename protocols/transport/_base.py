@@ -43,6 +43,8 @@ class _TransportBase(Gateway):
         self.on_state_lost = on_state_lost
         self.groups_recreated = 0  # consumer groups found missing and made again (NOGROUP)
         self._in_flight = InFlightReads()  # a cluster's blocking reads, one per slot
+        # the reads the last `read_group` given `sent` returned: (their `sent`, streams)
+        self.answered: list[tuple[float, tuple[str, ...]]] = []
 
     def abandon_reads(self) -> None:
         """Cancel a cluster's blocking reads still in flight (a reader that stops, e.g. the

@@ -75,18 +75,26 @@ class InFlightReads:
 
     def __init__(self) -> None:
         self._tasks: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
+        self._sent: dict[tuple[Any, ...], Any] = {}  # each read's `sent`, as its caller said
+        # the reads that answered in the last call: (their `sent`, their streams)
+        self.answered: list[tuple[Any, tuple[str, ...]]] = []
 
     async def read(
         self, tag: tuple[Any, ...], groups: Sequence[Sequence[str]],
         start: Callable[[Sequence[str]], Awaitable[list[T]]], timeout_s: float | None,
+        sent: Any = None,
     ) -> list[T]:  # fmt: skip
         """The entries of the reads of `groups` (started by `start` unless one of the same
-        `tag` and group is still in flight) and of any earlier read that has answered."""
+        `tag` and group is still in flight) and of any earlier read that has answered;
+        `answered` says which reads those were, each with the `sent` of the call that
+        started it."""
         for group in groups:
             key = (*tag, tuple(group))
             if key not in self._tasks:
                 self._tasks[key] = asyncio.ensure_future(start(group))
+                self._sent[key] = sent
         mine = [key for key in self._tasks if key[: len(tag)] == tag]
+        self.answered = []
         await asyncio.wait(
             [self._tasks[k] for k in mine], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
@@ -96,12 +104,14 @@ class InFlightReads:
             task = self._tasks[key]
             if task.done():
                 del self._tasks[key]
+                sent_by = self._sent.pop(key, None)
                 if task.cancelled():
                     continue
                 if (exc := task.exception()) is not None:
                     error = error or exc
                 else:
                     out.extend(task.result())
+                    self.answered.append((sent_by, key[len(tag)]))
         if error is not None and not out:
             raise error
         return out
@@ -109,6 +119,7 @@ class InFlightReads:
     def abandon(self) -> None:
         """Cancel every read in flight (their entries stay pending, for a reclaim)."""
         tasks, self._tasks = list(self._tasks.values()), {}
+        self._sent.clear()
         for task in tasks:
             task.cancel()
 

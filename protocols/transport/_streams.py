@@ -120,19 +120,24 @@ class Transport(_Upkeep):
         count: int = 100,
         block_ms: int | None = 1000,
         ahead: WriteAhead | None = None,
+        sent: float | None = None,
     ) -> list[Delivery]:
         """New entries for `consumer` (XREADGROUP >), decoded. Recreates missing groups.
         On a cluster, one XREADGROUP per slot (see protocols.transport._slots).
+
+        `sent` (the caller's clock as it calls): `answered` then lists the reads whose
+        entries this returns, each with the `sent` of the call that sent it (on a cluster
+        a slot's read may have been sent by an earlier call) and its streams.
 
         `ahead`: an atomic write sent first, in the same round trip on a plain Redis
         (`_wire.ahead_of`), on its own before the read elsewhere; it is told its outcome
         before the read waits, and told a failure if the read fails before that."""
         if ahead is None:
-            return await self._read(streams, group, consumer, count, block_ms, None)
+            return await self._read(streams, group, consumer, count, block_ms, None, sent)
         try:
             if not streams or not self.writes_ride_reads:
                 await self._write_alone(ahead)
-            return await self._read(streams, group, consumer, count, block_ms, ahead)
+            return await self._read(streams, group, consumer, count, block_ms, ahead, sent)
         except BaseException as exc:
             if not ahead.told:  # never sent, or its outcome unknown: failed for its writers
                 ahead.tell(exc if isinstance(exc, Exception) else _interrupted(exc))
@@ -154,23 +159,31 @@ class Transport(_Upkeep):
 
     async def _read(
         self, streams: Sequence[str], group: str, consumer: str, count: int,
-        block_ms: int | None, ahead: WriteAhead | None,
+        block_ms: int | None, ahead: WriteAhead | None, sent: float | None = None,
     ) -> list[Delivery]:  # fmt: skip
+        self.answered = []
         if not streams:
             return []
         block_ms = self._block(block_ms)
         groups = by_slot(streams) if self.is_cluster else [list(streams)]
         if len(groups) == 1:
-            return await self._read_group(groups[0], group, consumer, count, block_ms, ahead)
+            found = await self._read_group(groups[0], group, consumer, count, block_ms, ahead)
+            if sent is not None:
+                self.answered = [(sent, tuple(groups[0]))]
+            return found
 
         def start(slot_streams: Sequence[str]) -> Awaitable[list[Delivery]]:
             return self._read_group(slot_streams, group, consumer, count, block_ms)
 
         if block_ms is None:  # nothing waits: each slot's read once, at once
-            found = await asyncio.gather(*(start(g) for g in groups))
-            return [delivery for part in found for delivery in part]
+            parts = await asyncio.gather(*(start(g) for g in groups))
+            if sent is not None:
+                self.answered = [(sent, tuple(g)) for g in groups]
+            return [delivery for part in parts for delivery in part]
         wait_s = None if block_ms == 0 else block_ms / 1000  # reads go on after it
-        return await self._in_flight.read((group, consumer), groups, start, wait_s)
+        found = await self._in_flight.read((group, consumer), groups, start, wait_s, sent)
+        self.answered = [(s, g) for s, g in self._in_flight.answered if s is not None]
+        return found
 
     async def _read_group(
         self, streams: Sequence[str], group: str, consumer: str, count: int,

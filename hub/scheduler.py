@@ -31,6 +31,7 @@ from hub.store.state import StateStore
 from protocols.cuelist import Cuelist, next_fire
 from protocols.errors import CallboardError, NotFound, StaleLeader, TransportError
 from protocols.ids import new_id
+from protocols.recent import Recent
 from protocols.states import Overlap
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,17 @@ StartRun = Callable[[str, str, str, list[Op]], Awaitable[object]]
 Write = Callable[[list[Op]], Awaitable[object]]  # operations, in a fenced write of their own
 TICK_S = 1.0
 SWEEP_EVERY_S = 30.0  # how often deleted cuelist versions are checked for runs using them
+TIMINGS_KEPT = 4096  # versions whose schedule and overlap are kept (a few words each)
+
+
+class Timing:
+    """What a tick asks of a cuelist version: its schedule and its overlap."""
+
+    __slots__ = ("overlap", "schedule")
+
+    def __init__(self, cuelist: Cuelist) -> None:
+        self.schedule = cuelist.schedule
+        self.overlap = cuelist.overlap
 
 
 class Scheduler:
@@ -62,6 +74,9 @@ class Scheduler:
         # the versions whose schedule has no next time, said once each (a version's
         # schedule never changes; bounded as the versions stored are)
         self._never: set[tuple[str, str]] = set()
+        # each version's schedule and overlap: every cuelist is looked at every tick, and
+        # its whole model need not be kept (or parsed again) for that
+        self._timings: Recent[tuple[str, str], Timing] = Recent(TIMINGS_KEPT)
 
     async def run(self, stop: asyncio.Event) -> None:
         swept = 0.0
@@ -80,18 +95,21 @@ class Scheduler:
             version = await self.cuelists.latest(name)
             if version is None:
                 continue
-            try:
-                cuelist = await self.cuelists.get(name, version)
-            except NotFound:  # deleted since `latest` (another hub's API): nothing is due
+            timing = self._timings.get((name, version))
+            if timing is None:
+                try:
+                    cuelist = await self.cuelists.get(name, version)
+                except NotFound:  # deleted since `latest` (another hub's API): nothing due
+                    continue
+                timing = self._timings.put((name, version), Timing(cuelist))
+            if not timing.schedule:
                 continue
-            if not cuelist.schedule:
-                continue
-            run_id = await self._due(name, version, cuelist, now)
+            run_id = await self._due(name, version, timing, now)
             if run_id:
                 started.append(run_id)
         return started
 
-    async def _due(self, name: str, version: str, cuelist: Cuelist, now: float) -> str | None:
+    async def _due(self, name: str, version: str, cuelist: Timing, now: float) -> str | None:
         state = await self.schedules.get(name)
         schedule = cuelist.schedule or ""
         # first sight, or a schedule changed since its last tick (a version without one

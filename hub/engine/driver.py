@@ -223,10 +223,14 @@ class Driver:
     async def plan(self, name: str, version: str) -> Plan:
         key = (name, version)
         found = self._plans.get(key)
-        if found is None:
-            cuelist = await self.cuelists.get(name, version)
-            # pure, and long for a big cuelist: off the event loop
-            found = self._plans.put(key, await asyncio.to_thread(Plan.build, cuelist, version))
+        if found is None:  # a run of that version holds its plan still, or it is built
+            held = (p for p in self.engine.plans.values() if p.version == version)
+            found = next((p for p in held if p.cuelist.cuelist == name), None)
+            if found is None:
+                cuelist = await self.cuelists.get(name, version)
+                # pure, and long for a big cuelist: off the event loop
+                found = await asyncio.to_thread(Plan.build, cuelist, version)
+            self._plans.put(key, found)
         return found
 
     async def step(

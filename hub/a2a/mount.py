@@ -6,9 +6,10 @@ client's address (the event streams' per-client cap), and a 503 says when to com
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from typing import Any
 
+import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
@@ -32,8 +33,9 @@ from hub.service import Hub
 
 log = logging.getLogger(__name__)
 SEND_STALL_S = 60.0  # a client may take no bytes of an answer this long (see SendDeadline)
-# A body with fewer brackets than this cannot nest deep enough to exhaust Python's stack
-DEEP_BRACKETS = 200
+DEPTH_MAX = 256  # a JSON-RPC body's nesting (see NestedTooDeep)
+# A body with fewer brackets than this cannot nest past DEPTH_MAX: the SDK alone parses it
+DEEP_BRACKETS = DEPTH_MAX
 
 
 class RequireKey:
@@ -125,11 +127,12 @@ class SendDeadline:
 
 
 class NestedTooDeep:
-    """A JSON-RPC body nested past what Python's parser takes (a RecursionError in the SDK's
-    `json.loads`) gets the Parse error (-32700) the SDK gives any other body it cannot
-    parse. Before, it got an Internal error (-32603), and the SDK logged a traceback at
-    ERROR for each such request. Only a body with at least DEEP_BRACKETS brackets is parsed
-    here first (bounded by the API's body limit); the others go straight to the SDK."""
+    """A JSON-RPC body nested past DEPTH_MAX, or that is no JSON, gets the Parse error
+    (-32700) the SDK gives a body it cannot parse. Before, one nested past what Python's
+    parser takes (a RecursionError in the SDK's `json.loads`) got an Internal error
+    (-32603), and the SDK logged a traceback at ERROR for each such request. Only a body
+    with at least DEEP_BRACKETS brackets is parsed here first (orjson, bounded by the API's
+    body limit); the others go straight to the SDK."""
 
     def __init__(self, app: ASGIApp, path: str) -> None:
         self.app = app
@@ -166,14 +169,24 @@ class NestedTooDeep:
 
 
 def _nested_too_deep(body: bytes) -> bool:
+    """Whether `body` is no JSON the SDK can take (orjson, in C, refuses it: not JSON, or
+    past its depth of 1,024) or nests deeper than DEPTH_MAX (well under where Python's
+    parser runs out of stack: about 935 levels in the SDK's handler)."""
     if body.count(b"[") + body.count(b"{") < DEEP_BRACKETS:
         return False
     try:
-        json.loads(body)
-    except RecursionError:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
         return True
-    except ValueError:  # not JSON: the SDK says so
-        return False
+    stack: list[tuple[Any, int]] = [(parsed, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > DEPTH_MAX:
+            return True
+        if isinstance(item, dict):
+            stack.extend((value, depth + 1) for value in item.values())
+        elif isinstance(item, list):
+            stack.extend((value, depth + 1) for value in item)
     return False
 
 

@@ -122,15 +122,22 @@ class DebugMixin(EngineBase):
                           consult=cr.consults, attempts=cr.failures_in_row)  # fmt: skip
 
     def candidates(self, run: RunState, cue_id: str) -> list[str]:
-        """Online agents a `reassign` may pick: not the cue's targets nor its debugger, and
-        matching the cue's `target` (its capabilities, filter and labels) when it picks by
-        capability, else providing every capability its targets provide (none when they
-        provide nothing)."""
+        """Online agents a `reassign` may pick: none the cue went to and failed on (its
+        targets now, those of the streak's attempts and of earlier attempts, the cue's own
+        before a reassign, those reassigned to before) nor its debugger, and matching the
+        cue's `target` (its capabilities, filter and labels) when it picks by capability,
+        else providing every capability its targets provide (none when they provide
+        nothing)."""
         plan = self.plans[run.run_id]
         cue = plan.cues[cue_id]
+        cr = run.cues[cue_id]
         targets = self.targets_of(run, cue_id)
         repeated = cue.on_repeated_failure
-        skip = {*targets, repeated.debugger if repeated else ""}
+        tried = {agent for failed in cr.streak for agent in failed.get("targets", ())}
+        tried |= {d["to"] for d in cr.decisions if isinstance(d.get("to"), str)}
+        if cr.assigned:  # reassigned before: the cue's own targets failed then
+            tried |= set(cue.fixed_agents)
+        skip = {*targets, *tried, *cr.past_targets, repeated.debugger if repeated else ""}
         if cue.target is not None:
             found, _ = self._matching(cue.target)
             return sorted(agent for agent in found if agent not in skip)

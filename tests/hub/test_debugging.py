@@ -318,3 +318,42 @@ def test_paused_gos_hold_the_debuggers_task_back_until_they_resume() -> None:
     sim._drain()
     assert [a for a, _ in sim.take_sent(T.TASK_ASSIGN)] == ["doc"]
     assert sim.cue("A").debugger == "doc"
+
+
+BY_CAPABILITY = """
+cuelist: debugged-by-capability
+specialists:
+  a: {provides: [build]}
+  b: {provides: [build]}
+  c: {provides: [build]}
+cues:
+  - id: BUILD
+    target: {provides: [build], count: 1}
+    coordination: direct
+    on_repeated_failure: {after: 2, debugger: doc}
+"""
+
+
+def test_a_reassign_is_never_offered_an_agent_the_cue_failed_on() -> None:
+    """The candidates left out only the attempt's targets now: a streak over two agents
+    offered the first one again, and a second streak offered the agent reassigned from
+    (found by review: the built-in debugger sent the work back to the agent that had
+    failed with 'command not found')."""
+    sim = Sim(plan_of(BY_CAPABILITY))
+    builders = {n: Candidate(n, provides=("build",)) for n in ("a", "b", "c")}
+    sim.engine.agents_online({**builders, "doc": Candidate("doc")})
+    sim.start()
+    (first,) = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    sim.fail(first, "BUILD", attempt=1, error="command not found")
+    (again,) = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    sim.fail(again, "BUILD", attempt=2, error="command not found")
+    asked = [m for a, m in sim.take_sent(T.TASK_ASSIGN) if a == "doc"]
+    history = FailureHistory.model_validate(asked[0].payload.action[DEBUG_KEY])  # type: ignore[attr-defined]
+    assert {first, again} & set(history.candidates) == set()
+    # a named target, reassigned, then failing again: its own target is not offered back
+    sim = _sim()
+    _fail_twice(sim)
+    _diagnose(sim, 2, decision="reassign", diagnosis="a is broken", to="b")
+    sim.take_sent()
+    history = _fail_twice(sim, "b", first=3)
+    assert "a" not in history.candidates and "b" not in history.candidates

@@ -318,6 +318,8 @@ class Engine(
         cr.standby_at = cr.go_at = None
         targets = self.targets_of(run, cue_id)
         cr.targets = {a: TargetState.WARNED for a in targets}
+        if cr.state in ACTIVE:  # a retry in the call still: its load moves to the new targets
+            self.track_engaged(run, cue_id)
         cr.not_ready = {}
         cr.dead_replies = {}
         cr.clear_results()
@@ -374,6 +376,8 @@ class Engine(
         if assign:  # a new attempt, as fire() starts a cued one
             cr.attempt += 1
             cr.targets = {a: TargetState.READY for a in self.targets_of(run, cue_id)}
+            if cr.state in ACTIVE:  # a retry in the call still (GO again): see fire()
+                self.track_engaged(run, cue_id)
             cr.not_ready = {}
             cr.dead_replies = {}
             cr.clear_results()

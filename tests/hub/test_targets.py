@@ -301,3 +301,24 @@ def test_the_same_agents_said_online_again_cost_the_waiting_cues_nothing(
     sim.engine.agents_online({"plain": busy, "rev-a": REV_A, "rev-b": REV_B})
     sim._drain()
     assert all(sim.cue("A", r).state is CueState.WARNING for r in runs)
+
+
+@pytest.mark.parametrize("coordination", ["cued", "direct"])
+def test_a_retry_moves_the_load_to_the_agent_it_went_to(coordination: str) -> None:
+    """A retry that stays in its state (a direct cue's GO to GO; a cued one's WARNING to
+    WARNING after an ack timeout) kept counting the failed agent as busy and not the new
+    one, so the next run's cue went to the busy agent (found by review)."""
+    text = (
+        f"cuelist: x\ncues:\n  - {{id: A, coordination: {coordination}, retries: 1, "
+        "ack_timeout_s: 5, target: {provides: [code_review], count: 1}}\n"
+    )
+    sim = _sim(text)
+    sim.start("r1")
+    (first,) = sim.cue("A").resolved
+    if coordination == "direct":
+        sim.fail(first, "A")
+    else:
+        sim.advance(5.01)  # the ack deadline: WARNING again, on the other reviewer
+    (second,) = sim.cue("A").resolved
+    assert second != first and sim.cue("A").attempt == 2
+    assert sim.engine.loads == {second: 1}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from hub.engine.core import Engine
-from hub.engine.state import RunState
+from hub.engine.state import CueRun, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.messages import MessageType as T
@@ -83,7 +83,7 @@ def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
         return True
     if any(_resolved(run, cue_id, agent) for cue_id in plan.by_target):
         return True
-    return any(cr.assigned and agent in cr.assigned for cr in run.cues.values())
+    return any(_reassigned_to(cr, agent) for cr in run.cues.values())
 
 
 def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
@@ -92,7 +92,7 @@ def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
     attempt is late, not a violation; or whom a debugger reassigned it to), or its
     debugger."""
     cue, cr = engine.plans[run.run_id].cues[cue_id], run.cues[cue_id]
-    if cr.assigned and agent in cr.assigned:
+    if _reassigned_to(cr, agent):
         return True
     if cue.target is not None:
         if _resolved(run, cue_id, agent):
@@ -113,6 +113,14 @@ def is_debugger(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:
 def _debugger_of(engine: Engine, run: RunState, cue_id: str) -> str | None:
     repeated = engine.plans[run.run_id].cues[cue_id].on_repeated_failure
     return repeated.debugger if repeated is not None else None
+
+
+def _reassigned_to(cr: CueRun, agent: str) -> bool:
+    """Whether a debugger reassigned the cue to `agent`, now or before (a reply of an
+    earlier replacement is late, not a violation, and its usage counts)."""
+    if cr.assigned and agent in cr.assigned:
+        return True
+    return any(d.get("to") == agent and "refused" not in d for d in cr.decisions)
 
 
 def _resolved(run: RunState, cue_id: str, agent: str) -> bool:

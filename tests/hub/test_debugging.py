@@ -357,3 +357,37 @@ def test_a_reassign_is_never_offered_an_agent_the_cue_failed_on() -> None:
     sim.take_sent()
     history = _fail_twice(sim, "b", first=3)
     assert "a" not in history.candidates and "b" not in history.candidates
+
+
+THREE_BUILDERS = """
+cuelist: debugged-thrice
+specialists:
+  a: {provides: [build]}
+  b: {provides: [build]}
+  d: {provides: [build]}
+cues:
+  - id: BUILD
+    target_agents: [a]
+    coordination: direct
+    go_timeout_s: 10
+    on_repeated_failure: {after: 1, debugger: doc}
+"""
+
+
+def test_a_late_reply_of_an_agent_reassigned_from_counts_as_late() -> None:
+    """Reassigned twice (a to b, then b, timed out, to d): b's completion, late, was a
+    protocol violation ('does not target it') and its usage was dropped (found by
+    review)."""
+    sim = Sim(plan_of(THREE_BUILDERS))
+    _online(sim, ["a", "b", "d", "doc"])
+    sim.start()
+    sim.fail("a", "BUILD", attempt=1)
+    _diagnose(sim, 1, decision="reassign", diagnosis="a is broken", to="b")
+    sim.advance(10.01)  # b's attempt times out
+    _diagnose(sim, 2, decision="reassign", diagnosis="b is too slow", to="d")
+    assert sim.cue("BUILD").assigned == ["d"]
+    body = p.StatusCompleted(attempt=2, result={}, usage=p.Usage(tokens=500))
+    sim.send("b", T.STATUS_COMPLETED, body, "r1", "BUILD")
+    run = sim.run()
+    assert run.record.protocol_violations == 0 and run.record.late_replies == 1
+    assert run.usage.tokens == 500

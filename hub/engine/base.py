@@ -317,6 +317,10 @@ class EngineBase(ABC):
         """Note the agents of a cue entering or leaving a call (the load of each agent)."""
 
     @abstractmethod
+    def _retire(self, run: RunState, cue_id: str, keep: list[str]) -> None:
+        """The agents the cue resolved to before become past targets (but those in `keep`)."""
+
+    @abstractmethod
     def escalate(
         self, run: RunState | None, cue_id: str | None, mt: T, payload: p.Escalation,
         *, raised_by: str = HUB, cause: str | None = None,

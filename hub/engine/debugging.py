@@ -238,6 +238,20 @@ class DebugMixin(EngineBase):
                 return
             cr.assigned = [to]
             record["to"] = to
+            if self.plans[run.run_id].cues[cue_id].target is not None:
+                # by capability: the replacement is what the cue resolved to now (the
+                # attempt's record, a reply of the agents before it late, not a violation)
+                self._retire(run, cue_id, keep=[to])
+                cr.resolved = [to]
+                self.record_event(
+                    run,
+                    "targets",
+                    cue=cue_id,
+                    attempt=cr.attempt + 1,
+                    target=cr.target,
+                    agents=[to],
+                    reassigned_by=debugger,
+                )
         self._decided(run, cue_id, debugger, record)
         cr.failures_in_row, cr.streak = 0, []
         self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)

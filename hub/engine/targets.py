@@ -45,8 +45,12 @@ class TargetsMixin(EngineBase):
         (`stand_ins`) takes stand-in agents instead of waiting, and notes it."""
         cue, cr = self.plans[run.run_id].cues[cue_id], run.cues[cue_id]
         target = cue.target
-        if target is None or cr.assigned:
+        if target is None:
             return True
+        if cr.assigned:  # a debugger's choice holds while it is online; gone, resolve again
+            if all(agent in self.directory for agent in cr.assigned):
+                return True
+            cr.assigned = None
         found, waiting = self._matching(target)
         chosen, _ = choose(target, found, self.load_of, self.last_chosen)
         if not chosen and quiet:

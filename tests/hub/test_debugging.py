@@ -391,3 +391,31 @@ def test_a_late_reply_of_an_agent_reassigned_from_counts_as_late() -> None:
     run = sim.run()
     assert run.record.protocol_violations == 0 and run.record.late_replies == 1
     assert run.usage.tokens == 500
+
+
+def test_a_reassign_by_capability_is_recorded_and_let_go_when_its_agent_goes() -> None:
+    """Reassigned, a cue by capability kept its old `resolved` and wrote no `targets`
+    event; and it stayed pinned to its replacement after that agent went offline, where a
+    cue by capability resolves among online agents (found by review)."""
+    sim = Sim(plan_of(BY_CAPABILITY))
+    builders = {n: Candidate(n, provides=("build",)) for n in ("a", "b", "c")}
+    sim.engine.agents_online({**builders, "doc": Candidate("doc")})
+    sim.start()
+    (first,) = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    sim.fail(first, "BUILD", attempt=1)
+    (second,) = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    sim.fail(second, "BUILD", attempt=2)
+    sim.take_sent()
+    (to,) = {"a", "b", "c"} - {first, second}
+    _diagnose(sim, 2, decision="reassign", diagnosis="both broken", to=to)
+    cue = sim.cue("BUILD")
+    assert cue.resolved == [to] and first in cue.past_targets and second in cue.past_targets
+    assert sim.events_of("targets")[-1]["agents"] == [to]
+    sim.take_sent()
+    # the replacement goes offline, and its attempt fails: the next goes to an online one
+    sim.engine.agents_online(
+        {n: c for n, c in builders.items() if n != to} | {"doc": Candidate("doc")}
+    )
+    sim.fail(to, "BUILD", attempt=3)
+    sent = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
+    assert sent and to not in sent, sent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -216,11 +217,16 @@ class Cue:
     @asynccontextmanager
     async def once(self, name: str, *, per_attempt: bool = True) -> AsyncIterator[bool]:
         """`async with cue.once("charge") as first: if first: ...` runs a side effect at most
-        once across replicas. The marker is set on entry and removed if the block raises."""
+        once across replicas. The marker is set on entry and removed if the block raises
+        (the effect is taken as not done), but kept when the block is cancelled (a replica
+        stopping past its drain time: whether the effect happened is unknown, and at most
+        once wins over at least once)."""
         token = self.token(name, per_attempt=per_attempt)
         first = await self._markers.mark(token)
         try:
             yield first
+        except asyncio.CancelledError:
+            raise
         except BaseException:
             if first:
                 await self._markers.clear(token)

@@ -1,6 +1,6 @@
 """Done-markers in Redis: the specialist's one store, for side effects that must not run twice.
 
-`SET {prefix}done:{AGENT}:{token} 1 NX EX ttl`: the first replica to mark a token wins,
+`SET {prefix}done:{AGENT}:{token} VALUE NX EX ttl`: the first replica to mark a token wins,
 so a GO reclaimed after a crash can tell that a side effect already happened. The keys are
 tagged with the agent, like its streams, so a completion's XADD, its XACK and its marker
 go in one single-slot MULTI. Only SET, GET, EXISTS and DEL are used on them: what the
@@ -10,6 +10,7 @@ agent's ACL user (callboard.acl) is granted there.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from protocols.batching import Coalescer
@@ -34,9 +35,13 @@ class DoneMarkers:
         return ["SET", key, value.encode(), "NX", "EX", self.ttl_s]
 
     async def mark(self, token: str, ttl_s: int | None = None) -> bool:
-        """True when this call set the marker, False when it was already there."""
+        """True when this call set the marker, False when it was already there. The value
+        is this call's own, so a SET whose reply was lost and that the client sent again
+        is known as this call's (`set_free_or_mine`): with "1" for everyone, the retry found
+        the key taken and said False, and no replica did the side effect."""
         key = self._keys.done(self._agent, token)
-        return await self._db.set(key, b"1", nx=True, ex_s=ttl_s or self.ttl_s)
+        mine = uuid.uuid4().hex.encode()
+        return await self._db.set_free_or_mine(key, mine, ex_s=ttl_s or self.ttl_s)
 
     async def is_marked(self, token: str) -> bool:
         """Whether `token` is marked; concurrent reads share one round trip."""

@@ -296,15 +296,19 @@ class Dispatcher:
         return cue
 
     async def call_off_stood_down(self) -> None:
-        """Call off the work in hand (running, or waiting for a slot) whose attempt another
-        replica stood down: their markers read in one round trip, every claim interval."""
-        keys = list(self.working)
+        """Call off what is in hand (work running or waiting for a slot, a readiness check,
+        a preparation) whose attempt another replica stood down: their markers read in one
+        round trip, every claim interval. A check or a preparation left out held its
+        STANDBY entry for ever (renewed, so no other replica took it), its standdown hook
+        never ran, and three such filled the replica's read budget (found by review)."""
+        keys = list(dict.fromkeys([*self.working, *self.checking, *self.preps]))
         if not keys:
             return
         reasons = await self.rt.markers.read_each([token(*key, STOOD_DOWN) for key in keys])
         for key, reason in zip(keys, reasons, strict=True):
             # not if settled meanwhile (`settle` takes the work out of `working` first)
-            if reason is not None and key in self.working:
+            held = key in self.working or key in self.checking or key in self.preps
+            if reason is not None and held:
                 cue = self.call_off(key, reason)
                 if cue is not None:
                     self.rt.spawn(self._release(cue, reason))

@@ -1,0 +1,82 @@
+"""A standdown read by another replica of the agent ends a readiness check and a
+preparation on this one too (through the stood-down marker, every claim interval), as it
+ended work running. Found by review: a check that never returns held its STANDBY entry for
+ever (renewed, so no replica took it over), the standdown hook never ran, a preparation
+went on holding what it took, and three such filled the replica's read budget."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from protocols.keys import Keys
+from protocols.messages import MessageType as M
+from protocols.payloads import CoordStanddown
+from protocols.settings import Settings
+from protocols.transport import Transport
+from specialists import Cue, Specialist
+from tests.helpers import eventually
+from tests.specialists.conftest import AGENT, HubSide, Starter
+
+
+class Deaf(Transport):
+    """Once `deaf` is set, its reads take nothing: the other replica reads every entry."""
+
+    deaf = asyncio.Event()
+    turned = asyncio.Event()  # a read has come back empty since `deaf` was set
+
+    async def read_group(self, streams: Any, group: str, consumer: str, **kw: Any) -> Any:
+        if not self.deaf.is_set():
+            return await super().read_group(streams, group, consumer, **kw)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), kw["block_ms"] / 1000)
+        self.turned.set()
+        return await super().read_group([], group, consumer, **kw)
+
+
+class Hangs(Specialist):
+    kind = "hangs"
+    released: list[tuple[str, str]] = []
+    cancelled: list[str] = []
+
+    async def prepare(self, cue: Cue) -> None:
+        if cue.action.get("long_prepare"):
+            try:
+                await asyncio.Event().wait()  # a reservation, a download...
+            except asyncio.CancelledError:
+                self.cancelled.append(cue.cue_id)
+                raise
+
+    async def ready(self, cue: Cue) -> bool:
+        await asyncio.Event().wait()  # a readiness check that never returns
+        return True
+
+    async def standdown(self, cue: Cue, reason: str) -> None:
+        self.released.append((self.replica, cue.cue_id))
+
+
+async def test_a_standdown_read_elsewhere_ends_a_check_and_a_preparation(
+    settings: Settings, keys: Keys, hub: HubSide, start: Starter
+) -> None:
+    fast = settings.model_copy(update={"block_ms": 200, "claim_interval_ms": 200})
+    deaf = Deaf.from_url(settings.redis_url, keys)
+    Deaf.deaf, Deaf.turned = asyncio.Event(), asyncio.Event()
+    Hangs.released, Hangs.cancelled = [], []
+    a = await start(Hangs, "ra", fast, transport=deaf)
+    held = a._runtime.dispatch
+    await hub.warning("CUE-1")
+    await hub.standby("CUE-1")  # ra: its readiness check never returns
+    await hub.warning("CUE-2", long_prepare=True)  # ra: its preparation goes on
+    await eventually(lambda: len(held.checking) == 1 and len(held.preps) == 1, 10)
+    Deaf.deaf.set()
+    await eventually(Deaf.turned.is_set, 10, message="ra reads nothing now")
+    await start(Hangs, "rb", fast)
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="CUE-1", reason="standby timeout"))
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="CUE-2", reason="run cancelled"))
+    await eventually(lambda: not held.checking and not held.preps, 10, message="called off")
+    assert ("ra", "CUE-1") in Hangs.released and ("ra", "CUE-2") in Hangs.released
+    assert Hangs.cancelled == ["CUE-2"]
+    pending = await hub.t._client.xpending_range(keys.inbox(AGENT), AGENT, "-", "+", 10)
+    assert pending == []  # the STANDBY entry ra held is settled
+    await deaf.close()

@@ -91,6 +91,9 @@ def _once_key(m: Envelope) -> Hashable | None:
     return (phase, m.run_id, p.cue_id, p.attempt)
 
 
+CUES_HELD = 1_024  # Cues kept for the phases to come (see Dispatcher._make_room)
+
+
 class Dispatcher:
     """Routes each inbox delivery to its handler; the handler returning means XACK."""
 
@@ -162,7 +165,9 @@ class Dispatcher:
         """The Cue this replica keeps for (run, cue, attempt), made on first sight."""
         key = (m.run_id, cue_id, attempt)
         cue = self.cues.get(key)
-        if cue is None:
+        if cue is not None:
+            self.cues.move_to_end(key)  # the least recently seen go first (see `_make_room`)
+        else:
             cue = Cue(
                 agent_id=self.spec.agent_id,
                 replica=self.spec.replica,
@@ -175,10 +180,20 @@ class Dispatcher:
                 say=lambda mt, payload: self._say(cue_id, key, mt, payload),
             )
             self.cues[key] = cue
-            while len(self.cues) > 1024:
-                self.cues.popitem(last=False)
+            if len(self.cues) > CUES_HELD:
+                self._make_room()
         cue.message = m
         return cue
+
+    def _make_room(self) -> None:
+        """Forget the least recently seen cue that has nothing in hand here: one with work,
+        a readiness check or a preparation would no longer be called off by its standdown
+        (found by review: a long GO evicted by 1,100 warnings of other cues ran on past its
+        standdown). Past CUES_HELD only while that many have something in hand."""
+        held = self.working, self.checking, self.preps
+        idle = next((k for k in self.cues if not any(k in h for h in held)), None)
+        if idle is not None:
+            del self.cues[idle]
 
     async def _say(self, cue_id: str, key: CueKey, mt: MessageType, payload: Payload) -> None:
         """A message about the cue while its work goes on, in reply to the phase at hand."""

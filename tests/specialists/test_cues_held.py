@@ -1,0 +1,45 @@
+"""A replica keeps a bounded number of Cues; the ones with something in hand stay. Found by
+review: Cues were dropped oldest first, so a long GO whose Cue 1,024 warnings of other
+cues had pushed out ran on past its standdown (neither the standdown read here nor its
+marker could call it off) and reported a completion after it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from protocols.codec import make
+from protocols.messages import MessageType as M
+from protocols.payloads import CoordStanddown, CoordWarning
+from specialists import Cue, Specialist, dispatch
+from tests.specialists.conftest import AGENT, RUN, HubSide, Starter
+
+
+class Long(Specialist):
+    kind = "long"
+
+    async def execute(self, cue: Cue) -> dict[str, str]:
+        if cue.action.get("long"):
+            await asyncio.Event().wait()  # waits on something outside: a standdown ends it
+        return {"done": cue.cue_id}
+
+
+async def test_a_long_go_pushed_past_the_cues_held_is_still_stood_down(
+    hub: HubSide, start: Starter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "CUES_HELD", 8)
+    await start(Long, "r1", concurrency=2)
+    await hub.go("LONG", long=True)
+    await hub.wait(M.STATUS_STARTED, "LONG")
+    warnings = [
+        (hub.keys.inbox(AGENT), make(M.COORD_WARNING, CoordWarning(cue_id=f"W{i}",
+         target_agents=[AGENT]), run_id=RUN, cue_id=f"W{i}", target_agents=(AGENT,)))
+        for i in range(20)
+    ]  # fmt: skip
+    await hub.t.publish_many(warnings)
+    await hub.wait(M.ACK_WARNING, n=20)
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="LONG", reason="go timeout"))
+    (failed,) = await hub.wait(M.STATUS_FAILED, "LONG")
+    assert "stood down" in failed.payload.error
+    assert not await hub.of(M.STATUS_COMPLETED, "LONG")

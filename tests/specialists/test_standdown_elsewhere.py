@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
+
+import pytest
 
 from protocols.keys import Keys
 from protocols.messages import MessageType as M
@@ -56,12 +59,19 @@ class Hangs(Specialist):
         self.released.append((self.replica, cue.cue_id))
 
 
+@pytest.fixture
+async def deaf(settings: Settings, keys: Keys) -> AsyncIterator[Deaf]:
+    """Closed after the replicas using it stop (requested before `start`)."""
+    transport = Deaf.from_url(settings.redis_url, keys)
+    Deaf.deaf, Deaf.turned = asyncio.Event(), asyncio.Event()
+    yield transport
+    await transport.close()
+
+
 async def test_a_standdown_read_elsewhere_ends_a_check_and_a_preparation(
-    settings: Settings, keys: Keys, hub: HubSide, start: Starter
+    settings: Settings, keys: Keys, deaf: Deaf, hub: HubSide, start: Starter
 ) -> None:
     fast = settings.model_copy(update={"block_ms": 200, "claim_interval_ms": 200})
-    deaf = Deaf.from_url(settings.redis_url, keys)
-    Deaf.deaf, Deaf.turned = asyncio.Event(), asyncio.Event()
     Hangs.released, Hangs.cancelled = [], []
     a = await start(Hangs, "ra", fast, transport=deaf)
     held = a._runtime.dispatch
@@ -79,4 +89,3 @@ async def test_a_standdown_read_elsewhere_ends_a_check_and_a_preparation(
     assert Hangs.cancelled == ["CUE-2"]
     pending = await hub.t._client.xpending_range(keys.inbox(AGENT), AGENT, "-", "+", 10)
     assert pending == []  # the STANDBY entry ra held is settled
-    await deaf.close()

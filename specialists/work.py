@@ -40,13 +40,23 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     another replica is reported so, neither is executed."""
     rt, spec = dp.rt, dp.spec
     # every GO, whatever its deliveries: a copy may be a new entry (the hub's write retried)
-    settled, stood_down = await rt.markers.read_each([cue.token(SETTLED), cue.token(STOOD_DOWN)])
+    markers = [cue.token(SETTLED), cue.token(STOOD_DOWN)]
+    settled, stood_down = await rt.markers.read_each(markers)
     if settled is not None:  # a copy of an attempt that has its outcome
         return True
     if stood_down is not None:  # called off (on another replica) before it started here
         await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
         return False
+    waits = rt.paused or rt.busy >= spec.concurrency  # for a slot: the markers may change
     async with rt.work_slot():
+        if waits:  # read again once a slot is taken (found by review: a copy that waited
+            # ran after the attempt's outcome had landed from another replica)
+            settled, stood_down = await rt.markers.read_each(markers)
+            if settled is not None:
+                return True
+            if stood_down is not None:
+                await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
+                return False
         with _invoking(dp, m, cue):
             started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
             work = (m.run_id, cue.cue_id, cue.attempt)

@@ -89,3 +89,44 @@ async def test_a_standdown_read_elsewhere_ends_a_check_and_a_preparation(
     assert Hangs.cancelled == ["CUE-2"]
     pending = await hub.t._client.xpending_range(keys.inbox(AGENT), AGENT, "-", "+", 10)
     assert pending == []  # the STANDBY entry ra held is settled
+
+
+class Work(Specialist):
+    kind = "work"
+    executed: list[tuple[str, str]] = []
+    release = asyncio.Event()
+
+    async def execute(self, cue: Cue) -> dict[str, str]:
+        self.executed.append((self.replica, cue.cue_id))
+        if cue.action.get("busy"):
+            await self.release.wait()
+        return {"by": self.replica}
+
+
+async def test_a_copy_waiting_for_a_slot_is_not_run_once_another_replica_settled_it(
+    settings: Settings, keys: Keys, deaf: Deaf, hub: HubSide, start: Starter
+) -> None:
+    """A GO waiting for a work slot read its markers only before the wait: a copy of it
+    (the hub's XADD sent again) run by another replica meanwhile, its outcome landed, was
+    run again here once the slot came free (found by review of the SDK)."""
+    fast = settings.model_copy(update={"block_ms": 200, "min_idle_ms": 30_000})
+    Work.executed, Work.release = [], asyncio.Event()
+    a = await start(Work, "ra", fast, transport=deaf)  # one slot
+    await hub.go("BUSY", busy=True)
+    await hub.wait(M.STATUS_STARTED, "BUSY")
+    go = await hub.go("X")  # ra reads it, finds no marker, waits for its slot
+    await eventually(lambda: a._runtime.waiting == 1, 10, message="X waits for a slot")
+    Deaf.deaf.set()
+    await eventually(Deaf.turned.is_set, 10, message="ra reads nothing now")
+    await start(Work, "rb", fast)
+    await hub.t.publish(keys.inbox(AGENT), go)  # a copy of X's GO: rb runs it
+    await hub.wait(M.STATUS_COMPLETED, "X")
+    Work.release.set()  # ra's slot comes free
+    await hub.wait(M.STATUS_COMPLETED, "BUSY")
+    await eventually(lambda: _settled(hub), 10, message="ra settled its copy of X")
+    assert Work.executed.count(("ra", "X")) == 0 and Work.executed.count(("rb", "X")) == 1
+    assert len(await hub.of(M.STATUS_COMPLETED, "X")) == 1
+
+
+async def _settled(hub: HubSide) -> bool:
+    return await hub.pending() == 0

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from hub.engine.base import PAUSED, EngineBase
 from hub.engine.outbox import Timer
-from hub.engine.state import MESSAGE_IDS_KEPT, USAGE_IDS_KEPT, CueRun, RunState
+from hub.engine.state import COMPLETIONS_KEPT, MESSAGE_IDS_KEPT, USAGE_IDS_KEPT, CueRun, RunState
 from protocols import payloads as p
 from protocols.cuelist import Budget
 from protocols.errors import Conflict, EngineError
@@ -57,10 +57,13 @@ def num(value: float) -> str:
     return f"{value:,.4f}".rstrip("0").rstrip(".")
 
 
+COMPLETED = "completed "
+
+
 def completion(attempt: int) -> str:
     """What makes a completion's usage one report (with its sender): its attempt, so a copy
     with a new message id, or a late one after the on-time one, is not counted again."""
-    return f"completed {attempt}"
+    return f"{COMPLETED}{attempt}"
 
 
 def held_by_budget(cr: CueRun) -> bool:
@@ -92,7 +95,12 @@ class BudgetMixin(EngineBase):
         if not (usage.tokens or usage.cost or usage.counters):
             return
         cr = run.cues[cue_id]
-        if message_id:
+        if message_id.startswith(COMPLETED):  # a completion: once per sender and attempt
+            once = f"{agent} {message_id}"
+            if once in cr.completions:
+                return
+            cr.completions = [*cr.completions, once][-COMPLETIONS_KEPT:]
+        elif message_id:
             once = f"{agent} {message_id}"  # per sender, as the router's: none skips another's
             if once in cr.usage_ids:
                 return

@@ -16,6 +16,7 @@ RESULT_BYTES = 4_096  # of one target's result kept on its cue (as JSON)
 RESULT_CUE_BYTES = 32_768  # of all the results kept on one cue
 RESULT_HEAD_BYTES = 512  # what is kept of a result over its bound
 USAGE_IDS_KEPT = 32  # context writes reporting usage remembered per cue (see usage_ids)
+COMPLETIONS_KEPT = 256  # completions whose usage counted, remembered per cue (see below)
 MESSAGE_IDS_KEPT = 32  # messages counted against `messages` remembered per cue (message_ids)
 
 
@@ -70,6 +71,10 @@ class CueRun(Plain):
     # "agent message-id" of the context writes whose usage counted (the last USAGE_IDS_KEPT):
     # a copy read again by a leader that never saw the first is not counted twice
     usage_ids: list[str] = Field(default_factory=list)
+    # "agent completed N" of the completions whose usage counted (the last COMPLETIONS_KEPT,
+    # a window of their own: with the context writes', 32 of those pushed a completion out,
+    # and a copy of it read later counted again)
+    completions: list[str] = Field(default_factory=list)
     # "agent message-id" of the messages its targets sent that counted against the run's
     # `messages` (the last MESSAGE_IDS_KEPT): a copy read again counts once (see budgets)
     message_ids: list[str] = Field(default_factory=list)

@@ -127,3 +127,33 @@ def test_a_limit_added_later_takes_a_slot_from_a_name_no_limit_names() -> None:
     assert len(run.usage.counters) == p.COUNTERS_MAX
     assert any("junk31" in e for e in run.record.errors)
     assert (sim.cue("B").reason or "").startswith("GO paused: budget counters.gpu_s spent")
+
+
+TWO_TARGETS = """
+cuelist: two
+budget: {tokens: 100000}
+cues:
+  - {id: A, target_agents: [a, b], retries: 1}
+"""
+
+
+def test_a_copy_of_a_completion_counts_once_after_many_context_reports() -> None:
+    """Completions and context writes shared one window of 32 ids: 32 context reports
+    pushed a completion out, and a copy of it read later counted its usage again (found
+    by review: 132 tokens, then 232)."""
+    sim = Sim(plan_of(TWO_TARGETS))
+    sim.start()
+    for agent in "ab":
+        sim.ack_warning(agent, "A")
+    for agent in "ab":
+        sim.ack_standby(agent, "A")
+    done = p.StatusCompleted(attempt=1, usage=p.Usage(tokens=100))
+    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")
+    sim.fail("b", "A", attempt=1)  # a retry: a's completion of attempt 1 is late from now
+    for i in range(32):
+        wrote = p.TaskContext(key=f"k{i}", value=i, metadata={"usage": {"tokens": 1}})
+        sim.send("a", T.TASK_CONTEXT, wrote, "r1", "A")
+    before = sim.run().usage.tokens
+    assert before == 132
+    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")  # a copy, read again
+    assert sim.run().usage.tokens == before

@@ -164,6 +164,12 @@ class EngineBase(ABC):
         if cr.state is CueState.STANDBY:
             if _all(cr, TargetState.READY):
                 self.go(run, cue_id)
+            else:  # a target said not ready while it was held: its STANDBY deadline runs
+                # again (the hold had cleared it), as for a call never held
+                not_ready = "; ".join(f"{a} not ready: {r}" for a, r in cr.not_ready.items())
+                self.set_reason(run, cue_id, not_ready or _missing(T.ACK_STANDBY, cr))
+                cue = self.plans[run.run_id].cues[cue_id]
+                self._deadline(run, cue_id, Phase.STANDBY, cue.standby_timeout_s)
         elif cr.state is CueState.GO:  # claimed already
             self.go(run, cue_id, assign=True)
         elif cr.state in (CueState.ARMED, CueState.PENDING, CueState.WAITING) and (

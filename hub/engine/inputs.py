@@ -9,7 +9,7 @@ A late reply (for an attempt, a cue or a run that already ended) is only counted
 from __future__ import annotations
 
 from hub.engine import guard
-from hub.engine.base import named
+from hub.engine.base import PAUSED, named
 from hub.engine.budgets import BUDGET, completion, usage_in_context
 from hub.engine.core import Engine
 from hub.engine.outbox import ARBITRATION, DEBUG, Timer
@@ -109,7 +109,12 @@ def _phase_input(engine: Engine, run: RunState, cue_id: str, cr: CueRun, msg: En
         return
     if mt is T.ACK_STANDBY and not (ack := msg.body(p.AckStandby)).ready:
         cr.not_ready[agent] = ack.reason or "not ready"
-        engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
+        if cr.targets.get(agent) is TargetState.READY:  # ready before, while its GO was held
+            cr.targets[agent] = TargetState.PREPARED  # it takes ready back
+        if not (cr.reason or "").startswith(PAUSED):  # a held GO says why it is held (the
+            # hold's release finds it so: hub.engine.budgets, Engine.resume)
+            engine.set_reason(run, cue_id, f"{agent} not ready: {cr.not_ready[agent]}")
+        engine.mark_dirty(run, cue_id)
         return
     if mt is T.STATUS_COMPLETED:
         done = msg.body(p.StatusCompleted)

@@ -157,3 +157,36 @@ def test_a_copy_of_a_completion_counts_once_after_many_context_reports() -> None
     assert before == 132
     sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")  # a copy, read again
     assert sim.run().usage.tokens == before
+
+
+HELD_THEN_NOT_READY = """
+cuelist: held
+budget: {tokens: 10}
+cues:
+  - {id: A, target_agents: [a], auto_follow: B}
+  - {id: B, target_agents: [b], standby_timeout_s: 30}
+"""
+
+
+def test_a_held_go_whose_target_then_says_not_ready_is_found_again_after_a_raise() -> None:
+    """A GO held by a spent budget, then its ready target says not ready: the reason no
+    longer said 'held', so the raise did not find it, and the hold had cleared its STANDBY
+    deadline: the cue stayed in STANDBY for ever (found by review)."""
+    sim = Sim(plan_of(HELD_THEN_NOT_READY))
+    sim.start()
+    sim.ack_warning("a", "A")
+    sim.ack_standby("a", "A")
+    done = p.StatusCompleted(attempt=1, usage=p.Usage(tokens=10))
+    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")  # the budget is spent
+    sim.ack_warning("b", "B")
+    sim.ack_standby("b", "B")  # ready: its GO is held
+    assert sim.run().status is RunStatus.HOLDING
+    sim.ack_standby("b", "B", ready=False, reason="disk full")
+    assert sim.run().status is RunStatus.HOLDING  # still held, and says so
+    sim.engine.change_budget("r1", {"tokens": 100})
+    sim._drain()
+    cue = sim.cue("B")
+    assert cue.state is CueState.STANDBY and "disk full" in (cue.reason or "")
+    assert cue.deadline is not None  # its STANDBY deadline runs again
+    sim.advance(30.01)
+    assert sim.cue("B").state is not CueState.STANDBY  # the deadline did its work

@@ -97,7 +97,7 @@ class BudgetMixin(EngineBase):
         cr = run.cues[cue_id]
         if message_id.startswith(COMPLETED):  # a completion: once per sender and attempt
             once = f"{agent} {message_id}"
-            if once in cr.completions:
+            if once in cr.completions or once in cr.usage_ids:  # (a hub before kept it there)
                 return
             cr.completions = [*cr.completions, once][-COMPLETIONS_KEPT:]
         elif message_id:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from hub.engine.base import PAUSED, EngineBase
 from hub.engine.budgets import completion
 from hub.engine.outbox import DEBUG, Timer
-from hub.engine.state import RunState
+from hub.engine.state import FAILED_ON_KEPT, RunState
 from protocols import payloads as p
 from protocols.codec import Envelope
 from protocols.debugging import (
@@ -57,6 +57,8 @@ class DebugMixin(EngineBase):
             targets=list(self.targets_of(run, cue_id)), at=self.clock(),
         )  # fmt: skip
         cr.streak = [*cr.streak, failed.model_dump(mode="json")][-STREAK_KEPT:]
+        fresh = [agent for agent in failed.targets if agent not in cr.failed_on]
+        cr.failed_on = [*cr.failed_on, *fresh][-FAILED_ON_KEPT:]
         self.mark_dirty(run, cue_id)
         if cr.failures_in_row < repeated.after:
             self.fire(run, cue_id, cr.fired_by or FiredBy.DEPENDENCIES)
@@ -122,22 +124,17 @@ class DebugMixin(EngineBase):
                           consult=cr.consults, attempts=cr.failures_in_row)  # fmt: skip
 
     def candidates(self, run: RunState, cue_id: str) -> list[str]:
-        """Online agents a `reassign` may pick: none the cue went to and failed on (its
-        targets now, those of the streak's attempts and of earlier attempts, the cue's own
-        before a reassign, those reassigned to before) nor its debugger, and matching the
-        cue's `target` (its capabilities, filter and labels) when it picks by capability,
-        else providing every capability its targets provide (none when they provide
-        nothing)."""
+        """Online agents a `reassign` may pick: not the cue's targets, none an attempt of it
+        failed on (this streak's or an earlier one's: `failed_on`) and not its debugger,
+        matching the cue's `target` (its capabilities, filter and labels) when it picks by
+        capability, else providing every capability its targets provide (none when they
+        provide nothing)."""
         plan = self.plans[run.run_id]
         cue = plan.cues[cue_id]
         cr = run.cues[cue_id]
         targets = self.targets_of(run, cue_id)
         repeated = cue.on_repeated_failure
-        tried = {agent for failed in cr.streak for agent in failed.get("targets", ())}
-        tried |= {d["to"] for d in cr.decisions if isinstance(d.get("to"), str)}
-        if cr.assigned:  # reassigned before: the cue's own targets failed then
-            tried |= set(cue.fixed_agents)
-        skip = {*targets, *tried, *cr.past_targets, repeated.debugger if repeated else ""}
+        skip = {*targets, *cr.failed_on, repeated.debugger if repeated else ""}
         if cue.target is not None:
             found, _ = self._matching(cue.target)
             return sorted(agent for agent in found if agent not in skip)

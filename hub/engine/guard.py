@@ -83,7 +83,10 @@ def takes_part(engine: Engine, run: RunState, agent: str) -> bool:
         return True
     if any(_resolved(run, cue_id, agent) for cue_id in plan.by_target):
         return True
-    return any(_reassigned_to(cr, agent) for cr in run.cues.values())
+    # most cues were never reassigned: those are passed over at the cost of a test
+    return any(
+        (cr.assigned or cr.decisions) and _reassigned_to(cr, agent) for cr in run.cues.values()
+    )
 
 
 def is_target(engine: Engine, run: RunState, cue_id: str, agent: str) -> bool:

@@ -16,6 +16,7 @@ RESULT_BYTES = 4_096  # of one target's result kept on its cue (as JSON)
 RESULT_CUE_BYTES = 32_768  # of all the results kept on one cue
 RESULT_HEAD_BYTES = 512  # what is kept of a result over its bound
 USAGE_IDS_KEPT = 32  # context writes reporting usage remembered per cue (see usage_ids)
+FAILED_ON_KEPT = 64  # agents a cue failed on, remembered for its reassigns
 COMPLETIONS_KEPT = 256  # completions whose usage counted, remembered per cue (see below)
 MESSAGE_IDS_KEPT = 32  # messages counted against `messages` remembered per cue (message_ids)
 
@@ -61,6 +62,8 @@ class CueRun(Plain):
     # the one asked now and until when, and what its decisions changed
     failures_in_row: int = 0
     streak: list[dict[str, Any]] = Field(default_factory=list)
+    failed_on: list[str] = Field(default_factory=list)  # agents an attempt failed on, every
+    # streak's (the last FAILED_ON_KEPT): a reassign is never offered them
     consults: int = 0
     debugger: str | None = None
     debug_deadline: float | None = None

@@ -190,3 +190,21 @@ def test_a_held_go_whose_target_then_says_not_ready_is_found_again_after_a_raise
     assert cue.deadline is not None  # its STANDBY deadline runs again
     sim.advance(30.01)
     assert sim.cue("B").state is not CueState.STANDBY  # the deadline did its work
+
+
+def test_a_completion_counted_by_a_hub_before_is_not_counted_again() -> None:
+    """A hub before `completions` kept a completion's id with the context writes'
+    (`usage_ids`): a copy read by a new leader after an upgrade counts once."""
+    sim = Sim(plan_of(TWO_TARGETS))
+    sim.start()
+    for agent in "ab":
+        sim.ack_warning(agent, "A")
+    for agent in "ab":
+        sim.ack_standby(agent, "A")
+    done = p.StatusCompleted(attempt=1, usage=p.Usage(tokens=100))
+    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")
+    sim.fail("b", "A", attempt=1)
+    cue = sim.cue("A")
+    cue.usage_ids, cue.completions = [*cue.usage_ids, *cue.completions], []  # as stored then
+    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")
+    assert sim.run().usage.tokens == 100

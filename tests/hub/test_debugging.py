@@ -419,3 +419,58 @@ def test_a_reassign_by_capability_is_recorded_and_let_go_when_its_agent_goes() -
     sim.fail(to, "BUILD", attempt=3)
     sent = [a for a, _ in sim.take_sent(T.TASK_ASSIGN)]
     assert sent and to not in sent, sent
+
+
+WAITS_FOR_A_RUNNER = """
+cuelist: build
+cues:
+  - id: BUILD
+    target: {provides: [build], count: 1}
+    coordination: direct
+    resources: [runner]
+    priority: 5
+    on_repeated_failure: {after: 1, debugger: doc}
+"""
+HOLDS_THE_RUNNER = """
+cuelist: hold
+cues:
+  - {id: HOLD, target_agents: [x], coordination: direct, resources: [runner], priority: 5}
+"""
+
+
+def test_an_agent_resolved_to_but_never_sent_the_cue_is_still_a_candidate() -> None:
+    """A cue that waited for a resource was resolved twice: the first agent, sent nothing,
+    was a past target, and a reassign that left out past targets offered nobody (found by
+    reviewing the fix above). Only agents an attempt failed on are left out."""
+    hold, build = plan_of(HOLDS_THE_RUNNER), plan_of(WAITS_FOR_A_RUNNER)
+    sim = Sim(hold, build)
+    builders = {n: Candidate(n, provides=("build",)) for n in ("a", "b")}
+    sim.engine.agents_online({**builders, "x": Candidate("x"), "doc": Candidate("doc")})
+    sim.start("r1", hold)
+    sim.start("r2", build)
+    assert sim.cue("BUILD", "r2").state is CueState.WAITING  # for the runner
+    sim.complete("x", "HOLD", run_id="r1")
+    (agent,) = [a for a, m in sim.take_sent(T.TASK_ASSIGN) if m.cue_id == "BUILD"]
+    sim.fail(agent, "BUILD", attempt=sim.cue("BUILD", "r2").attempt, run_id="r2")
+    asked = [m for a, m in sim.take_sent(T.TASK_ASSIGN) if a == "doc"]
+    history = FailureHistory.model_validate(asked[0].payload.action[DEBUG_KEY])  # type: ignore[attr-defined]
+    assert history.candidates == sorted({"a", "b"} - {agent})
+
+
+def test_an_agent_a_refused_reassign_named_is_a_candidate_later() -> None:
+    """A reassign refused (its agent offline then) did not send the cue there: after an
+    operator's retry, with that agent back, it is offered."""
+    sim = Sim(plan_of(THREE_BUILDERS))
+    _online(sim, ["a", "doc"])  # b offline
+    sim.start()
+    sim.fail("a", "BUILD", attempt=1)
+    _diagnose(sim, 1, decision="reassign", diagnosis="a is broken", to="b")
+    assert sim.cue("BUILD").state is CueState.FAILED  # refused: nobody to take it
+    _online(sim, ["a", "b", "doc"])
+    sim.take_sent()
+    sim.engine.retry_cue("r1", "BUILD")
+    sim._drain()
+    sim.fail("a", "BUILD", attempt=sim.cue("BUILD").attempt)
+    asked = [m for a, m in sim.take_sent(T.TASK_ASSIGN) if a == "doc"]
+    history = FailureHistory.model_validate(asked[-1].payload.action[DEBUG_KEY])  # type: ignore[attr-defined]
+    assert "b" in history.candidates

@@ -92,6 +92,8 @@ def _once_key(m: Envelope) -> Hashable | None:
 
 
 CUES_HELD = 1_024  # Cues kept for the phases to come (see Dispatcher._make_room)
+ROOM_LOOKS = 16  # Cues with something in hand passed over, at most, to make room for one
+PREPS_EVERY = 10  # preparations' stood-down markers are read every this many claim intervals
 
 
 class Dispatcher:
@@ -102,6 +104,7 @@ class Dispatcher:
         self.spec = rt.spec
         self.seen = Seen()
         self.cues: OrderedDict[CueKey, Cue] = OrderedDict()
+        self._checks = 0  # calls of call_off_stood_down (preparations every PREPS_EVERY)
         self.working: dict[CueKey, asyncio.Task[Any]] = {}  # GO/assign work in progress
         self.checking: dict[CueKey, asyncio.Task[Any]] = {}  # STANDBY readiness checks
         self.stood_down: dict[CueKey, str] = {}  # work the hub called off, with its reason
@@ -179,9 +182,9 @@ class Dispatcher:
                 reader=self.rt.context_reader,
                 say=lambda mt, payload: self._say(cue_id, key, mt, payload),
             )
-            self.cues[key] = cue
-            if len(self.cues) > CUES_HELD:
+            if len(self.cues) >= CUES_HELD:
                 self._make_room()
+            self.cues[key] = cue
         cue.message = m
         return cue
 
@@ -189,11 +192,15 @@ class Dispatcher:
         """Forget the least recently seen cue that has nothing in hand here: one with work,
         a readiness check or a preparation would no longer be called off by its standdown
         (found by review: a long GO evicted by 1,100 warnings of other cues ran on past its
-        standdown). Past CUES_HELD only while that many have something in hand."""
+        standdown). Those passed over go to the back, so the next look starts past them;
+        a look stops after ROOM_LOOKS of them (past CUES_HELD while so many are in hand)."""
         held = self.working, self.checking, self.preps
-        idle = next((k for k in self.cues if not any(k in h for h in held)), None)
-        if idle is not None:
-            del self.cues[idle]
+        for _ in range(min(ROOM_LOOKS, len(self.cues))):
+            oldest = next(iter(self.cues))
+            if not any(oldest in h for h in held):
+                del self.cues[oldest]
+                return
+            self.cues.move_to_end(oldest)
 
     async def _say(self, cue_id: str, key: CueKey, mt: MessageType, payload: Payload) -> None:
         """A message about the cue while its work goes on, in reply to the phase at hand."""
@@ -313,10 +320,14 @@ class Dispatcher:
     async def call_off_stood_down(self) -> None:
         """Call off what is in hand (work running or waiting for a slot, a readiness check,
         a preparation) whose attempt another replica stood down: their markers read in one
-        round trip, every claim interval. A check or a preparation left out held its
-        STANDBY entry for ever (renewed, so no other replica took it), its standdown hook
-        never ran, and three such filled the replica's read budget (found by review)."""
-        keys = list(dict.fromkeys([*self.working, *self.checking, *self.preps]))
+        round trip, every claim interval (a preparation's every PREPS_EVERY). A check or a
+        preparation left out held its STANDBY entry for ever (renewed, so no other replica
+        took it), its standdown hook never ran, and three such filled the replica's read
+        budget (found by review)."""
+        self._checks += 1
+        # a preparation holds no entry: its marker is read less often (there may be many)
+        preps: list[CueKey] = list(self.preps) if self._checks % PREPS_EVERY == 0 else []
+        keys = list(dict.fromkeys([*self.working, *self.checking, *preps]))
         if not keys:
             return
         reasons = await self.rt.markers.read_each([token(*key, STOOD_DOWN) for key in keys])

@@ -43,3 +43,30 @@ async def test_a_long_go_pushed_past_the_cues_held_is_still_stood_down(
     (failed,) = await hub.wait(M.STATUS_FAILED, "LONG")
     assert "stood down" in failed.payload.error
     assert not await hub.of(M.STATUS_COMPLETED, "LONG")
+
+
+class SlowPrep(Long):
+    kind = "slow-prep"
+
+    async def prepare(self, cue: Cue) -> None:
+        if cue.action.get("slow"):
+            await asyncio.Event().wait()  # a download, a warm-up...
+
+
+async def test_a_go_made_when_every_older_cue_is_in_hand_is_still_stood_down(
+    hub: HubSide, start: Starter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Cue kept has a preparation running (warnings are acked at once): the one left
+    to drop was the GO's own, made that moment, and its standdown found nothing (found by
+    reviewing the fix above)."""
+    monkeypatch.setattr(dispatch, "CUES_HELD", 4)
+    replica = await start(SlowPrep, "r1", concurrency=2)
+    for i in range(4):
+        await hub.warning(f"W{i}", slow=True)
+    await hub.wait(M.ACK_WARNING, n=4)
+    await hub.go("LONG", long=True)
+    await hub.wait(M.STATUS_STARTED, "LONG")
+    assert (RUN, "LONG", 1) in replica._runtime.dispatch.cues
+    await hub.send(M.COORD_STANDDOWN, CoordStanddown(cue_id="LONG", reason="go timeout"))
+    (failed,) = await hub.wait(M.STATUS_FAILED, "LONG")
+    assert "stood down" in failed.payload.error

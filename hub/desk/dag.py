@@ -8,13 +8,13 @@ one barycentre sweep moves each next to its predecessors to cut crossings.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hub.engine.state import CueRun
 from protocols.cuelist import Cuelist
 from protocols.graph import CueGraph
+from protocols.recent import Recent
 
 NODE_W, NODE_H = 168, 50
 GAP_X, GAP_Y = 64, 22
@@ -124,8 +124,8 @@ def layout(cuelist: Cuelist) -> Layout:
     )
 
 
-_LAYOUTS: OrderedDict[tuple[str, str], Layout] = OrderedDict()
 CACHED_LAYOUTS = 64
+_LAYOUTS: Recent[tuple[str, str], Layout] = Recent(CACHED_LAYOUTS)
 
 
 def cached_layout(name: str, version: str, cuelist: Cuelist) -> Layout:
@@ -133,11 +133,7 @@ def cached_layout(name: str, version: str, cuelist: Cuelist) -> Layout:
     key = (name, version)
     found = _LAYOUTS.get(key)
     if found is None:
-        found = _LAYOUTS[key] = layout(cuelist)
-        while len(_LAYOUTS) > CACHED_LAYOUTS:
-            _LAYOUTS.popitem(last=False)
-    else:
-        _LAYOUTS.move_to_end(key)
+        found = _LAYOUTS.put(key, layout(cuelist))
     return found
 
 

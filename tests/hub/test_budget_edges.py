@@ -137,10 +137,9 @@ cues:
 """
 
 
-def test_a_copy_of_a_completion_counts_once_after_many_context_reports() -> None:
-    """Completions and context writes shared one window of 32 ids: 32 context reports
-    pushed a completion out, and a copy of it read later counted its usage again (found
-    by review: 132 tokens, then 232)."""
+def _completed_then_retried() -> tuple[Sim, p.StatusCompleted]:
+    """a completes attempt 1 of A reporting 100 tokens, b fails it: a retry, so a's
+    completion is late from now on. The completion, to send again."""
     sim = Sim(plan_of(TWO_TARGETS))
     sim.start()
     for agent in "ab":
@@ -149,7 +148,15 @@ def test_a_copy_of_a_completion_counts_once_after_many_context_reports() -> None
         sim.ack_standby(agent, "A")
     done = p.StatusCompleted(attempt=1, usage=p.Usage(tokens=100))
     sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")
-    sim.fail("b", "A", attempt=1)  # a retry: a's completion of attempt 1 is late from now
+    sim.fail("b", "A", attempt=1)
+    return sim, done
+
+
+def test_a_copy_of_a_completion_counts_once_after_many_context_reports() -> None:
+    """Completions and context writes shared one window of 32 ids: 32 context reports
+    pushed a completion out, and a copy of it read later counted its usage again (found
+    by review: 132 tokens, then 232)."""
+    sim, done = _completed_then_retried()
     for i in range(32):
         wrote = p.TaskContext(key=f"k{i}", value=i, metadata={"usage": {"tokens": 1}})
         sim.send("a", T.TASK_CONTEXT, wrote, "r1", "A")
@@ -195,15 +202,7 @@ def test_a_held_go_whose_target_then_says_not_ready_is_found_again_after_a_raise
 def test_a_completion_counted_by_a_hub_before_is_not_counted_again() -> None:
     """A hub before `completions` kept a completion's id with the context writes'
     (`usage_ids`): a copy read by a new leader after an upgrade counts once."""
-    sim = Sim(plan_of(TWO_TARGETS))
-    sim.start()
-    for agent in "ab":
-        sim.ack_warning(agent, "A")
-    for agent in "ab":
-        sim.ack_standby(agent, "A")
-    done = p.StatusCompleted(attempt=1, usage=p.Usage(tokens=100))
-    sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")
-    sim.fail("b", "A", attempt=1)
+    sim, done = _completed_then_retried()
     cue = sim.cue("A")
     cue.usage_ids, cue.completions = [*cue.usage_ids, *cue.completions], []  # as stored then
     sim.send("a", T.STATUS_COMPLETED, done, "r1", "A")

@@ -109,10 +109,11 @@ class Registry:
         agents = await self.store.load()  # not self.agents: the router owns that copy
         names = sorted(agents)
         pairs = [(self.keys.inbox(a), a) for a in names]
-        try:  # two round trips for every agent's group: how many, then which
-            counts = await self.transport.consumer_counts(pairs)
+        try:  # three round trips for every agent's group: how many (groups, then consumers),
+            crowds = await self.transport.consumer_counts(pairs)  # then which
+            counts = [c.consumers for c in crowds]
             readable = [pair for pair, n in zip(pairs, counts, strict=True)
-                        if n <= CONSUMERS_READ_MAX]  # fmt: skip
+                        if n is not None and n <= CONSUMERS_READ_MAX]  # fmt: skip
             read = dict(zip(readable, await self.transport.consumers_of(readable), strict=True))
         except TransportError:
             counts, read = [0] * len(names), {pair: {} for pair in pairs}

@@ -10,11 +10,12 @@ from the runs index the runs whose state retention expired (`CALLBOARD_RUN_RETEN
 applied by the commit as a TTL), and the escalations of runs so expired, or of no run and
 closed as long ago. An inbox keeps what its agent acknowledged, up to the cap:
 a `status.rejected` names an entry its replica acknowledged with it, and the hub copies
-that entry when it reads the rejection, maybe long after. Consumers an agent's group holds
-beyond its replicas (an agent can make up any number on its own inbox) are dropped, at
-most CONSUMERS_DROPPED_MAX a round, once idle and holding nothing. Only the leader does
-it, so two hubs never trim at once; a failure is logged and tried again next round, never
-fatal to the term.
+that entry when it reads the rejection, maybe long after; only the agent's own group holds
+its trimming back. Consumers an agent's group holds beyond its replicas (an agent can make
+up any number on its own inbox) are dropped, at most CONSUMERS_DROPPED_MAX a round, once
+idle and holding nothing, and so are groups it made up there, GROUPS_DROPPED_MAX a round.
+Only the leader does it, so two hubs never trim at once; a failure is logged and tried
+again next round, never fatal to the term.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ FORGET_BATCH = 1_000  # index entries looked at per round
 # redis-cli, a test measuring what an agent sent): bounded by what an agent sends meanwhile
 HANDLED_KEPT_S = 120.0
 CONSUMERS_DROPPED_MAX = 50_000  # made-up consumers dropped per round (of all agents)
+GROUPS_DROPPED_MAX = 50_000  # made-up groups dropped per round (of all agents)
 CONSUMER_IDLE_MS = 60_000  # ...once idle this long (a replica lists itself before it says so)
 
 
@@ -49,6 +51,7 @@ class Sweep:
     forgotten: int  # expired runs dropped from the index
     consumers: int = 0  # consumers no replica of the registry's dropped
     escalations: int = 0  # escalations of runs gone, or closed long ago, forgotten
+    groups: int = 0  # groups agents made up on their inboxes dropped
 
 
 class Upkeep:
@@ -92,7 +95,8 @@ class Upkeep:
         trimmed = 0
         trimmed += await self.transport.trim(self.keys.broadcast, maxlen=self.stream_maxlen)
         refused: list[str] = []
-        for out, inbox in self._agent_streams():
+        groups = await self._drop_made_up_groups()
+        for agent, out, inbox in self._agent_streams():
             try:
                 # only once every partition's group reads it: one not made yet starts at "0"
                 trimmed += await self.transport.trim_handled(
@@ -102,7 +106,7 @@ class Upkeep:
                 trimmed += await self.transport.trim(out, maxlen=self.stream_maxlen,
                                                      grouped_only=True)  # fmt: skip
                 trimmed += await self.transport.trim(inbox, maxlen=self.stream_maxlen,
-                                                     grouped_only=True)  # fmt: skip
+                                                     grouped_only=True, group=agent)  # fmt: skip
             except (Unreachable, OutOfMemory):  # Redis itself: the round ends
                 raise
             except TransportError as exc:  # this agent's streams (what it wrote): the others go on
@@ -125,23 +129,23 @@ class Upkeep:
             )
             forgotten_escs = await self.store.forget_escalations(gone)
             self._forget_escs_from = _past_kept(self._forget_escs_from, read, len(gone))
-        if trimmed or forgotten or consumers or forgotten_escs:
+        if trimmed or forgotten or consumers or forgotten_escs or groups:
             log.info("upkeep: %d stream entries trimmed, %d expired runs and %d escalations "
-                     "forgotten, %d made-up consumers dropped", trimmed, forgotten,
-                     forgotten_escs, consumers)  # fmt: skip
-        return Sweep(trimmed, forgotten, consumers, forgotten_escs)
+                     "forgotten, %d made-up consumers and %d groups dropped", trimmed,
+                     forgotten, forgotten_escs, consumers, groups)  # fmt: skip
+        return Sweep(trimmed, forgotten, consumers, forgotten_escs, groups)
 
     async def _drop_made_up_consumers(self) -> int:
         """Drop consumers of the agents' groups that are none of the replicas the registry
         knows, hold nothing and have been idle CONSUMER_IDLE_MS: CONSUMERS_DROPPED_MAX a
         round at most. Only a group with more consumers than its agent has replicas is
         listed (off the event loop: see Transport.idle_consumers)."""
-        agents = [a for out in self.streams() if (a := self.keys.agent_of_out(out))]
-        if not agents:
+        pairs = [(inbox, agent) for agent, _, inbox in self._agent_streams()]
+        if not pairs:
             return 0
-        pairs = [(self.keys.inbox(a), a) for a in agents]
         counts = await self.transport.consumer_counts(pairs)
-        crowded = [(pair, n) for pair, n in zip(pairs, counts, strict=True) if n]
+        crowded = [(pair, c.consumers) for pair, c in zip(pairs, counts, strict=True)
+                   if c.consumers != 0]  # fmt: skip
         if not crowded:
             return 0
         records = await self.agents.load()
@@ -149,7 +153,7 @@ class Upkeep:
         for (inbox, agent), count in crowded:
             known = records[agent].replicas if agent in records else {}
             room = CONSUMERS_DROPPED_MAX - dropped
-            if count <= len(known) or room <= 0:
+            if (count is not None and count <= len(known)) or room <= 0:
                 continue
             try:
                 names = await self.transport.idle_consumers(
@@ -167,6 +171,33 @@ class Upkeep:
                 dropped += gone
         return dropped
 
+    async def _drop_made_up_groups(self) -> int:
+        """Drop the consumer groups an agent made up on its own inbox (any group but the one
+        named after it), GROUPS_DROPPED_MAX a round at most: nothing the hub or a replica
+        reads, and their list is long (listed off the event loop: Transport.foreign_groups;
+        on a cluster they are not listed, so not dropped, but no count of them holds the
+        hub's loop or the inbox's trimming)."""
+        agents = self._agent_streams()
+        totals = await self.transport.group_counts([inbox for _, _, inbox in agents])
+        dropped = 0
+        for (agent, _, inbox), total in zip(agents, totals, strict=True):
+            room = GROUPS_DROPPED_MAX - dropped
+            if total <= 1 or room <= 0:
+                continue
+            try:
+                names = await self.transport.foreign_groups(inbox, agent, most=room)
+                gone = await self.transport.drop_groups(inbox, names) if names else 0
+            except (Unreachable, OutOfMemory):
+                raise
+            except TransportError as exc:  # this agent's inbox: the others go on
+                log.warning("upkeep: groups of %s not looked at: %s", inbox, exc)
+                continue
+            if gone:
+                log.warning("upkeep: dropped %d consumer groups %s made up on its inbox",
+                            gone, agent)  # fmt: skip
+                dropped += gone
+        return dropped
+
     async def _drop_stale_groups(self) -> None:
         """The hub groups of partitions that no longer exist (the count was lowered) are
         dropped: nobody reads them, and they would hold every out stream's trimming back."""
@@ -178,10 +209,10 @@ class Upkeep:
                                 group, out, partition, self.partitions)  # fmt: skip
                     await self.transport.drop_group(out, group)
 
-    def _agent_streams(self) -> list[tuple[str, str]]:
-        """Each agent's out and in streams."""
+    def _agent_streams(self) -> list[tuple[str, str, str]]:
+        """Each agent with its out and in streams."""
         return [
-            (out, self.keys.inbox(agent))
+            (agent, out, self.keys.inbox(agent))
             for out in self.streams()
             if (agent := self.keys.agent_of_out(out))
         ]

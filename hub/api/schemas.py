@@ -361,11 +361,16 @@ class AgentPublic(BaseModel):
     replicas: list[ReplicaPublic]
     online: bool
     last_seen: str | None
-    consumers: int = Field(0, description="consumers of the agent's group on its inbox")
+    consumers: int | None = Field(
+        0,
+        description="consumers of the agent's group on its inbox; null when not counted (the "
+        "inbox has more consumer groups than are listed: an agent can make them up)",
+    )
     liveness_read: bool = Field(
         True,
-        description="false when the group has too many consumers to list (an agent can make "
-        "them up): replicas are then online as they last said, not by their idle time",
+        description="false when the group has too many consumers to list, or the inbox too "
+        "many groups (an agent can make them up): replicas are then online as they last "
+        "said, not by their idle time",
     )
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from protocols.errors import GroupMissing, TransportError
@@ -17,6 +19,20 @@ from protocols.transport._errors import is_group_missing, is_no_such_key, transl
 from protocols.transport._gateway import Script
 
 _SEQ_MAX = 2**64 - 1  # the largest part of a stream id (its time, and its sequence)
+# An agent may make up consumer groups on its own inbox (its ACL grants XGROUP CREATE, for
+# its own): a stream's groups are listed on the loop only up to this many (XINFO GROUPS of
+# 100,000 took 0.45 s to parse, and trimming then asked XPENDING of each)
+GROUPS_READ_MAX = 8
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """A stream's consumer groups, and one group's consumers, as counted."""
+
+    groups: int  # 0: no stream
+    consumers: int | None  # the group's; None: not counted (more than GROUPS_READ_MAX groups)
+
+
 # KEYS: 1 the stream. ARGV: 1 the group, 2... consumers. Drops each consumer that has no
 # entry pending, in one step with the look (an entry it read meanwhile would be lost).
 _DROP_IDLE = """
@@ -137,71 +153,146 @@ class _Upkeep(_TransportBase):
             out.append({_text(row["name"]): _consumer(row) for row in reply})
         return out
 
-    async def consumer_counts(self, groups: Sequence[tuple[str, str]]) -> list[int]:
-        """How many consumers each (stream, group) has (XINFO GROUPS, one pipelined round
-        trip; a missing stream or group has none): read before the consumers themselves,
-        whose list an agent can make as long as it likes on its own inbox."""
+    async def consumer_counts(self, groups: Sequence[tuple[str, str]]) -> list[Crowd]:
+        """How many groups each stream has, and how many consumers its (stream, group) has,
+        read before the consumers themselves, whose list an agent can make as long as it
+        likes on its own inbox. So can it make up groups there (its ACL grants XGROUP CREATE
+        for its own): the groups are listed (XINFO GROUPS) only where XINFO STREAM counts
+        at most GROUPS_READ_MAX. Two pipelined round trips; a missing stream or group has
+        none."""
         if not groups:
             return []
+        totals = await self.group_counts([stream for stream, _ in groups])
+        listed = [pair for pair, n in zip(groups, totals, strict=True) if 0 < n <= GROUPS_READ_MAX]
 
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
-                for stream, _ in groups:
+                for stream, _ in listed:
                     pipe.xinfo_groups(stream)
                 return await pipe.execute(raise_on_error=False)
 
-        counts = []
-        for (_, group), reply in zip(groups, await self._call("XINFO GROUPS", send), strict=True):
+        replies = {}
+        if listed:
+            replies = dict(zip(listed, await self._call("XINFO GROUPS", send), strict=True))
+        crowds = []
+        for pair, total in zip(groups, totals, strict=True):
+            if pair not in replies:  # none, or too many to list
+                crowds.append(Crowd(total, 0 if total == 0 else None))
+                continue
+            reply = replies[pair]
             if is_no_such_key(reply):
-                counts.append(0)
+                crowds.append(Crowd(0, 0))
                 continue
             if isinstance(reply, Exception):
                 with translated("XINFO GROUPS"):
                     raise reply
-            rows = [r for r in reply if _text(r["name"]) == group]
-            counts.append(int(rows[0]["consumers"]) if rows else 0)
+            rows = [r for r in reply if _text(r["name"]) == pair[1]]
+            crowds.append(Crowd(len(reply), int(rows[0]["consumers"]) if rows else 0))
+        return crowds
+
+    async def group_counts(self, streams: Sequence[str]) -> list[int]:
+        """How many consumer groups each stream has (XINFO STREAM, one pipelined round trip,
+        a reply of a few fields however many there are; 0 for a missing stream)."""
+        if not streams:
+            return []
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream in streams:
+                    pipe.xinfo_stream(stream)
+                return await pipe.execute(raise_on_error=False)
+
+        counts = []
+        for reply in await self._call("XINFO STREAM", send):
+            if is_no_such_key(reply):
+                counts.append(0)
+                continue
+            if isinstance(reply, Exception):
+                with translated("XINFO STREAM"):
+                    raise reply
+            counts.append(int(reply["groups"]))
         return counts
 
     async def idle_consumers(
         self, stream: str, group: str, *, keep: Collection[str], min_idle_ms: int, most: int
     ) -> list[str]:
         """Up to `most` consumers of `group` not in `keep` that hold nothing pending and have
-        been idle `min_idle_ms`. The list is read and parsed off the event loop (a worker
-        thread, on a connection of its own): it may hold millions of names an agent made up,
-        and parsing them here would stall every task of the process. Not on a cluster."""
-        if self.is_cluster:
-            return []
-        pool = self._client.connection_pool
-        client_type, pool_type = type(self._client), type(pool)
+        been idle `min_idle_ms`, listed off the event loop (`_listed_off_loop`)."""
 
-        async def listing() -> Any:  # its reply due within REPLY_GRACE_S, as any call's
-            options = {**pool.connection_kwargs, "socket_timeout": _gateway.REPLY_GRACE_S}
-            own = pool_type(connection_class=pool.connection_class, **options)
-            client = client_type(connection_pool=own)
-            try:
-                return await client.xinfo_consumers(stream, group)
-            finally:
-                await client.aclose()
-                await own.disconnect()
-
-        def read() -> list[str]:
+        def pick(rows: Any) -> list[str]:
             found = []
-            for row in asyncio.run(listing()):
+            for row in rows:
                 name = _text(row["name"])
-                idle = int(row["idle"])
-                if name in keep or int(row["pending"]) or idle < min_idle_ms:
+                if name in keep or int(row["pending"]) or int(row["idle"]) < min_idle_ms:
                     continue
                 found.append(name)
                 if len(found) >= most:
                     break
             return found
 
+        return await self._listed_off_loop(
+            "XINFO CONSUMERS", lambda client: client.xinfo_consumers(stream, group), pick
+        )
+
+    async def foreign_groups(self, stream: str, own: str, *, most: int) -> list[str]:
+        """Up to `most` consumer groups of `stream` other than `own`, listed off the event
+        loop (`_listed_off_loop`): those an agent made up on its own inbox."""
+
+        def pick(rows: Any) -> list[str]:
+            names = (_text(row["name"]) for row in rows)
+            return list(itertools.islice((n for n in names if n != own), most))
+
+        return await self._listed_off_loop(
+            "XINFO GROUPS", lambda client: client.xinfo_groups(stream), pick
+        )
+
+    async def drop_groups(self, stream: str, groups: Sequence[str]) -> int:
+        """XGROUP DESTROY each of `groups` (pipelined, a thousand a round trip); how many
+        there were."""
+        dropped = 0
+        for start in range(0, len(groups), 1000):
+            chunk = groups[start : start + 1000]
+
+            async def send(chunk: Sequence[str] = chunk) -> list[Any]:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for group in chunk:
+                        pipe.xgroup_destroy(stream, group)
+                    return await pipe.execute()
+
+            dropped += sum(int(n) for n in await self._call("XGROUP DESTROY", send))
+        return dropped
+
+    async def _listed_off_loop(
+        self,
+        command: str,
+        listing: Callable[[Any], Awaitable[Any]],
+        pick: Callable[[Any], list[str]],
+    ) -> list[str]:
+        """`pick` of a listing read and parsed off the event loop (a worker thread, on a
+        connection of its own, its reply due within REPLY_GRACE_S as any call's): an agent
+        may have made millions of names, and parsing them here would stall every task of
+        the process. [] for a missing stream or group, and on a cluster (not listed)."""
+        if self.is_cluster:
+            return []
+        pool = self._client.connection_pool
+        client_type, pool_type = type(self._client), type(pool)
+
+        async def listed() -> Any:
+            options = {**pool.connection_kwargs, "socket_timeout": _gateway.REPLY_GRACE_S}
+            own = pool_type(connection_class=pool.connection_class, **options)
+            client = client_type(connection_pool=own)
+            try:
+                return await listing(client)
+            finally:
+                await client.aclose()
+                await own.disconnect()
+
         try:
-            return await asyncio.to_thread(read)
+            return await asyncio.to_thread(lambda: pick(asyncio.run(listed())))
         except Exception as exc:
             if is_group_missing(exc) or is_no_such_key(exc):
                 return []
-            with translated("XINFO CONSUMERS"):
+            with translated(command):
                 raise
 
     async def drop_consumers(self, stream: str, group: str, consumers: Sequence[str]) -> int:
@@ -264,15 +355,18 @@ class _Upkeep(_TransportBase):
         ones would hold the stream's trimming back for ever)."""
         await self._call("XGROUP DESTROY", lambda: self._client.xgroup_destroy(stream, group))
 
-    async def trim(self, stream: str, *, maxlen: int, grouped_only: bool = False) -> int:
+    async def trim(
+        self, stream: str, *, maxlen: int, grouped_only: bool = False, group: str | None = None
+    ) -> int:
         """Trim to about `maxlen` entries, never past the oldest entry any group still has
         pending or has not yet been delivered (`grouped_only`: leave a stream no group
-        reads yet alone: its reader has not come). Returns the number of entries removed."""
+        reads yet alone: its reader has not come). `group`: only that group counts (an
+        agent's inbox: its own; see `_floor`). Returns the number of entries removed."""
         length = await self._call("XLEN", lambda: self._client.xlen(stream))
         excess = int(length) - maxlen
         if excess <= 0:
             return 0
-        cutoff = await self._floor(stream)
+        cutoff = await self._floor(stream, only=group)
         if cutoff is None and grouped_only:
             return 0
         if cutoff is not None and cutoff <= (0, 0):
@@ -312,32 +406,45 @@ class _Upkeep(_TransportBase):
         return int(removed)
 
     async def _floor(
-        self, stream: str, handled: bool = False, groups_at_least: int = 1
+        self,
+        stream: str,
+        handled: bool = False,
+        groups_at_least: int = 1,
+        only: str | None = None,
     ) -> tuple[int, int] | None:
         """The oldest id any group still needs (pending or undelivered); None if fewer
         than `groups_at_least` groups. `handled`: not the last delivered id itself, but the
-        one past it (nothing needs an entry delivered and acknowledged)."""
+        one past it (nothing needs an entry delivered and acknowledged). `only`: that group
+        alone counts, the stream's groups listed only when XINFO STREAM counts at most
+        GROUPS_READ_MAX (else None, not now): an agent's inbox, where groups it made up
+        would hold the hub's writes there back for ever (one made at "0" reading nothing)."""
+        if only is not None:
+            (total,) = await self.group_counts([stream])
+            if not 0 < total <= GROUPS_READ_MAX:
+                return None
         try:
             groups = await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
         except TransportError as exc:  # a missing key has no groups
             if is_no_such_key(exc.__cause__):
                 return None
             raise
+        if only is not None:
+            groups = [g for g in groups if _text(g["name"]) == only]
         if not groups or len(groups) < groups_at_least:
             return None
 
-        async def send() -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
+        async def send() -> list[Any]:  # each group's oldest pending entry (not the summary,
+            async with self._client.pipeline(transaction=False) as pipe:  # a row a consumer)
                 for g in groups:
-                    pipe.xpending(stream, g["name"])
+                    pipe.xpending_range(stream, g["name"], min="-", max="+", count=1)
                 return await pipe.execute()
 
         floor = min(_id_key(_text(g["last-delivered-id"])) for g in groups)
         if handled:  # the id after it (an agent may XADD the largest sequence there is)
             floor = (floor[0], floor[1] + 1) if floor[1] < _SEQ_MAX else (floor[0] + 1, 0)
-        for summary in await self._call("XPENDING", send):
-            if summary["pending"] and summary["min"] is not None:
-                floor = min(floor, _id_key(_text(summary["min"])))
+        for oldest in await self._call("XPENDING", send):
+            if oldest:
+                floor = min(floor, _id_key(_text(oldest[0]["message_id"])))
         return floor
 
 

@@ -1,6 +1,7 @@
-"""Consumers an agent makes up on its own inbox (any name, any number: its ACL allows it)
-neither stall the hub's loop in `describe` nor stay for ever: their list is read only when
-short, and upkeep drops the idle ones no replica has, a bounded number a round."""
+"""Consumers and groups an agent makes up on its own inbox (any name, any number: its ACL
+allows it) neither stall the hub's loop in `describe` or upkeep nor stay for ever: their
+list is read only when short, and upkeep drops the idle consumers no replica has and the
+groups not its own, a bounded number a round."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from protocols import payloads as p
 from protocols.codec import encode, make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
+from protocols.transport import _upkeep
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -102,3 +104,71 @@ async def test_a_consumer_that_reads_after_it_was_listed_keeps_what_it_read(
     assert await t.drop_consumers(inbox, group, names) == 1  # made-up only
     (left,) = await r.xinfo_consumers(inbox, group)
     assert (left["name"], left["pending"]) == (b"new-replica", 1)
+
+
+async def _make_up_groups(hub: Hub, keys: Keys, agent: str, n: int) -> None:
+    r = hub.transport._client
+    inbox = keys.inbox(agent)
+    await r.xgroup_create(inbox, agent, "0", mkstream=True)
+    await r.xgroup_createconsumer(inbox, agent, f"{agent}-1")
+    async with r.pipeline(transaction=False) as pipe:
+        for i in range(n):
+            pipe.xgroup_create(inbox, f"g{i}", "0")
+        await pipe.execute()
+
+
+async def test_a_long_group_list_is_not_read(hub: Hub, keys: Keys) -> None:
+    """An agent may make up groups on its own inbox too (its ACL grants XGROUP CREATE, for
+    its own): 100,000 cost the hub's loop 0.45 s a listing, and trimming then asked XPENDING
+    of each. Past GROUPS_READ_MAX they are counted (XINFO STREAM), not listed."""
+    await _online(hub, "grouped")
+    await _online(hub, "plain")
+    await _make_up_groups(hub, keys, "grouped", _upkeep.GROUPS_READ_MAX)
+    await _make_up_groups(hub, keys, "plain", 0)
+    asked: list[Any] = []
+    consumers_of = hub.transport.consumers_of
+
+    async def spy(groups: Any) -> Any:
+        asked.extend(groups)
+        return await consumers_of(groups)
+
+    hub.transport.consumers_of = spy  # type: ignore[method-assign]
+    described = {a["agent"]: a for a in await hub.registry.describe()}
+    assert asked == [(keys.inbox("plain"), "plain")]
+    grouped, plain = described["grouped"], described["plain"]
+    assert (grouped["consumers"], grouped["liveness_read"]) == (None, False)
+    assert grouped["online"]  # as it said
+    assert (plain["consumers"], plain["liveness_read"]) == (1, True)
+    shown = {a.agent: a for a in (await list_agents(hub.registry)).data}  # GET /v1/agents
+    assert (shown["grouped"].consumers, shown["grouped"].liveness_read) == (None, False)
+
+
+async def test_upkeep_drops_made_up_groups_a_bounded_number_a_round(
+    hub: Hub, keys: Keys, monkeypatch
+) -> None:
+    monkeypatch.setattr(upkeep, "GROUPS_DROPPED_MAX", 500)
+    await _online(hub, "grouped")
+    await _make_up_groups(hub, keys, "grouped", 800)
+    r, inbox = hub.transport._client, keys.inbox("grouped")
+    await r.xadd(inbox, {"m": b"a GO"})  # the agent's own group holds it: kept
+    await r.xreadgroup("grouped", "grouped-1", {inbox: ">"}, count=1)
+    assert (await hub.upkeep.sweep()).groups == 500  # the bound of a round
+    assert (await hub.upkeep.sweep()).groups == 300
+    (left,) = await r.xinfo_groups(inbox)
+    assert (left["name"], left["pending"]) == (b"grouped", 1)
+    assert (await hub.upkeep.sweep()).groups == 0
+
+
+async def test_a_made_up_group_does_not_hold_the_inbox_trimming_back(hub: Hub, keys: Keys) -> None:
+    """A group made at "0" that reads nothing held every entry the hub wrote to the inbox
+    for ever: only the agent's own group counts, and never past what it has pending."""
+    r, t, inbox = hub.transport._client, hub.transport, keys.inbox("holder")
+    await r.xgroup_create(inbox, "holder", "0", mkstream=True)
+    await r.xgroup_create(inbox, "made-up", "0")
+    ids = [await r.xadd(inbox, {"m": str(i)}) for i in range(10)]
+    read = await r.xreadgroup("holder", "holder-1", {inbox: ">"}, count=10)
+    await r.xack(inbox, "holder", *ids[:4], *ids[5:])  # the fifth is still pending
+    assert await t.trim(inbox, maxlen=2, grouped_only=True) == 0  # all groups: held at "0"
+    assert await t.trim(inbox, maxlen=2, grouped_only=True, group="holder") == 4
+    assert [e[0] for e in await r.xrange(inbox)] == ids[4:]  # not past the pending one
+    assert len(read[0][1]) == 10

@@ -13,7 +13,8 @@ a `status.rejected` names an entry its replica acknowledged with it, and the hub
 that entry when it reads the rejection, maybe long after; only the agent's own group holds
 its trimming back. Consumers an agent's group holds beyond its replicas (an agent can make
 up any number on its own inbox) are dropped, at most CONSUMERS_DROPPED_MAX a round, once
-idle and holding nothing, and so are groups it made up there, GROUPS_DROPPED_MAX a round.
+idle and holding nothing, and so are groups it made up there, GROUPS_DROPPED_MAX a round,
+and the consumers of hubs replaced (idle an hour, holding nothing).
 Only the leader does it, so two hubs never trim at once; a failure is logged and tried
 again next round, never fatal to the term.
 """
@@ -28,9 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hub.store.agents import AgentStore
+from hub.store.commands import GROUP as COMMANDS_GROUP
 from hub.store.state import StateStore
 from protocols.errors import OutOfMemory, TransportError, Unreachable
-from protocols.keys import Keys, group_partition
+from protocols.keys import Keys, group_partition, hub_group
 from protocols.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,9 @@ HANDLED_KEPT_S = 120.0
 CONSUMERS_DROPPED_MAX = 50_000  # made-up consumers dropped per round (of all agents)
 GROUPS_DROPPED_MAX = 50_000  # made-up groups dropped per round (of all agents)
 CONSUMER_IDLE_MS = 60_000  # ...once idle this long (a replica lists itself before it says so)
+# A hub's consumer on the out streams and the commands stream, holding nothing and idle this
+# long, is of a hub replaced (the default hub id is host and pid: each restart makes new ones)
+HUB_CONSUMER_IDLE_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,7 @@ class Upkeep:
             log.warning("upkeep: %d agents' streams not trimmed, e.g. %s", len(refused),
                         refused[0])  # fmt: skip
         consumers = await self._drop_made_up_consumers()
+        consumers += await self._drop_hubs_gone()
         forgotten = forgotten_escs = 0
         if self.retention_s is not None:
             cutoff = time.time() - self.retention_s
@@ -169,6 +175,25 @@ class Upkeep:
                 log.warning("upkeep: dropped %d consumers of %s no replica of it has "
                             "(made up on its own inbox)", gone, agent)  # fmt: skip
                 dropped += gone
+        return dropped
+
+    async def _drop_hubs_gone(self) -> int:
+        """Drop the consumers of the hubs' groups (each partition's on every out stream, and
+        on its commands stream) that hold nothing and have been idle HUB_CONSUMER_IDLE_MS:
+        hubs replaced. A group with one consumer is not listed. One dropped by mistake
+        loses nothing (the script checks it holds nothing): a read makes it again."""
+        pairs = [(out, hub_group(p)) for out in self.streams() for p in range(self.partitions)]
+        pairs += [(self.keys.commands(p), COMMANDS_GROUP) for p in range(self.partitions)]
+        counts = await self.transport.consumer_counts(pairs)
+        dropped = 0
+        for (stream, group), crowd in zip(pairs, counts, strict=True):
+            room = CONSUMERS_DROPPED_MAX - dropped
+            if crowd.consumers == 0 or crowd.consumers == 1 or room <= 0:
+                continue
+            names = await self.transport.idle_consumers(
+                stream, group, keep=(), min_idle_ms=HUB_CONSUMER_IDLE_MS, most=room
+            )
+            dropped += await self.transport.drop_consumers(stream, group, names) if names else 0
         return dropped
 
     async def _drop_made_up_groups(self) -> int:

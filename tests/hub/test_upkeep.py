@@ -14,6 +14,7 @@ from hub.engine.escalations import Escalation
 from hub.service import Hub
 from protocols import payloads as p
 from protocols.canonical import canonical_json
+from protocols.errors import NotFound
 from protocols.keys import STREAM_FIELD
 from protocols.messages import MessageType as T
 from protocols.settings import Settings
@@ -192,3 +193,31 @@ async def test_escalations_leave_with_their_run_and_closed_ones_after_the_retent
     assert await hub.store.escalation(closed.id) is None
     assert await hub.store.escalation(still.id) is not None  # open: an operator's to close
     assert await client.zscore(hub.keys.escalations, still.id) == 1.0
+
+
+async def test_consumers_of_hubs_replaced_are_dropped_once_idle_and_holding_nothing(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default hub id is host and pid: each restart left a consumer in every partition's
+    group of each out stream, and of the commands stream, for ever. A group with one
+    consumer is not listed (the reader's), so one may stay; never more. (One holding an
+    entry stays: `drop_consumers`' script, tested in test_registry_consumers.)"""
+    monkeypatch.setattr(upkeep, "HUB_CONSUMER_IDLE_MS", 0)
+    client = hub.transport._client
+    out, commands = hub.keys.out("replaced"), hub.keys.commands()
+    await client.xgroup_create(out, "hub", id="0", mkstream=True)
+    for name in ("hub-gone-1", "hub-gone-2"):
+        await client.xgroup_createconsumer(out, "hub", name)
+        await client.xgroup_createconsumer(commands, "engine", name)
+    hub.upkeep.streams = lambda: [out]
+
+    async def names(stream: str, group: str) -> set[str]:
+        return {row["name"].decode() for row in await client.xinfo_consumers(stream, group)}
+
+    async def dropped() -> bool:
+        left = await names(commands, "engine") | await names(out, "hub")
+        return not left & {"hub-gone-1", "hub-gone-2"}
+
+    await eventually(dropped, 10)
+    with pytest.raises(NotFound):  # the leader still reads commands, and answers them
+        await hub.commands.call(c.Cancel(run_id="run-none"))

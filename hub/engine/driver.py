@@ -224,7 +224,8 @@ class Driver:
         key = (name, version)
         found = self._plans.get(key)
         if found is None:  # a run of that version holds its plan still, or it is built
-            held = (p for p in self.engine.plans.values() if p.version == version)
+            held = (p for p in self.engine.plans.values()
+                    if p.version == version and not p.stand_in_for_gone)  # fmt: skip
             found = next((p for p in held if p.cuelist.cuelist == name), None)
             if found is None:
                 cuelist = await self.cuelists.get(name, version)

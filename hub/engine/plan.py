@@ -27,6 +27,7 @@ class Plan:
     ahead: int = 1  # the largest numeric `warn_ahead` of its cues
     ahead_all: bool = False  # some cue has `warn_ahead: all`
     raisers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flag -> cues raising it
+    stand_in_for_gone: bool = False  # made by `stand_in`: no plan of its version for another run
 
     @classmethod
     def build(cls, cuelist: Any, version: str) -> Plan:
@@ -65,7 +66,9 @@ class Plan:
         triggers. Enough to stand the run's calls down and end it; nothing fires from it."""
         cues = [Cue.model_construct(id=cue_id, target_agents=agents)
                 for cue_id, agents in called.items()]  # fmt: skip
-        return cls.build(Cuelist.model_construct(cuelist=name, cues=cues), version)
+        plan = cls.build(Cuelist.model_construct(cuelist=name, cues=cues), version)
+        plan.stand_in_for_gone = True
+        return plan
 
     @property
     def name(self) -> str:

@@ -4,9 +4,11 @@ A version is written once (HSETNX) with its canonical form and the source it was
 as; the validated model of a version is cached, as a version never changes.
 
 Deleting a version takes it out of every listing at once (GET answers 404, no new run
-may start it), but a version some active run is pinned to stays readable for that run
-(a new leader resumes it from the stored document) until no active run uses it: it is
-listed in the deleted set, and `sweep_deleted` (the leader's scheduler) removes it then.
+may start it), but its document stays readable: it is listed in the deleted set, and
+`sweep_deleted` (the leader's scheduler) removes it once no active run is pinned to it (a
+new leader resumes such a run from the stored document) and DELETED_KEPT_S have passed
+(a start the API had checked and queued just before the delete is served after it: its
+run is pinned to the version only once it is written).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class StoredCuelist(BaseModel):
 
 
 CUELISTS_KEPT = 256  # versions kept parsed in memory (see CuelistStore.get)
+DELETED_KEPT_S = 600.0  # a deleted version's document is kept at least this long
 
 
 class CuelistStore:
@@ -128,25 +131,17 @@ class CuelistStore:
         if version is not None and version not in versions:
             raise NotFound(f"no version {version} of cuelist {name}")
         gone = versions if version is None else [version]
-        pinned = await self.pinned()
-        kept = [v for v in gone if (name, v) in pinned]
-        dropped = [v for v in gone if (name, v) not in pinned]
         last = len(gone) == len(versions)
         now = time.time()
 
         def build(pipe: Pipeline) -> None:
             pipe.zrem(self.keys.cuelist_versions(name), *gone)
-            if dropped:
-                pipe.hdel(self.keys.cuelist(name), *dropped)
-            if kept:
-                pipe.zadd(self.keys.deleted_versions, {_member(name, v): now for v in kept})
+            pipe.zadd(self.keys.deleted_versions, {_member(name, v): now for v in gone})
             if last:
                 pipe.zrem(self.keys.cuelists, name)
                 pipe.delete(self.keys.schedule(name))
 
         await self.db.pipeline("DELETE CUELIST", build, transaction=True)
-        for v in dropped:
-            self._cache.pop((name, v))
         return gone
 
     async def pinned(self) -> set[tuple[str, str]]:
@@ -179,6 +174,7 @@ class CuelistStore:
         the entry leaves the deleted set only while it is the one read (not deleted again
         since). A failure part way leaves the rest for the next round."""
         waiting = await self.db.zrange_scored(self.keys.deleted_versions, 0, -1)
+        waiting = [(m, at) for m, at in waiting if at <= time.time() - DELETED_KEPT_S]
         if not waiting:
             return 0
         pinned = await self.pinned()

@@ -1,5 +1,6 @@
 """Deleting cuelist versions: gone from every listing at once, kept readable for the runs
-pinned to them until none is active, then swept (on a real server)."""
+pinned to them until none is active, and for DELETED_KEPT_S (a start checked and queued
+just before the delete), then swept (on a real server)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from hub.engine.state import RunState
 from hub.store import CuelistStore, StateStore
+from hub.store import cuelists as cuelists_module
 from protocols.canonical import canonical_json
 from protocols.errors import NotFound
 from protocols.keys import Keys
@@ -28,7 +30,7 @@ async def _put(store: CuelistStore, note: str) -> str:
 
 
 async def test_a_deleted_version_stays_readable_for_its_active_run_then_is_swept(
-    real_redis: Any, keys: Keys
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = Storage(real_redis)
     store, fresh, state = CuelistStore(db, keys), CuelistStore(db, keys), StateStore(db, keys)
@@ -48,8 +50,14 @@ async def test_a_deleted_version_stays_readable_for_its_active_run_then_is_swept
     with pytest.raises(NotFound):
         await store.describe("doomed")
     assert await store.names() == [] and await store.latest("doomed") is None
+    # no run uses it, but a start the API checked before the delete may be served after
+    # it (which the stand-in plan then ended on the next load): kept DELETED_KEPT_S
+    assert (await CuelistStore(db, keys).get("doomed", new)).description == "two"
+    assert await store.sweep_deleted() == 0
+    monkeypatch.setattr(cuelists_module, "DELETED_KEPT_S", 0.0)
+    assert await store.sweep_deleted() == 1  # `new`: no run uses it
     with pytest.raises(NotFound):
-        await CuelistStore(db, keys).get("doomed", new)  # no run used it: gone at once
+        await CuelistStore(db, keys).get("doomed", new)
 
     assert await store.sweep_deleted() == 0  # r-old still runs on `old`
     assert (await CuelistStore(db, keys).get("doomed", old)).description == "one"
@@ -79,12 +87,16 @@ async def test_storing_a_deleted_version_again_lists_it_and_the_sweep_keeps_it(
 
 
 async def test_a_version_stored_again_while_the_sweep_runs_keeps_its_document(
-    real_redis: Any, keys: Keys
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cuelists_module, "DELETED_KEPT_S", 0.0)
     await _store_again_while_sweeping(real_redis, keys)
 
 
-async def test_on_a_cluster_too(cluster_redis: Any, keys: Keys) -> None:
+async def test_on_a_cluster_too(
+    cluster_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cuelists_module, "DELETED_KEPT_S", 0.0)
     await _store_again_while_sweeping(cluster_redis, keys)  # the scripts touch one slot each
 
 

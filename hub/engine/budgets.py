@@ -183,6 +183,7 @@ class BudgetMixin(EngineBase):
         for cue_id, cr in run.cues.items():
             if held_by_budget(cr):
                 self.go_held(run, cue_id)
+        self.review_holds([run_id])  # the reply tells how it stands now, not before the GOs
         return run
 
     def budget_timers(self, run: RunState) -> None:

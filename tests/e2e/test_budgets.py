@@ -111,6 +111,7 @@ def test_a_run_stops_at_its_token_budget_and_goes_on_when_it_is_raised(api: http
     r = api.post(f"/v1/runs/{run_id}/budget", json={"tokens": 2000})
     assert r.status_code == 200, r.text
     assert r.json()["budget"]["tokens"] == 2000 and r.json()["budget"]["cost"] == 2.0
+    assert (r.json()["status"], r.json()["hold_reason"]) == ("running", None)  # SHIP's GO went
     done = wait_done(api, run_id)
     assert done["status"] == "success" and done["hold_reason"] is None
     usage = done["usage"]

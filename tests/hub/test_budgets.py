@@ -75,8 +75,9 @@ def test_usage_is_totalled_per_cue_and_run_and_a_spent_budget_holds_the_next_go(
     assert sim.cue("C").reason == "GO paused: budget tokens spent 112 / 100"
     assert sim.run().status is RunStatus.HOLDING
     assert sim.run().hold_reason == "budget tokens spent 112 / 100"
-    # the operator raises the budget: the held GO goes, the run runs on
-    sim.engine.change_budget("r1", {"tokens": 500})
+    # the operator raises the budget: the held GO goes, the run runs on (as the reply says)
+    answered = sim.engine.change_budget("r1", {"tokens": 500})
+    assert answered.status is RunStatus.RUNNING and answered.hold_reason is None
     sim._drain()
     assert [m.cue_id for _, m in sim.take_sent(T.COORD_GO)] == ["C"]
     assert sim.run().status is RunStatus.RUNNING and sim.run().hold_reason is None

@@ -175,12 +175,26 @@ class Serving:
 
         return await self.driver.step(step)
 
+    async def _live_step(self, run_id: str, command_id: str, fn: Callable[[Engine], RP]) -> RP:
+        """`_step` of a command for a live run: a run that ended (and left the engine)
+        since the API looked is refused as ended (409), as the API refuses one it sees
+        ended, not as unknown (404)."""
+        try:
+            return await self._step(command_id, fn)
+        except NotFound:
+            if run_id in self.driver.engine.runs:
+                raise  # its cue, not the run
+            stored = await self.store.run(run_id)
+            if stored is None or not stored.status.done:
+                raise
+            raise Conflict(f"run {run_id} is already {stored.status.value}") from None
+
     async def _go(self, cmd: c.Go, command_id: str) -> c.GoReply:
         def go(e: Engine) -> c.GoReply:
             cr = e.operator_go(cmd.run_id, cmd.cue_id)
             return c.GoReply(state=cr.state.value, attempt=cr.attempt)
 
-        return await self._step(command_id, go)
+        return await self._live_step(cmd.run_id, command_id, go)
 
     async def _retry(self, cmd: c.Retry, command_id: str) -> c.RetryReply:
         async def once(loaded: tuple[RunState, Plan] | None) -> c.RetryReply:
@@ -246,13 +260,13 @@ class Serving:
             run = e.raise_condition(cmd.run_id, cmd.name)
             return c.RaiseConditionReply(conditions=list(run.conditions))
 
-        return await self._step(command_id, condition)
+        return await self._live_step(cmd.run_id, command_id, condition)
 
     async def _cancel(self, cmd: c.Cancel, command_id: str) -> c.CancelReply:
         def cancel(e: Engine) -> c.CancelReply:
             return c.CancelReply(status=e.cancel(cmd.run_id, cmd.reason).status.value)
 
-        return await self._step(command_id, cancel)
+        return await self._live_step(cmd.run_id, command_id, cancel)
 
     async def _change_budget(self, cmd: c.ChangeBudget, command_id: str) -> c.ChangeBudgetReply:
         def change(e: Engine) -> c.ChangeBudgetReply:
@@ -262,7 +276,7 @@ class Serving:
                 status=run.status.value, hold_reason=run.hold_reason, budget=budget
             )
 
-        return await self._step(command_id, change)
+        return await self._live_step(cmd.run_id, command_id, change)
 
     async def _resolve(self, cmd: c.Resolve, command_id: str) -> c.ResolveReply:
         stored = await self.store.escalation(cmd.id)

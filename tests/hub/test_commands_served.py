@@ -210,3 +210,26 @@ async def test_with_partitions_each_partition_answers_from_its_own_filed_answers
         told = [m[b"m"] for _, m in await client.xrange(keys.broadcast)]
         assert len([m for m in told if b"broadcast.pause" in m]) == 1
         assert await _no_answers_kept(hub, keys)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda run_id: c.Cancel(run_id=run_id),
+        lambda run_id: c.Go(run_id=run_id, cue_id="FIRST"),
+        lambda run_id: c.RaiseCondition(run_id=run_id, name="approval"),
+        lambda run_id: c.ChangeBudget(run_id=run_id, changes={"tokens": 5}),
+    ],
+    ids=["cancel", "go", "condition", "budget"],
+)
+async def test_a_command_for_a_run_that_ended_meanwhile_is_refused_as_ended(
+    hub: Hub, command: Callable[[str], c.Command[Any]]
+) -> None:
+    """The API looked at the run while it was live; by the time the leader served the
+    command it had ended and left the engine: the answer was 404 "no active run" for a run
+    that GET shows, where one sent a moment later gets 409 "already cancelled"."""
+    run_id = await armed_run(hub)
+    await hub.commands.call(c.Cancel(run_id=run_id), 20)
+    assert run_id not in hub.driver.engine.runs
+    with pytest.raises(Conflict, match=f"run {run_id} is already cancelled"):
+        await hub.commands.call(command(run_id), 20)

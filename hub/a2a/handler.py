@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import AsyncGenerator
 from functools import partial
 
@@ -115,22 +116,24 @@ class RunTasks(RequestHandler):
     ) -> ListTasksResponse:
         """The newest tasks first, filtered by context and state; a filtered page is filled
         from older runs, reading at most LIST_SCAN_MAX runs, and ends once its tasks hold
-        LIST_CUES_MAX cues: a page left short then has a next_page_token (an offset into the
-        runs, newest first) that goes on from there."""
+        LIST_CUES_MAX cues: a page left short then has a next_page_token (the creation
+        time and id of the last run read: runs created meanwhile do not shift the next
+        page, as they shifted an offset) that goes on from there."""
         if params.HasField("page_size"):  # 1 to 100: a size below 1 was ZRANGE's end
             validate_page_size(params.page_size)
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
-        start = _offset(params.page_token)
+        cursor = _cursor(params.page_token)
         filtered = bool(params.context_id or params.status)
         window = MAX_PAGE_SIZE if filtered else size
         tasks: list[Task] = []
-        offset, drained, cues = start, False, 0
+        scanned, drained, cues = 0, False, 0
         with translated():
-            while len(tasks) < size and offset - start < LIST_SCAN_MAX and cues < LIST_CUES_MAX:
-                ids = await self.hub.store.recent_run_ids(window, offset)
+            while len(tasks) < size and scanned < LIST_SCAN_MAX and cues < LIST_CUES_MAX:
+                rows = await self.hub.store.runs_after(window, cursor)
                 read = 0
-                for run_id in ids:
+                for run_id, created in rows:
                     read += 1
+                    cursor = (created, run_id)
                     # one run a read, not the window's in one: a big run is parsed in a
                     # worker thread then, and the loop runs between any two of them
                     run = await self.hub.store.run(run_id)
@@ -138,13 +141,13 @@ class RunTasks(RequestHandler):
                     cues += len(run.cues) if run is not None and listed else 0
                     if listed and (len(tasks) == size or cues >= LIST_CUES_MAX):
                         break
-                offset += read
-                if len(ids) < window:  # the runs ran out: drained if all of them were read
-                    drained = read == len(ids)
+                scanned += read
+                if len(rows) < window:  # the runs ran out: drained if all of them were read
+                    drained = read == len(rows)
                     break
         return ListTasksResponse(
             tasks=tasks, page_size=size, total_size=len(tasks),
-            next_page_token="" if drained else str(offset),
+            next_page_token="" if drained or cursor is None else _token(cursor),
         )  # fmt: skip
 
     async def _listed(self, run: RunState, params: ListTasksRequest, tasks: list[Task]) -> bool:
@@ -335,10 +338,20 @@ def _client(context: ServerCallContext) -> str:
     return str(context.state.get("client") or "unknown")
 
 
-def _offset(page_token: str) -> int:
-    """A tasks/list page token: the offset into the runs, newest first, it goes on from."""
+def _token(cursor: tuple[float, str]) -> str:
+    """A tasks/list page token: the creation time and id of the last run a page read."""
+    return f"{cursor[0]!r}/{cursor[1]}"
+
+
+def _cursor(page_token: str) -> tuple[float, str] | None:
+    """The (creation time, run id) a tasks/list page token goes on after (`_token`)."""
     if not page_token:
-        return 0
-    if not page_token.isdigit() or len(page_token) > 9:
+        return None
+    score, _, run_id = page_token.partition("/")
+    try:
+        at = float(score)
+    except ValueError:
+        at = math.nan
+    if not (math.isfinite(at) and run_id) or len(page_token) > 300:
         raise InvalidParamsError(f"page token {page_token[:40]!r} is not one this hub gave")
-    return int(page_token)
+    return at, run_id

@@ -134,6 +134,25 @@ class StateStore:
         ids = await self.db.zrange(self.keys.all_runs, offset, offset + limit - 1, desc=True)
         return [i.decode() for i in ids]
 
+    async def runs_after(
+        self, limit: int, after: tuple[float, str] | None = None
+    ) -> list[tuple[str, float]]:
+        """Up to `limit` runs of the index, newest first, with their scores (creation
+        times), older than `after` (a (score, run id) read last): a cursor, which runs
+        created or forgotten meanwhile do not shift as they shift an offset."""
+        key = self.keys.all_runs
+        if after is None:
+            rows = await self.db.zrange_scored(key, 0, limit - 1, desc=True)
+            return [(m.decode(), at) for m, at in rows]
+        score, last = after
+        # its ties first (as the index orders them: by id, downwards), then older ones
+        level = await self.db.zrange_down_from(key, repr(score), repr(score))
+        ties = [(run_id, at) for m, at in level if (run_id := m.decode()) < last][:limit]
+        if len(ties) == limit:
+            return ties
+        older = await self.db.zrange_down_from(key, f"({score!r}", "-inf", limit - len(ties))
+        return ties + [(m.decode(), at) for m, at in older]
+
     async def expired_run_ids(
         self, created_before: float, count: int = 1_000, offset: int = 0
     ) -> tuple[list[str], int]:

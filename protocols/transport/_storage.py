@@ -153,6 +153,20 @@ class Storage(Gateway):
         )
         return [(_bytes(row[0]), float(row[1])) for row in rows]
 
+    async def zrange_down_from(
+        self, key: str, top: str, bottom: str, count: int | None = None
+    ) -> list[tuple[bytes, float]]:
+        """Members scored from `top` down to `bottom` (score bounds as ZRANGE BYSCORE takes
+        them: "(1.5" excludes 1.5), highest first (ties in reverse order), with their
+        scores; at most `count`."""
+        rows = await self._call(
+            "ZRANGE",
+            lambda: self._client.zrevrangebyscore(
+                key, top, bottom, start=0 if count else None, num=count, withscores=True
+            ),
+        )
+        return [(_bytes(row[0]), float(row[1])) for row in rows]
+
     async def zrange_below(
         self, key: str, score: float, count: int, offset: int = 0
     ) -> list[bytes]:

@@ -113,13 +113,14 @@ async def test_a_page_of_big_tasks_never_holds_the_loop(
         # unfiltered, a page ends once its tasks hold LIST_CUES_MAX cues (the SDK writes
         # its JSON on the loop): the rest is on the next
         first = await client.list_tasks(ListTasksRequest(page_size=100))
-        rest = await client.list_tasks(ListTasksRequest(page_size=100, page_token="10"))
+        token = first.next_page_token
+        rest = await client.list_tasks(ListTasksRequest(page_size=100, page_token=token))
     assert [task.id for task in page.tasks] == [dry_id]
     assert len(page.tasks[0].metadata["cues"]) == BIG_CUES
     assert worst_s < MAX_GAP_S, f"the loop was held {worst_s:.2f} s"
     assert LIST_CUES_MAX // BIG_CUES == 10
-    assert len(first.tasks) == 10 and first.next_page_token == "10"
-    assert len(rest.tasks) == 10 and rest.next_page_token == "20"
+    assert len(first.tasks) == 10 and first.next_page_token.endswith(f"/{first.tasks[-1].id}")
+    assert len(rest.tasks) == 10 and rest.next_page_token.endswith(f"/{rest.tasks[-1].id}")
     assert not {t.id for t in first.tasks} & {t.id for t in rest.tasks}
 
 

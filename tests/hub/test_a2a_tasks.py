@@ -218,8 +218,40 @@ async def test_tasks_of_a_context_are_found_past_the_newest_page(hub: Hub) -> No
         if not token:
             break
     assert len(seen) == len(set(seen)) == 63 and set(mine) <= set(seen)
-    with pytest.raises(InvalidParamsError, match="page token"):
-        await tasks.on_list_tasks(ListTasksRequest(page_token="-3"), call)
+    for bad in ("-3", "12", "nan/run-1", "inf/run-1", "1.5/"):
+        with pytest.raises(InvalidParamsError, match="page token"):
+            await tasks.on_list_tasks(ListTasksRequest(page_token=bad), call)
+
+
+@pytest.mark.redis
+async def test_runs_created_between_pages_neither_repeat_nor_hide_tasks(hub: Hub) -> None:
+    """The page token was an offset into the runs, newest first: three runs created after
+    the first page shifted the second by three, and it repeated the first's last three.
+    Runs of one creation time (ties) are each listed once too."""
+    text = "cuelist: shifted\ncues:\n  - {id: A, target_agents: [nobody]}\n"
+    parsed, version = load_cuelist(text)
+    await hub.cuelists.put(parsed, version, canonical_json(parsed), text)
+    for _ in range(12):
+        await create_run(RunCreate(cuelist="shifted", dry=True), hub, None)
+    tied = [f"run-tied-{i}" for i in range(4)]  # one creation time: ordered by id
+    client = hub.transport._client
+    await client.zadd(hub.keys.all_runs, {run_id: 1.0 for run_id in tied})
+    tasks, call = RunTasks(hub, asyncio.Event()), ServerCallContext()
+    first = await tasks.on_list_tasks(ListTasksRequest(page_size=5), call)
+    for _ in range(3):
+        await create_run(RunCreate(cuelist="shifted", dry=True), hub, None)
+    seen, token = [t.id for t in first.tasks], first.next_page_token
+    while token:
+        page = await tasks.on_list_tasks(ListTasksRequest(page_size=5, page_token=token), call)
+        seen += [t.id for t in page.tasks]
+        token = page.next_page_token
+    assert len(seen) == len(set(seen)) == 12  # the index's tied ids have no run: not listed
+    read: list[str] = []
+    after = None
+    while rows := await hub.store.runs_after(3, after):
+        read += [run_id for run_id, _ in rows]
+        after = (rows[-1][1], rows[-1][0])
+    assert read[-4:] == sorted(tied, reverse=True) and len(read) == len(set(read)) == 19
 
 
 def test_a_condition_raised_only_by_the_cues_after_it_is_the_operators() -> None:

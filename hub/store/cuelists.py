@@ -75,8 +75,10 @@ class CuelistStore:
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
 
         created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
-        if created and not cuelist.schedule:  # the latest now has none: put back later, a
-            # schedule starts from then (an old version stored again is not the latest)
+        # the latest now has no schedule: put back later, a schedule starts from then. Not
+        # for an old version stored again (the latest keeps its tick); for the latest stored
+        # again, yes: this put's first try may have landed and failed to clear it
+        if not cuelist.schedule and (created or await self.latest(name) == version):
             await self.db.command("HDEL", self.keys.schedule(name), "last")
         self._cache.put((name, version), cuelist)
         return bool(created)

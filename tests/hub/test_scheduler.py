@@ -321,3 +321,30 @@ async def test_an_old_version_stored_again_leaves_the_schedule_be(harness: Harne
     assert await tick(T0) == []  # first sight at 08:00
     await _put_nightly(harness, None, "old")  # stored again: still not the latest
     assert len(await tick(T0 + day)) == 1  # the 03:00 missed meanwhile fires
+
+
+async def test_a_put_whose_tick_reset_failed_resets_it_when_sent_again(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put's transaction landed, the schedule's reset (a second call) failed: the put
+    answered an error, and sent again it was not new, so the reset never came and the
+    schedule, put back, fired at once, off schedule."""
+    tick, day = harness.scheduler.tick, 86_400
+    await _put_nightly(harness, "0 3 * * *")
+    assert await tick(T0) == []
+    db = harness.cuelists.db
+    command = db.command
+
+    async def failing(*args: Any) -> Any:
+        if args[0] == "HDEL":
+            raise Unreachable("the reset's reply was lost")
+        return await command(*args)
+
+    monkeypatch.setattr(db, "command", failing)
+    with pytest.raises(Unreachable):
+        await _put_nightly(harness, None)
+    monkeypatch.setattr(db, "command", command)
+    await _put_nightly(harness, None)  # the operator sends it again
+    await _put_nightly(harness, "0 3 * * *", "again")  # put back, three days later
+    assert await tick(T0 + 3 * day) == []  # seen anew: the past does not fire
+    assert len(await tick(T0 + 4 * day)) == 1

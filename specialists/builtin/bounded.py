@@ -11,6 +11,7 @@ import httpx
 
 PIECE = 65536  # the most one step of inflating makes: a gzip bomb unpacks a piece at a time
 WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS, "x-gzip": zlib.MAX_WBITS | 16}
+TRAILING_MAX = 1024  # bytes after the end of a packed body that are ignored, not refused
 
 
 class OverLimit(Exception):
@@ -57,21 +58,32 @@ async def events_within(
         yield chunk
 
 
-def inflating(encoding: str) -> bool:
-    """Whether `inflated` unpacks a body sent with this Content-Encoding."""
-    return encoding.strip().lower() in WBITS
+def codings(encoding: str) -> list[str]:
+    """The codings of a Content-Encoding that `inflated` unpacks, in the order they were
+    applied (httpx joins several header lines with commas); identity and the codings no
+    decoder here knows are passed over, as httpx passes them over."""
+    return [c for part in encoding.split(",") if (c := part.strip().lower()) in WBITS]
 
 
 async def inflated(raw: AsyncIterable[bytes], encoding: str) -> AsyncGenerator[bytes, None]:
     """A gzip or deflate body, unpacked `PIECE` bytes at a time however small its packed
     chunks: an HTTP client's own decoder unpacks a whole read at once, and 10 KiB of a
     bomb read together make 10 MiB. Deflate is taken with its zlib header or without one,
-    as HTTP clients take it. A body that does not unpack raises httpx's DecodingError."""
+    as HTTP clients take it. A body that does not unpack raises httpx's DecodingError, and
+    so does one that goes on past its end by more than TRAILING_MAX bytes (ignored up to
+    that: some servers pad): zlib keeps what follows the end, copying it whole at each
+    read, and a body that is all trailing bytes would otherwise be read for ever."""
     wbits = WBITS[encoding.strip().lower()]
-    inflate, started = zlib.decompressobj(wbits), False
+    inflate, started, trailing = zlib.decompressobj(wbits), False, 0
     async for chunk in raw:
         data = chunk
         while data:
+            if inflate.eof:  # the body ended: what follows is not unpacked, only counted
+                trailing += len(data)
+                if trailing > TRAILING_MAX:
+                    why = f"the body goes on past its end ({encoding})"
+                    raise httpx.DecodingError(why)
+                break
             try:
                 piece = inflate.decompress(data, PIECE)
             except zlib.error as exc:
@@ -83,19 +95,24 @@ async def inflated(raw: AsyncIterable[bytes], encoding: str) -> AsyncGenerator[b
             started = True
             if piece:
                 yield piece
-            data = inflate.unconsumed_tail
+            data = inflate.unconsumed_tail or inflate.unused_data
     rest = inflate.flush()  # what a last step held back (a few bytes)
     if rest:
         yield rest
 
 
 def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
-    """A streamed response's body, unpacked a piece at a time when gzip or deflate (httpx's
-    decoder unpacks each read whole), else as httpx decodes it."""
-    encoding = response.headers.get("content-encoding", "")
-    if inflating(encoding):
-        return inflated(response.aiter_raw(), encoding)
-    return response.aiter_bytes()
+    """A streamed response's body, unpacked a piece at a time when gzip or deflate, layer
+    after layer when it names several ("gzip, gzip": each layer a piece at a time, where
+    httpx's decoder unpacks each read whole, layer after layer), else as httpx decodes
+    it."""
+    applied = codings(response.headers.get("content-encoding", ""))
+    if not applied:
+        return response.aiter_bytes()
+    body: AsyncIterator[bytes] = response.aiter_raw()
+    for coding in reversed(applied):  # the last applied is undone first
+        body = inflated(body, coding)
+    return body
 
 
 async def body_within(response: httpx.Response, limit_bytes: int) -> bytes | None:

@@ -8,7 +8,11 @@ stderr.
 
 The command runs in a process group of its own, killed when the command exits, times out
 or is stood down: nothing it started in the background outlives its cue (or holds its
-output open). It gets the replica's environment less the replica's own credentials
+output open). A guard process leads the group (`shell_guard.py`) and kills it when the
+replica itself is killed (SIGKILL, the OOM killer): the command does not run on beside the
+copy of its GO another replica is given. Only what leaves the group (`setsid`) escapes;
+its output is then not waited for past OUTPUT_GRACE_S after the command exits, nor past
+the timeout. It gets the replica's environment less the replica's own credentials
 (`REDIS_URL` and every `CALLBOARD_*` variable: its output is published in the run's
 context), plus `action.env`.
 """
@@ -19,12 +23,15 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specialists.base import Specialist
+from specialists.builtin.shell_guard import CANNOT_RUN
 from specialists.cue import Cue, Result
 from specialists.errors import Reject
 
@@ -38,6 +45,8 @@ class ShellSettings(BaseSettings):
 
 
 READ_CHUNK = 64 * 1024
+OUTPUT_GRACE_S = 1.0  # the command exited, its group killed: what still holds its output left
+GUARD = Path(__file__).with_name("shell_guard.py")  # leads the command's process group
 OWN = "CALLBOARD_"  # the replica's own settings and credentials: not the command's
 
 
@@ -78,13 +87,18 @@ class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
         self.exited.set()
 
 
-async def _spawn(argv: list[str], **options: Any) -> tuple[asyncio.subprocess.Process, _Watched]:
-    """`asyncio.create_subprocess_exec`, its protocol `_Watched`."""
+async def _spawn(
+    argv: list[str], **options: Any
+) -> tuple[asyncio.subprocess.Process, _Watched, asyncio.SubprocessTransport]:
+    """`asyncio.create_subprocess_exec` of the command under its guard (in a session of its
+    own, so a process group), its protocol `_Watched` and its transport."""
     loop = asyncio.get_running_loop()
+    guarded = [sys.executable, "-I", str(GUARD), str(os.getpid()), *argv]
     transport, protocol = await loop.subprocess_exec(
-        lambda: _Watched(limit=READ_CHUNK, loop=loop), *argv, **options
-    )
-    return asyncio.subprocess.Process(transport, protocol, loop), protocol
+        lambda: _Watched(limit=READ_CHUNK, loop=loop), *guarded, start_new_session=True,
+        **options,
+    )  # fmt: skip
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol, transport
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -136,14 +150,13 @@ class Shell(Specialist):
         env = _environment(action.get("env"))
         started = time.monotonic()
         try:
-            proc, watched = await _spawn(
+            proc, watched, transport = await _spawn(
                 argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=action.get("cwd"),
                 env=env,
-                start_new_session=True,  # so a timeout kills the whole process group
             )
         except OSError as exc:
             raise Reject(f"cannot run {argv[0]!r}: {exc}") from exc
@@ -156,20 +169,23 @@ class Shell(Specialist):
                 # it exited: a child it left in the background would hold its output open
                 # (and this cue) until the timeout, and outlive it
                 _kill_group(proc)
-                await reading
-                await proc.wait()
+                with contextlib.suppress(TimeoutError):  # one that left the group holds it
+                    await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
         except TimeoutError:
             raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
         finally:  # timed out, stood down, or the replica is being torn down: the group too
             _kill_group(proc)
-            if proc.returncode is None:
-                await proc.wait()
+            if not watched.exited.is_set():  # killed: it exits now (not `wait()`, which
+                await watched.exited.wait()  # waits for the output to end too, before 3.12)
             if not reading.done():
                 reading.cancel()
             elif not reading.cancelled():
                 reading.exception()  # heard: a read that failed is the outcome's, not a warning
+            transport.close()  # the output's pipes, which a process that left may hold
         code = proc.returncode
         out, err = stdout.text(), stderr.text()
+        if code == 127 and err.startswith(CANNOT_RUN):
+            raise Reject(f"cannot run {argv[0]!r}: {err[len(CANNOT_RUN) :].strip()}")
         for name, value in (("stdout", out), ("stderr", err), ("exit_code", code)):
             cue.put_context(f"{cue.cue_id}.{name}", value, tags=["shell"])
         if code != 0:

@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+import textwrap
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -154,6 +157,80 @@ async def _gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+async def test_a_child_that_left_the_group_holds_the_cue_no_longer_than_a_grace(
+    start: Starter, hub: HubSide, tmp_path: Path
+) -> None:
+    """A child that left the process group (`setsid`) held the output open: a command that
+    exited 0 failed as timed out, and one timed out after 2 s said so only when that child
+    ended, 25 s later (Process.wait() waits for the output too, before Python 3.12)."""
+    pid_file = tmp_path / "escaped"
+    escape = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 60' &"
+    await start(Shell)
+    try:
+        await hub.go("CUE-1", argv=["sh", "-c", f"{escape} sleep 0.3; echo hi"], timeout_s=20)
+        [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+        assert done.payload.result["stdout"] == "hi\n" and done.payload.result["duration_s"] < 10
+        _kill(pid_file)
+        await hub.go("CUE-2", argv=["sh", "-c", f"{escape} exec sleep 60"], timeout_s=1)
+        [failed] = await hub.wait(M.STATUS_FAILED, "CUE-2", timeout_s=20)
+        assert "timed out after 1s" in failed.payload.error
+    finally:
+        _kill(pid_file)
+
+
+def _kill(pid_file: Path) -> None:
+    if (pid := _written(pid_file)) is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_command_dies_with_its_replica_even_by_sigkill(tmp_path: Path) -> None:
+    """A replica killed with SIGKILL (or by the OOM killer) runs nothing more: its command,
+    in a session of its own, ran on beside the copy of its GO another replica was given,
+    and after the run was cancelled. The guard leading its group kills it then."""
+    child_file = tmp_path / "child"
+    replica = textwrap.dedent(f"""
+        import asyncio, sys
+        from specialists.builtin.shell import _spawn
+        async def main():
+            cmd = ["sh", "-c", "echo $$ > {child_file}; sleep 60"]
+            proc, watched, transport = await _spawn(cmd, stdin=asyncio.subprocess.DEVNULL)
+            print(proc.pid, flush=True)
+            await asyncio.sleep(120)
+        asyncio.run(main())
+    """)  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        PY, "-c", replica, stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2]
+    )
+    assert process.stdout is not None
+    guard = int(await asyncio.wait_for(process.stdout.readline(), 20))
+    command = await eventually(lambda: _written(child_file), 20, message="the command started")
+    process.kill()  # SIGKILL: nothing of the replica runs
+    await process.wait()
+    try:
+        await eventually(lambda: _gone(command), 10, message="the command killed")
+        await eventually(lambda: _gone(guard), 10, message="the guard gone")
+    finally:
+        for pid in (command, guard):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _written(path: Path) -> int | None:
+    """The pid a command wrote to `path`, once it has."""
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text.isdigit() else None
+
+
+async def test_a_command_that_cannot_start_is_refused_as_before(
+    start: Starter, hub: HubSide
+) -> None:
+    await start(Shell)
+    await hub.go("CUE-1", argv=["no-such-command-here"])
+    [failed] = await hub.wait(M.STATUS_FAILED, "CUE-1")
+    assert "cannot run 'no-such-command-here'" in failed.payload.error
 
 
 async def test_a_command_gets_no_credentials_of_its_replica(

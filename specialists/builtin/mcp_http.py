@@ -11,10 +11,13 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from urllib.request import getproxies, proxy_bypass
 
+import anyio
 import httpx2
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
 from specialists.builtin.bounded import OverLimit, within
+
+CLOSE_S = 5.0  # the session's DELETE as the client closes: sent and answered whole within
 
 
 class AnswerTooLong(httpx2.StreamError):
@@ -65,6 +68,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         return proxied
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "DELETE":
+            return await self._closing(request)
         response = await self._through(request.url).handle_async_request(request)
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response
@@ -74,6 +79,25 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         body = _Within(response, request.url, self.limit_bytes)
         return httpx2.Response(response.status_code, headers=headers, stream=body,
                                extensions=response.extensions)  # fmt: skip
+
+    async def _closing(self, request: httpx2.Request) -> httpx2.Response:
+        """The session's DELETE, sent as the client closes, and its answer read whole within
+        CLOSE_S: the SDK waits for it with the client's timeouts (300 s a read), so a server
+        that never answered it, or answered a byte every few seconds, held the cue's call,
+        and every WARNING's look at the tools, for as long."""
+        try:
+            with anyio.fail_after(CLOSE_S):
+                response = await self._through(request.url).handle_async_request(request)
+                try:
+                    body = _Within(response, request.url, self.limit_bytes)
+                    content = b"".join([chunk async for chunk in body])
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            raise httpx2.ReadTimeout(
+                f"no whole answer to the session's DELETE within {CLOSE_S:g}s", request=request
+            ) from None
+        return httpx2.Response(response.status_code, content=content, request=request)
 
     async def aclose(self) -> None:
         for transport in (self.inner, *self.proxied.values()):

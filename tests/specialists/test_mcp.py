@@ -13,10 +13,12 @@ from contextlib import asynccontextmanager
 from itertools import chain
 from typing import Any
 
+import httpx2
 import pytest
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from protocols.messages import MessageType
+from specialists.builtin import mcp_http
 from specialists.builtin.mcp import Mcp, McpSettings
 from specialists.builtin.mcp_http import http_client
 from tests.specialists.chunked import Chunked, gzipped
@@ -179,6 +181,48 @@ async def test_mcp_http_client_keeps_the_sdks_timeouts_and_the_token() -> None:
     ):
         assert bounded.timeout == sdk.timeout
         assert bounded.headers["authorization"] == "Bearer t0"
+
+
+@pytest.mark.parametrize("server", ["silent", "drip"])
+async def test_a_session_delete_never_answered_whole_ends_within_close_s(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK sends a DELETE as it closes a session and waits for its answer with the
+    client's timeouts (300 s a read): a server that never answered it, or answered a byte
+    every few seconds, held each call, and each WARNING's look at the tools, that long."""
+    monkeypatch.setattr(mcp_http, "CLOSE_S", 0.5)
+
+    done, served = asyncio.Event(), asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if server == "drip":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+                for _ in range(1000):
+                    if done.is_set():
+                        break
+                    writer.write(b"x")
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+            await done.wait()
+        finally:
+            writer.close()
+            served.set()
+
+    listening = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        async with http_client(None, 1024) as client:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(httpx2.ReadTimeout, match=r"DELETE within 0\.5s"):
+                await client.delete(f"http://127.0.0.1:{port}/mcp")
+            assert asyncio.get_running_loop().time() - started < 5
+    finally:
+        done.set()
+        await asyncio.wait_for(served.wait(), 10)
+        listening.close()
+        await listening.wait_closed()
 
 
 STDIO_SERVER = r"""

@@ -145,6 +145,7 @@ class Hub:
             self.transport, self.store, self.keys, lambda: self.router.streams,
             stream_maxlen=settings.stream_maxlen, retention_s=settings.retention,
             every_s=settings.upkeep_interval_s, partitions=settings.partitions,
+            consumer=self.hub_id,
         )  # fmt: skip
         self.fanout = EventFanout(
             settings.redis_url, self.keys,

@@ -71,6 +71,7 @@ class Upkeep:
         retention_s: float | None,
         every_s: float = 10.0,
         partitions: int = 1,
+        consumer: str = "",
     ) -> None:
         self.transport = transport
         self.store = store
@@ -81,6 +82,7 @@ class Upkeep:
         self.retention_s = retention_s
         self.every_s = every_s
         self.partitions = partitions  # hub groups of partitions past it are dropped
+        self.consumer = consumer  # this hub's name in the hubs' groups (never dropped)
         # where the next round looks in the index's old entries: past those kept (runs still
         # there), so FORGET_BATCH of them cannot hide every expired one behind them forever
         self._forget_from = 0
@@ -180,28 +182,39 @@ class Upkeep:
     async def _drop_hubs_gone(self) -> int:
         """Drop the consumers of the hubs' groups (each partition's on every out stream, and
         on its commands stream) that hold nothing and have been idle HUB_CONSUMER_IDLE_MS:
-        hubs replaced. A group with one consumer is not listed. One dropped by mistake
-        loses nothing (the script checks it holds nothing): a read makes it again."""
-        pairs = [(out, hub_group(p)) for out in self.streams() for p in range(self.partitions)]
-        pairs += [(self.keys.commands(p), COMMANDS_GROUP) for p in range(self.partitions)]
-        counts = await self.transport.consumer_counts(pairs)
+        hubs replaced. No agent may make groups or consumers there, so their lists are
+        short and read here: one XINFO GROUPS a stream, then XINFO CONSUMERS of the groups
+        with more than one consumer. This hub's own is kept. One dropped by mistake loses
+        nothing (the script checks it holds nothing): a read makes it again."""
+        streams = [*self.streams(), *(self.keys.commands(p) for p in range(self.partitions))]
+        ours = {hub_group(p) for p in range(self.partitions)} | {COMMANDS_GROUP}
+        counted = await self.transport.group_consumers(streams)
+        crowded = [(stream, group) for stream, groups in zip(streams, counted, strict=True)
+                   for group, n in groups.items() if group in ours and n > 1]  # fmt: skip
         dropped = 0
-        for (stream, group), crowd in zip(pairs, counts, strict=True):
-            room = CONSUMERS_DROPPED_MAX - dropped
-            if crowd.consumers == 0 or crowd.consumers == 1 or room <= 0:
+        for (stream, group), consumers in zip(
+            crowded, await self.transport.consumers_of(crowded), strict=True
+        ):
+            names = [name for name, seen in consumers.items()
+                     if name != self.consumer and not seen["pending"]
+                     and seen["idle_ms"] >= HUB_CONSUMER_IDLE_MS]  # fmt: skip
+            names = names[: CONSUMERS_DROPPED_MAX - dropped]
+            if not names:
                 continue
-            names = await self.transport.idle_consumers(
-                stream, group, keep=(), min_idle_ms=HUB_CONSUMER_IDLE_MS, most=room
-            )
-            dropped += await self.transport.drop_consumers(stream, group, names) if names else 0
+            try:
+                dropped += await self.transport.drop_consumers(stream, group, names)
+            except (Unreachable, OutOfMemory):
+                raise
+            except TransportError as exc:  # this stream: the others go on
+                log.warning("upkeep: consumers of %s not dropped: %s", stream, exc)
         return dropped
 
     async def _drop_made_up_groups(self) -> int:
         """Drop the consumer groups an agent made up on its own inbox (any group but the one
         named after it), GROUPS_DROPPED_MAX a round at most: nothing the hub or a replica
-        reads, and their list is long (listed off the event loop: Transport.foreign_groups;
-        on a cluster they are not listed, so not dropped, but no count of them holds the
-        hub's loop or the inbox's trimming)."""
+        reads, and their list may be long (listed off the event loop on one server, on it on
+        a cluster: Transport.foreign_groups). Until they are dropped the inbox is not
+        trimmed (its groups are not listed past GROUPS_READ_MAX)."""
         agents = self._agent_streams()
         totals = await self.transport.group_counts([inbox for _, _, inbox in agents])
         dropped = 0

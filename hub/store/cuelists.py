@@ -62,7 +62,8 @@ class CuelistStore:
         self._forget_deleted = db.script(_FORGET_DELETED)
 
     async def put(self, cuelist: Cuelist, version: str, canonical: str, source: str | None) -> bool:
-        """Store one version; returns False when that exact version was already stored."""
+        """Store one version; returns False when that exact version was already stored (and
+        not deleted since)."""
         name = cuelist.cuelist
         now = time.time()
         doc = json.dumps({"canonical": canonical, "source": source, "stored_at": now})
@@ -74,7 +75,9 @@ class CuelistStore:
 
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
 
-        created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+        written, created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+        if created and not written:  # deleted, its document kept (DELETED_KEPT_S): stored
+            await self.db.command("HSET", self.keys.cuelist(name), version, doc)  # as sent now
         # the latest now has no schedule: put back later, a schedule starts from then. Not
         # for an old version stored again (the latest keeps its tick); for the latest stored
         # again, yes: this put's first try may have landed and failed to clear it

@@ -190,9 +190,34 @@ class _Upkeep(_TransportBase):
             crowds.append(Crowd(len(reply), int(rows[0]["consumers"]) if rows else 0))
         return crowds
 
+    async def group_consumers(self, streams: Sequence[str]) -> list[dict[str, int]]:
+        """Each stream's groups with how many consumers each has (XINFO GROUPS, one
+        pipelined round trip; {} for a missing stream). For streams whose groups no agent
+        makes (an agent's inbox: `consumer_counts`)."""
+        if not streams:
+            return []
+
+        async def send() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for stream in streams:
+                    pipe.xinfo_groups(stream)
+                return await pipe.execute(raise_on_error=False)
+
+        found: list[dict[str, int]] = []
+        for reply in await self._call("XINFO GROUPS", send):
+            if is_no_such_key(reply):
+                found.append({})
+                continue
+            if isinstance(reply, Exception):
+                with translated("XINFO GROUPS"):
+                    raise reply
+            found.append({_text(row["name"]): int(row["consumers"]) for row in reply})
+        return found
+
     async def group_counts(self, streams: Sequence[str]) -> list[int]:
         """How many consumer groups each stream has (XINFO STREAM, one pipelined round trip,
-        a reply of a few fields however many there are; 0 for a missing stream)."""
+        a reply of a few fields and the stream's first and last entries however many groups
+        there are; 0 for a missing stream)."""
         if not streams:
             return []
 
@@ -236,12 +261,22 @@ class _Upkeep(_TransportBase):
 
     async def foreign_groups(self, stream: str, own: str, *, most: int) -> list[str]:
         """Up to `most` consumer groups of `stream` other than `own`, listed off the event
-        loop (`_listed_off_loop`): those an agent made up on its own inbox."""
+        loop (`_listed_off_loop`; on a cluster, on it): those an agent made up on its own
+        inbox."""
 
         def pick(rows: Any) -> list[str]:
             names = (_text(row["name"]) for row in rows)
             return list(itertools.islice((n for n in names if n != own), most))
 
+        if self.is_cluster:  # read here (its client is not made again in a thread): made-up
+            try:  # groups are an agent's doing, dropped once read
+                return pick(
+                    await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
+                )
+            except TransportError as exc:
+                if is_no_such_key(exc.__cause__):
+                    return []
+                raise
         return await self._listed_off_loop(
             "XINFO GROUPS", lambda client: client.xinfo_groups(stream), pick
         )

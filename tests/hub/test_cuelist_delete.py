@@ -119,3 +119,22 @@ async def _store_again_while_sweeping(real_redis: Any, keys: Keys) -> None:
         assert await store.listed("doomed", version), round_trips
         assert (await CuelistStore(db, keys).get("doomed", version)).description == "one"
         assert await real_redis.exists(keys.deleted_versions) == 0
+
+
+async def test_a_version_stored_again_after_its_delete_is_created_with_its_new_source(
+    real_redis: Any, keys: Keys
+) -> None:
+    """Its document kept DELETED_KEPT_S after the delete, storing it again answered
+    `created: false` and kept the old source (only a comment had changed)."""
+    store = CuelistStore(Storage(real_redis), keys)
+    text = "cuelist: doomed\ncues:\n  - {id: A, target_agents: [a]}\n"
+    cuelist, version = load_cuelist(text)
+    assert await store.put(cuelist, version, canonical_json(cuelist), text)
+    await store.delete("doomed")
+    again = "# sent again\n" + text
+    assert await store.put(cuelist, version, canonical_json(cuelist), again)  # created
+    (stored,) = (await store.describe("doomed")).versions
+    assert stored.source == again
+    assert not await store.put(cuelist, version, canonical_json(cuelist), text)  # listed
+    (stored,) = (await store.describe("doomed")).versions
+    assert stored.source == again  # the first source of a listed version stays

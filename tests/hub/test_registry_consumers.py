@@ -13,11 +13,13 @@ from hub import registry as registry_module
 from hub import upkeep
 from hub.api.routes.agents import list_agents
 from hub.service import Hub
+from hub.store.state import StateStore
+from hub.upkeep import Upkeep
 from protocols import payloads as p
 from protocols.codec import encode, make
 from protocols.keys import Keys
 from protocols.messages import MessageType as T
-from protocols.transport import _upkeep
+from protocols.transport import Storage, Transport, _upkeep
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.redis
@@ -172,3 +174,28 @@ async def test_a_made_up_group_does_not_hold_the_inbox_trimming_back(hub: Hub, k
     assert await t.trim(inbox, maxlen=2, grouped_only=True, group="holder") == 4
     assert [e[0] for e in await r.xrange(inbox)] == ids[4:]  # not past the pending one
     assert len(read[0][1]) == 10
+
+
+@pytest.mark.parametrize("made_up", [3, 30])
+async def test_on_a_cluster_made_up_groups_are_dropped_and_the_inbox_trimmed(
+    cluster_redis: Any, keys: Keys, made_up: int
+) -> None:
+    """On a cluster the groups were not listed (a thread's client is made from a single
+    server's options), so past GROUPS_READ_MAX they stayed, and the inbox was never trimmed
+    again. They are listed on the loop there, and dropped."""
+    r = cluster_redis
+    transport = Transport(r, keys, retry_s=0)
+    out, inbox = keys.out("ag"), keys.inbox("ag")
+    await r.xadd(out, {"m": b"x"})
+    await r.xgroup_create(inbox, "ag", "$", mkstream=True)
+    for i in range(made_up):
+        await r.xgroup_create(inbox, f"made{i}", "0")
+    for _ in range(50):
+        await r.xadd(inbox, {"m": b"cue"})
+    read = await r.xreadgroup("ag", "ag-1", {inbox: ">"}, count=50)
+    await r.xack(inbox, "ag", *[entry_id for entry_id, _ in read[0][1]])
+    kept = Upkeep(transport, StateStore(Storage(r), keys), keys, lambda: [out],
+                  stream_maxlen=10, retention_s=None)  # fmt: skip
+    assert (await kept.sweep()).groups == made_up
+    assert [row["name"] for row in await r.xinfo_groups(inbox)] == [b"ag"]
+    assert await r.xlen(inbox) == 10

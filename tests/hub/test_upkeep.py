@@ -200,13 +200,14 @@ async def test_consumers_of_hubs_replaced_are_dropped_once_idle_and_holding_noth
 ) -> None:
     """The default hub id is host and pid: each restart left a consumer in every partition's
     group of each out stream, and of the commands stream, for ever. A group with one
-    consumer is not listed (the reader's), so one may stay; never more. (One holding an
-    entry stays: `drop_consumers`' script, tested in test_registry_consumers.)"""
+    consumer is not listed (the reader's), so one may stay; never more. This hub's own is
+    kept, idle or not. (One holding an entry stays: `drop_consumers`' script, tested in
+    test_registry_consumers.)"""
     monkeypatch.setattr(upkeep, "HUB_CONSUMER_IDLE_MS", 0)
     client = hub.transport._client
     out, commands = hub.keys.out("replaced"), hub.keys.commands()
     await client.xgroup_create(out, "hub", id="0", mkstream=True)
-    for name in ("hub-gone-1", "hub-gone-2"):
+    for name in ("hub-gone-1", "hub-gone-2", hub.hub_id):
         await client.xgroup_createconsumer(out, "hub", name)
         await client.xgroup_createconsumer(commands, "engine", name)
     hub.upkeep.streams = lambda: [out]
@@ -219,5 +220,6 @@ async def test_consumers_of_hubs_replaced_are_dropped_once_idle_and_holding_noth
         return not left & {"hub-gone-1", "hub-gone-2"}
 
     await eventually(dropped, 10)
+    assert hub.hub_id in await names(out, "hub")
     with pytest.raises(NotFound):  # the leader still reads commands, and answers them
         await hub.commands.call(c.Cancel(run_id="run-none"))

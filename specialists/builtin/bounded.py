@@ -12,6 +12,8 @@ import httpx
 PIECE = 65536  # the most one step of inflating makes: a gzip bomb unpacks a piece at a time
 WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS, "x-gzip": zlib.MAX_WBITS | 16}
 TRAILING_MAX = 1024  # bytes after the end of a packed body that are ignored, not refused
+GZIP_MAGIC = b"\x1f\x8b"  # how a gzip member starts
+CODINGS_MAX = 4  # Content-Encoding layers unpacked; more is refused
 
 
 class OverLimit(Exception):
@@ -69,17 +71,23 @@ async def inflated(raw: AsyncIterable[bytes], encoding: str) -> AsyncGenerator[b
     """A gzip or deflate body, unpacked `PIECE` bytes at a time however small its packed
     chunks: an HTTP client's own decoder unpacks a whole read at once, and 10 KiB of a
     bomb read together make 10 MiB. Deflate is taken with its zlib header or without one,
-    as HTTP clients take it. A body that does not unpack raises httpx's DecodingError, and
-    so does one that goes on past its end by more than TRAILING_MAX bytes (ignored up to
-    that: some servers pad): zlib keeps what follows the end, copying it whole at each
-    read, and a body that is all trailing bytes would otherwise be read for ever."""
+    as HTTP clients take it; a gzip body of several members (RFC 1952) is unpacked whole.
+    A body that does not unpack raises httpx's DecodingError, and so does one that goes on
+    past its end by more than TRAILING_MAX bytes (ignored up to that: some servers pad):
+    zlib keeps what follows the end, copying it whole at each read, and a body that is all
+    trailing bytes would otherwise be read for ever."""
     wbits = WBITS[encoding.strip().lower()]
     inflate, started, trailing = zlib.decompressobj(wbits), False, 0
     async for chunk in raw:
         data = chunk
         while data:
-            if inflate.eof:  # the body ended: what follows is not unpacked, only counted
-                trailing += len(data)
+            if inflate.eof:  # a gzip member ended: another may follow (RFC 1952), after
+                rest = data.lstrip(b"\0")  # zero padding; anything else is counted only
+                trailing += len(data) - len(rest)
+                if rest and wbits & 16 and rest.startswith(GZIP_MAGIC[: len(rest)]):
+                    inflate, data = zlib.decompressobj(wbits), rest
+                    continue
+                trailing += len(rest)
                 if trailing > TRAILING_MAX:
                     why = f"the body goes on past its end ({encoding})"
                     raise httpx.DecodingError(why)
@@ -109,6 +117,8 @@ def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
     applied = codings(response.headers.get("content-encoding", ""))
     if not applied:
         return response.aiter_bytes()
+    if len(applied) > CODINGS_MAX:  # each a generator over the last: thousands recursed
+        raise httpx.DecodingError(f"more than {CODINGS_MAX} content codings")
     body: AsyncIterator[bytes] = response.aiter_raw()
     for coding in reversed(applied):  # the last applied is undone first
         body = inflated(body, coding)

@@ -137,3 +137,21 @@ async def test_bytes_past_the_end_of_a_packed_body_are_refused_past_a_few() -> N
 
 def _stream(body: bytes) -> httpx.AsyncByteStream:
     return httpx.ByteStream(body)
+
+
+async def test_a_gzip_body_of_several_members_is_unpacked_whole() -> None:
+    """RFC 1952 lets a gzip body hold several members, as Python's gzip reads them: the
+    second member (packed small) was cut off as trailing bytes, the answer a success."""
+    gz = zlib.MAX_WBITS | 16
+    body = _packed(b"first " * 10, gz) + _packed(b"second " * 1000, gz) + b"\0" * 8
+    pieces = await _read(inflated(_chunks(_cut(body, [5, 40, 41, 70])), "gzip"))
+    assert b"".join(pieces) == b"first " * 10 + b"second " * 1000
+
+
+async def test_more_content_codings_than_a_few_are_refused() -> None:
+    """3,000 `gzip` layers named in 15 KB of header made a generator over each: the read
+    ended in a RecursionError, not a decoding error."""
+    header = ", ".join(["gzip"] * 3000)
+    answer = httpx.Response(200, headers={"content-encoding": header}, stream=_stream(b"x"))
+    with pytest.raises(httpx.DecodingError, match="content codings"):
+        await _read(decoded(answer))

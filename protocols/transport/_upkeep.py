@@ -160,83 +160,61 @@ class _Upkeep(_TransportBase):
         for its own): the groups are listed (XINFO GROUPS) only where XINFO STREAM counts
         at most GROUPS_READ_MAX. Two pipelined round trips; a missing stream or group has
         none."""
-        if not groups:
-            return []
         totals = await self.group_counts([stream for stream, _ in groups])
         listed = [pair for pair, n in zip(groups, totals, strict=True) if 0 < n <= GROUPS_READ_MAX]
-
-        async def send() -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for stream, _ in listed:
-                    pipe.xinfo_groups(stream)
-                return await pipe.execute(raise_on_error=False)
-
-        replies = {}
-        if listed:
-            replies = dict(zip(listed, await self._call("XINFO GROUPS", send), strict=True))
+        replies = await self._each_stream("XINFO GROUPS", [stream for stream, _ in listed])
+        rows_of = dict(zip(listed, replies, strict=True))
         crowds = []
         for pair, total in zip(groups, totals, strict=True):
-            if pair not in replies:  # none, or too many to list
+            if pair not in rows_of:  # none, or too many to list
                 crowds.append(Crowd(total, 0 if total == 0 else None))
                 continue
-            reply = replies[pair]
-            if is_no_such_key(reply):
-                crowds.append(Crowd(0, 0))
-                continue
-            if isinstance(reply, Exception):
-                with translated("XINFO GROUPS"):
-                    raise reply
-            rows = [r for r in reply if _text(r["name"]) == pair[1]]
-            crowds.append(Crowd(len(reply), int(rows[0]["consumers"]) if rows else 0))
+            rows = rows_of[pair] or []
+            own = [r for r in rows if _text(r["name"]) == pair[1]]
+            crowds.append(Crowd(len(rows), int(own[0]["consumers"]) if own else 0))
         return crowds
 
     async def group_consumers(self, streams: Sequence[str]) -> list[dict[str, int]]:
         """Each stream's groups with how many consumers each has (XINFO GROUPS, one
         pipelined round trip; {} for a missing stream). For streams whose groups no agent
         makes (an agent's inbox: `consumer_counts`)."""
-        if not streams:
-            return []
-
-        async def send() -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for stream in streams:
-                    pipe.xinfo_groups(stream)
-                return await pipe.execute(raise_on_error=False)
-
-        found: list[dict[str, int]] = []
-        for reply in await self._call("XINFO GROUPS", send):
-            if is_no_such_key(reply):
-                found.append({})
-                continue
-            if isinstance(reply, Exception):
-                with translated("XINFO GROUPS"):
-                    raise reply
-            found.append({_text(row["name"]): int(row["consumers"]) for row in reply})
-        return found
+        return [
+            {_text(row["name"]): int(row["consumers"]) for row in rows or []}
+            for rows in await self._each_stream("XINFO GROUPS", streams)
+        ]
 
     async def group_counts(self, streams: Sequence[str]) -> list[int]:
         """How many consumer groups each stream has (XINFO STREAM, one pipelined round trip,
         a reply of a few fields and the stream's first and last entries however many groups
         there are; 0 for a missing stream)."""
+        replies = await self._each_stream("XINFO STREAM", streams)
+        return [0 if info is None else int(info["groups"]) for info in replies]
+
+    async def _each_stream(self, command: str, streams: Sequence[str]) -> list[Any]:
+        """XINFO GROUPS or XINFO STREAM (`command`) of each stream, in one pipelined round
+        trip: their replies, None for a missing stream (any other error is raised)."""
         if not streams:
             return []
 
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for stream in streams:
-                    pipe.xinfo_stream(stream)
+                    if command == "XINFO GROUPS":
+                        pipe.xinfo_groups(stream)
+                    else:
+                        pipe.xinfo_stream(stream)
                 return await pipe.execute(raise_on_error=False)
 
-        counts = []
-        for reply in await self._call("XINFO STREAM", send):
+        replies: list[Any] = []
+        for reply in await self._call(command, send):
             if is_no_such_key(reply):
-                counts.append(0)
+                replies.append(None)
                 continue
             if isinstance(reply, Exception):
-                with translated("XINFO STREAM"):
+                with translated(command):
                     raise reply
-            counts.append(int(reply["groups"]))
-        return counts
+            replies.append(reply)
+        return replies
 
     async def idle_consumers(
         self, stream: str, group: str, *, keep: Collection[str], min_idle_ms: int, most: int

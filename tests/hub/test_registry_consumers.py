@@ -34,14 +34,18 @@ async def _online(hub: Hub, agent: str) -> None:
     await hub.registry.store.save([hub.registry.agents[agent]])
 
 
-async def _make_up(hub: Hub, keys: Keys, agent: str, n: int) -> None:
+async def _make_up(hub: Hub, keys: Keys, agent: str, n: int, groups: bool = False) -> None:
+    """`n` consumers of the agent's group (`groups`: `n` groups) made up on its inbox."""
     r = hub.transport._client
     inbox = keys.inbox(agent)
     await r.xgroup_create(inbox, agent, "0", mkstream=True)
     await r.xgroup_createconsumer(inbox, agent, f"{agent}-1")
     async with r.pipeline(transaction=False) as pipe:
         for i in range(n):
-            pipe.xgroup_createconsumer(inbox, agent, f"c{i}")
+            if groups:
+                pipe.xgroup_create(inbox, f"g{i}", "0")
+            else:
+                pipe.xgroup_createconsumer(inbox, agent, f"c{i}")
         await pipe.execute()
 
 
@@ -108,25 +112,14 @@ async def test_a_consumer_that_reads_after_it_was_listed_keeps_what_it_read(
     assert (left["name"], left["pending"]) == (b"new-replica", 1)
 
 
-async def _make_up_groups(hub: Hub, keys: Keys, agent: str, n: int) -> None:
-    r = hub.transport._client
-    inbox = keys.inbox(agent)
-    await r.xgroup_create(inbox, agent, "0", mkstream=True)
-    await r.xgroup_createconsumer(inbox, agent, f"{agent}-1")
-    async with r.pipeline(transaction=False) as pipe:
-        for i in range(n):
-            pipe.xgroup_create(inbox, f"g{i}", "0")
-        await pipe.execute()
-
-
 async def test_a_long_group_list_is_not_read(hub: Hub, keys: Keys) -> None:
     """An agent may make up groups on its own inbox too (its ACL grants XGROUP CREATE, for
     its own): 100,000 cost the hub's loop 0.45 s a listing, and trimming then asked XPENDING
     of each. Past GROUPS_READ_MAX they are counted (XINFO STREAM), not listed."""
     await _online(hub, "grouped")
     await _online(hub, "plain")
-    await _make_up_groups(hub, keys, "grouped", _upkeep.GROUPS_READ_MAX)
-    await _make_up_groups(hub, keys, "plain", 0)
+    await _make_up(hub, keys, "grouped", _upkeep.GROUPS_READ_MAX, groups=True)
+    await _make_up(hub, keys, "plain", 0, groups=True)
     asked: list[Any] = []
     consumers_of = hub.transport.consumers_of
 
@@ -150,7 +143,7 @@ async def test_upkeep_drops_made_up_groups_a_bounded_number_a_round(
 ) -> None:
     monkeypatch.setattr(upkeep, "GROUPS_DROPPED_MAX", 500)
     await _online(hub, "grouped")
-    await _make_up_groups(hub, keys, "grouped", 800)
+    await _make_up(hub, keys, "grouped", 800, groups=True)
     r, inbox = hub.transport._client, keys.inbox("grouped")
     await r.xadd(inbox, {"m": b"a GO"})  # the agent's own group holds it: kept
     await r.xreadgroup("grouped", "grouped-1", {inbox: ">"}, count=1)

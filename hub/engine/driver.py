@@ -52,6 +52,11 @@ RECHECK_S = 0.1
 # The newest escalations a term loads (the operator queue's); an older one that holds a
 # dedup slot (a running run's, or one of no run still open) is read by its id besides.
 ESCALATIONS_LOADED = 1_000
+# Timers outlive their runs (a budget's wall_s a week away; a deadline after a cancel) and
+# fire as nothing: past this many held, those of runs no longer running are swept out, once
+# a minute at most (the run adopted again makes its own again)
+TIMERS_SWEPT_PAST = 4_096
+TIMERS_SWEEP_EVERY_S = 60.0
 R = TypeVar("R")
 
 
@@ -83,6 +88,7 @@ class Driver:
         self._applied = 0  # steps applied to the engine
         self._durable = 0  # steps covered by a finished commit
         self._timers: list[Timer] = []
+        self._timers_swept = 0.0  # when (monotonic) `_sweep_timers` last ran
         self._wake = asyncio.Event()
         self._backlog = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
@@ -365,6 +371,8 @@ class Driver:
             heapq.heappush(self._timers, timer)
         if out.timers:
             self._wake.set()
+        if len(self._timers) > TIMERS_SWEPT_PAST and (out.timers or out.finished):
+            self._sweep_timers()
         if self.engine.backlog:
             self._backlog.set()
         if self.on_commit is not None:
@@ -453,6 +461,21 @@ class Driver:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._backlog.wait(), 1.0)
+
+    def _sweep_timers(self) -> None:
+        """Drop the timers of runs the engine no longer runs, and copies (a budget changed
+        again sets the same wall_s timers): they would fire as nothing. Once every
+        TIMERS_SWEEP_EVERY_S at most: a pass over them all."""
+        if time.monotonic() - self._timers_swept < TIMERS_SWEEP_EVERY_S:
+            return
+        self._timers_swept = time.monotonic()
+        runs = self.engine.runs
+        kept = list(dict.fromkeys(
+            t for t in self._timers
+            if (run := runs.get(t.run_id)) is not None and not run.status.done
+        ))  # fmt: skip
+        heapq.heapify(kept)
+        self._timers = kept
 
     async def run_timers(
         self, stop: asyncio.Event, handled: Callable[[float], Awaitable[None]] | None = None

@@ -145,7 +145,7 @@ class Hub:
             self.transport, self.store, self.keys, lambda: self.router.streams,
             stream_maxlen=settings.stream_maxlen, retention_s=settings.retention,
             every_s=settings.upkeep_interval_s, partitions=settings.partitions,
-            consumer=self.hub_id,
+            consumer=self.hub_id, command_streams=[p.own.commands.stream for p in self.partitions],
         )  # fmt: skip
         self.fanout = EventFanout(
             settings.redis_url, self.keys,

@@ -72,6 +72,7 @@ class Upkeep:
         every_s: float = 10.0,
         partitions: int = 1,
         consumer: str = "",
+        command_streams: Sequence[str] = (),
     ) -> None:
         self.transport = transport
         self.store = store
@@ -83,6 +84,7 @@ class Upkeep:
         self.every_s = every_s
         self.partitions = partitions  # hub groups of partitions past it are dropped
         self.consumer = consumer  # this hub's name in the hubs' groups (never dropped)
+        self.command_streams = list(command_streams)  # each partition's commands stream
         # where the next round looks in the index's old entries: past those kept (runs still
         # there), so FORGET_BATCH of them cannot hide every expired one behind them forever
         self._forget_from = 0
@@ -186,7 +188,7 @@ class Upkeep:
         short and read here: one XINFO GROUPS a stream, then XINFO CONSUMERS of the groups
         with more than one consumer. This hub's own is kept. One dropped by mistake loses
         nothing (the script checks it holds nothing): a read makes it again."""
-        streams = [*self.streams(), *(self.keys.commands(p) for p in range(self.partitions))]
+        streams = [*self.streams(), *self.command_streams]
         ours = {hub_group(p) for p in range(self.partitions)} | {COMMANDS_GROUP}
         counted = await self.transport.group_consumers(streams)
         crowded = [(stream, group) for stream, groups in zip(streams, counted, strict=True)

@@ -33,7 +33,7 @@ from hub.store.commands import GROUP as COMMANDS_GROUP
 from hub.store.state import StateStore
 from protocols.errors import OutOfMemory, TransportError, Unreachable
 from protocols.keys import Keys, group_partition, hub_group
-from protocols.transport import Transport
+from protocols.transport import Crowd, Transport
 
 log = logging.getLogger(__name__)
 FORGET_BATCH = 1_000  # index entries looked at per round
@@ -104,7 +104,9 @@ class Upkeep:
         trimmed = 0
         trimmed += await self.transport.trim(self.keys.broadcast, maxlen=self.stream_maxlen)
         refused: list[str] = []
-        groups = await self._drop_made_up_groups()
+        inboxes = [(inbox, agent) for agent, _, inbox in self._agent_streams()]
+        crowds = await self.transport.consumer_counts(inboxes)  # for both drops below
+        groups = await self._drop_made_up_groups(inboxes, crowds)
         for agent, out, inbox in self._agent_streams():
             try:
                 # only once every partition's group reads it: one not made yet starts at "0"
@@ -123,7 +125,7 @@ class Upkeep:
         if refused:
             log.warning("upkeep: %d agents' streams not trimmed, e.g. %s", len(refused),
                         refused[0])  # fmt: skip
-        consumers = await self._drop_made_up_consumers()
+        consumers = await self._drop_made_up_consumers(inboxes, crowds)
         consumers += await self._drop_hubs_gone()
         forgotten = forgotten_escs = 0
         if self.retention_s is not None:
@@ -145,16 +147,15 @@ class Upkeep:
                      forgotten, forgotten_escs, consumers, groups)  # fmt: skip
         return Sweep(trimmed, forgotten, consumers, forgotten_escs, groups)
 
-    async def _drop_made_up_consumers(self) -> int:
-        """Drop consumers of the agents' groups that are none of the replicas the registry
-        knows, hold nothing and have been idle CONSUMER_IDLE_MS: CONSUMERS_DROPPED_MAX a
-        round at most. Only a group with more consumers than its agent has replicas is
+    async def _drop_made_up_consumers(
+        self, pairs: Sequence[tuple[str, str]], crowds: Sequence[Crowd]
+    ) -> int:
+        """Drop consumers of the agents' groups (each (inbox, agent) of `pairs`, as
+        `crowds` counted them) that are none of the replicas the registry knows, hold
+        nothing and have been idle CONSUMER_IDLE_MS: CONSUMERS_DROPPED_MAX a round at most.
+        Only a group with more consumers than its agent has replicas, or not counted, is
         listed (off the event loop: see Transport.idle_consumers)."""
-        pairs = [(inbox, agent) for agent, _, inbox in self._agent_streams()]
-        if not pairs:
-            return 0
-        counts = await self.transport.consumer_counts(pairs)
-        crowded = [(pair, c.consumers) for pair, c in zip(pairs, counts, strict=True)
+        crowded = [(pair, c.consumers) for pair, c in zip(pairs, crowds, strict=True)
                    if c.consumers != 0]  # fmt: skip
         if not crowded:
             return 0
@@ -211,18 +212,19 @@ class Upkeep:
                 log.warning("upkeep: consumers of %s not dropped: %s", stream, exc)
         return dropped
 
-    async def _drop_made_up_groups(self) -> int:
+    async def _drop_made_up_groups(
+        self, pairs: Sequence[tuple[str, str]], crowds: Sequence[Crowd]
+    ) -> int:
         """Drop the consumer groups an agent made up on its own inbox (any group but the one
         named after it), GROUPS_DROPPED_MAX a round at most: nothing the hub or a replica
         reads, and their list may be long (listed off the event loop on one server, on it on
         a cluster: Transport.foreign_groups). Until they are dropped the inbox is not
-        trimmed (its groups are not listed past GROUPS_READ_MAX)."""
-        agents = self._agent_streams()
-        totals = await self.transport.group_counts([inbox for _, _, inbox in agents])
+        trimmed (its groups are not listed past GROUPS_READ_MAX). `pairs`: (inbox, agent),
+        as `crowds` counted them."""
         dropped = 0
-        for (agent, _, inbox), total in zip(agents, totals, strict=True):
+        for (inbox, agent), crowd in zip(pairs, crowds, strict=True):
             room = GROUPS_DROPPED_MAX - dropped
-            if total <= 1 or room <= 0:
+            if crowd.groups <= 1 or room <= 0:
                 continue
             try:
                 names = await self.transport.foreign_groups(inbox, agent, most=room)

@@ -29,10 +29,12 @@ from protocols.transport._gateway import Gateway, Script
 from protocols.transport._probe import Probe
 from protocols.transport._storage import Entry, Storage
 from protocols.transport._streams import Transport
+from protocols.transport._upkeep import Crowd
 from protocols.transport._wire import Command, WriteAhead
 
 __all__ = [
     "Command",
+    "Crowd",
     "Delivery",
     "Entry",
     "Gateway",

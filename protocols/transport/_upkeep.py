@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,21 +242,15 @@ class _Upkeep(_TransportBase):
         loop (`_listed_off_loop`; on a cluster, on it): those an agent made up on its own
         inbox."""
 
-        def pick(rows: Any) -> list[str]:
-            names = (_text(row["name"]) for row in rows)
+        def others(names: Iterable[str]) -> list[str]:
             return list(itertools.islice((n for n in names if n != own), most))
 
         if self.is_cluster:  # read here (its client is not made again in a thread): made-up
-            try:  # groups are an agent's doing, dropped once read
-                return pick(
-                    await self._call("XINFO GROUPS", lambda: self._client.xinfo_groups(stream))
-                )
-            except TransportError as exc:
-                if is_no_such_key(exc.__cause__):
-                    return []
-                raise
+            return others(await self.group_names(stream))  # groups are an agent's doing
         return await self._listed_off_loop(
-            "XINFO GROUPS", lambda client: client.xinfo_groups(stream), pick
+            "XINFO GROUPS",
+            lambda client: client.xinfo_groups(stream),
+            lambda rows: others(_text(row["name"]) for row in rows),
         )
 
     async def drop_groups(self, stream: str, groups: Sequence[str]) -> int:

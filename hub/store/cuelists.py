@@ -1,7 +1,8 @@
 """Stored cuelists: every version by content hash, pinned by the runs that use them.
 
-A version is written once (HSETNX) with its canonical form and the source it was sent
-as; the validated model of a version is cached, as a version never changes.
+A version is written once with its canonical form and the source it was sent as (HSETNX
+while it is listed); the validated model of a version is cached, as a version never
+changes.
 
 Deleting a version takes it out of every listing at once (GET answers 404, no new run
 may start it), but its document stays readable: it is listed in the deleted set, and
@@ -67,17 +68,22 @@ class CuelistStore:
         name = cuelist.cuelist
         now = time.time()
         doc = json.dumps({"canonical": canonical, "source": source, "stored_at": now})
+        # a listed version keeps its first document; one not listed (new, or deleted with
+        # its document kept: DELETED_KEPT_S) is written as sent now, in the same MULTI: a
+        # second call after it could fail, and a retry would find the version listed
+        listed = await self.listed(name, version)
 
         def build(pipe: Pipeline) -> None:
-            pipe.hsetnx(self.keys.cuelist(name), version, doc)
+            if listed:
+                pipe.hsetnx(self.keys.cuelist(name), version, doc)
+            else:
+                pipe.hset(self.keys.cuelist(name), version, doc)
             pipe.zadd(self.keys.cuelist_versions(name), {version: now}, nx=True)
             pipe.zadd(self.keys.cuelists, {name: now})
 
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
 
-        written, created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
-        if created and not written:  # deleted, its document kept (DELETED_KEPT_S): stored
-            await self.db.command("HSET", self.keys.cuelist(name), version, doc)  # as sent now
+        _, created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
         # the latest now has no schedule: put back later, a schedule starts from then. Not
         # for an old version stored again (the latest keeps its tick); for the latest stored
         # again, yes: this put's first try may have landed and failed to clear it

@@ -13,7 +13,7 @@ from hub.engine.state import RunState
 from hub.store import CuelistStore, StateStore
 from hub.store import cuelists as cuelists_module
 from protocols.canonical import canonical_json
-from protocols.errors import NotFound
+from protocols.errors import NotFound, TransportError
 from protocols.keys import Keys
 from protocols.states import RunStatus
 from protocols.transport import Storage
@@ -138,3 +138,31 @@ async def test_a_version_stored_again_after_its_delete_is_created_with_its_new_s
     assert not await store.put(cuelist, version, canonical_json(cuelist), text)  # listed
     (stored,) = (await store.describe("doomed")).versions
     assert stored.source == again  # the first source of a listed version stays
+
+
+class _HsetFails(Storage):
+    """A server that fails every single HSET call (a write with no answer, say)."""
+
+    async def command(self, *words: Any) -> Any:
+        if words[0] == "HSET":
+            raise TransportError("HSET: connection reset")
+        return await super().command(*words)
+
+
+async def test_storing_a_deleted_version_again_is_one_write(real_redis: Any, keys: Keys) -> None:
+    """Storing a deleted version again wrote its new source in a second call after the
+    MULTI. When that call failed, the version was listed again with its old source, and a
+    retry of the put, finding it listed, kept the old one. Now the source goes in the
+    MULTI."""
+    store = CuelistStore(_HsetFails(real_redis), keys)
+    text = "cuelist: doomed\ncues:\n  - {id: A, target_agents: [a]}\n"
+    cuelist, version = load_cuelist(text)
+    await store.put(cuelist, version, canonical_json(cuelist), text)
+    await store.delete("doomed")
+    again = "# sent again\n" + text
+    try:
+        await store.put(cuelist, version, canonical_json(cuelist), again)
+    except TransportError:  # the code before: the client sends the put again
+        await store.put(cuelist, version, canonical_json(cuelist), again)
+    (stored,) = (await store.describe("doomed")).versions
+    assert stored.source == again

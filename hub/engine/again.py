@@ -45,17 +45,22 @@ class AgainMixin(EngineBase):
             root = run.cues.get(target)
             if root is None or root.state is not CueState.FAILED:
                 raise Conflict(f"cue {cue_id} is blocked by {target or '?'}, which did not fail")
-        if run.run_id not in self.runs:
+        held = run.run_id in self.runs
+        if not held:
             assert loaded is not None
-            self.adopt(run, loaded[1])
+            self.adopt(run, loaded[1])  # with its wall_s timers
         if run.status.done:
-            self._reopen(run, f"retry of {target}")
+            self._reopen(run, f"retry of {target}", timers=held)
         self._retry(run, target)
         return cr, target
 
-    def _reopen(self, run: RunState, why: str) -> None:
-        """A run that had ended (failed, partial) is running again."""
+    def _reopen(self, run: RunState, why: str, *, timers: bool) -> None:
+        """A run that had ended (failed, partial) is running again. With `timers`, its
+        wall_s timers are set again: the driver sweeps out those of an ended run it still
+        held (see Driver._sweep_timers)."""
         run.status, run.completed_at, run.hold_reason = RunStatus.RUNNING, None, None
+        if timers:
+            self.budget_timers(run)
         self.out.reopened.add(run.run_id)
         self.mark_dirty(run)
         self.record_event(run, "run", status=run.status.value, reason=why)

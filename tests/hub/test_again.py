@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hub.engine.budgets import BUDGET
 from hub.engine.state import RunState
 from hub.store.layout import read_run
 from protocols import payloads as p
@@ -215,3 +216,21 @@ def test_a_rerun_and_a_retry_of_an_ended_run_in_one_batch() -> None:
         sim.engine.forget(run_id)  # as the driver does after the write
     assert sim.engine.runs["r1"].status is RunStatus.RUNNING  # kept: it runs again
     assert sim.engine.runs["r1"].cues["TEST"].state is CueState.WARNING
+
+
+def test_a_run_retried_before_it_is_forgotten_sets_its_wall_s_timers_again() -> None:
+    """The driver sweeps out the timers of a run that ended (its wall_s ones a week away)
+    while the engine still holds it, its end not yet written; a retry then served runs it
+    again. On the code before, with no wall_s timers: its time limit was checked only at
+    its next GO, and a run waiting on an agent overran it."""
+    walled = "cuelist: walled\nbudget: {wall_s: 600}\ndefaults: {retries: 1}\n"
+    sim = Sim(plan_of(walled + "cues:\n  - {id: BUILD, target_agents: [a]}\n"))
+    sim.start()
+    walls = [t for t in sim.timers if t.kind == BUDGET]
+    assert len(walls) == 2  # at warn_at, and at the end
+    _fail_build(sim)
+    assert sim.run().status is RunStatus.FAILED  # not forgotten: its end is being written
+    sim.timers = [t for t in sim.timers if t.kind != BUDGET]  # the sweep
+    sim.engine.retry_cue("r1", "BUILD")
+    sim._drain()
+    assert sorted(t.at for t in sim.timers if t.kind == BUDGET) == sorted(t.at for t in walls)

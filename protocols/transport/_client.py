@@ -59,9 +59,10 @@ def socket_timeout_of(client: object) -> float | None:
 
 # Commands whose first argument is their one key: what a MULTI of callboard's queues.
 _KEY_FIRST = frozenset({
-    "XADD", "XACK", "XDEL", "SET", "GET", "HSET", "HDEL", "HINCRBY", "ZADD", "ZREM", "SADD",
-    "SREM", "RPUSH", "EXPIRE", "PEXPIRE", "PERSIST", "INCR",
+    "XADD", "XACK", "XDEL", "SET", "GET", "HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM",
+    "SADD", "SREM", "RPUSH", "EXPIRE", "PEXPIRE", "PERSIST", "INCR",
 })  # fmt: skip
+_ALL_KEYS = frozenset({"DEL"})  # commands whose every argument is a key
 
 
 class _QueuedTransaction(TransactionStrategy):
@@ -74,9 +75,11 @@ class _QueuedTransaction(TransactionStrategy):
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         client = self._pipe.cluster_client
         name = args[0].upper() if isinstance(args[0], str) else ""
-        if name not in _KEY_FIRST or len(args) < 2 or self._watching or client._initialize:
+        known = name in _KEY_FIRST or name in _ALL_KEYS
+        if not known or len(args) < 2 or self._watching or client._initialize:
             return super().execute_command(*args, **kwargs)
-        self._pipeline_slots.add(client.keyslot(args[1]))
+        for key in args[1:] if name in _ALL_KEYS else args[1:2]:
+            self._pipeline_slots.add(client.keyslot(key))
         return AbstractStrategy.execute_command(self, *args, **kwargs)
 
 

@@ -198,10 +198,13 @@ async def test_publish_many_keeps_order_in_one_round_trip(
 async def test_an_atomic_write_lands_whole_and_queues_without_threads(
     real_transport: Transport, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A specialist's completion (XADD to its out stream, SET of a done-marker, XACK of its
-    inbox: one slot) as one MULTI. On a cluster redis-py queued each command of a MULTI by
-    starting a thread (and an event loop) and joining it; ours queue in place."""
+    """A specialist's completion (XADD to its out stream, SET of a done-marker, DEL of the
+    attempt's claim, XACK of its inbox: one slot) as one MULTI. On a cluster redis-py
+    queued each command of a MULTI by starting a thread (and an event loop) and joining
+    it; ours queue in place (the DEL too: found by review, a thread for each outcome)."""
     out, inbox, marker = keys.out("agent-a"), keys.inbox("agent-a"), keys.done("agent-a", "t1")
+    claim = keys.done("agent-a", "t1:claim")
+    await real_transport._client.set(claim, b"1-0")
     await real_transport.ensure_group(inbox, GROUP)
     await real_transport.publish(inbox, notice("work"))
     (work,) = await read_all(real_transport, inbox)
@@ -212,11 +215,12 @@ async def test_an_atomic_write_lands_whole_and_queues_without_threads(
     monkeypatch.setattr(threading.Thread, "start", no_threads)
     ids = await real_transport.publish_many(
         [(out, notice("done"))], ack=[work], group=GROUP,
-        then=[("SET", marker, b"1", "NX", "EX", 60)], atomic=True,
+        then=[("SET", marker, b"1", "NX", "EX", 60), ("DEL", claim)], atomic=True,
     )  # fmt: skip
     monkeypatch.undo()
     assert len(ids) == 1 and await stream_ids(real_transport, out) == ids
     assert await real_transport._client.get(marker) == b"1"
+    assert await real_transport._client.exists(claim) == 0
     assert await real_transport.pending_count(inbox, GROUP) == 0
 
 

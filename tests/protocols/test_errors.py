@@ -24,6 +24,12 @@ from protocols.transport._errors import translate, translated
         (rx.TimeoutError("Timeout reading from socket"), e.Unreachable),
         (ConnectionResetError("reset by peer"), e.Unreachable),
         (rx.AuthenticationError("invalid username-password pair"), e.TransportError),
+        # redis-py's words for an error in a pipeline it raises for (a cluster's, say)
+        (rx.ResponseError("Command # 1 (XPENDING s g) of pipeline caused error: "
+                          "('NOGROUP No such key \\'s\\' or consumer group \\'g\\'',)"),
+         e.GroupMissing),
+        (rx.ResponseError('Command # 2 (EVALSHA x 1 k) of pipeline caused error: '
+                          '("STALE leader lease lost",)'), e.StaleLeader),
     ],
 )  # fmt: skip
 def test_each_error_gets_its_class(raised: Exception, expected: type[e.CallboardError]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, cast
 from redis.asyncio.client import Pipeline
 
 from protocols.transport._client import Redis, _bytes, _stream_replies, _text
-from protocols.transport._errors import is_busy_group, translated
+from protocols.transport._errors import is_busy_group, lost_raised, translated
 from protocols.transport._gateway import Gateway, Script
 from protocols.transport._slots import SlotTransaction, by_slot, first_answers
 from protocols.transport._wire import Command
@@ -355,7 +355,7 @@ class Storage(Gateway):
         async def send() -> list[Any]:
             async with self._client.pipeline(transaction=transaction) as pipe:
                 build(pipe)
-                return await pipe.execute(raise_on_error=raise_on_error)
+                return lost_raised(await pipe.execute(raise_on_error=raise_on_error))
 
         if transaction and self.is_cluster:
             return await self._call(op, lambda: self._multi_per_slot(build, raise_on_error))
@@ -394,8 +394,7 @@ class Storage(Gateway):
                 for i in group:
                     name, args, kwargs = recorder.commands[i]
                     getattr(pipe, name)(*args, **kwargs)
-                for i, reply in zip(
-                    group, await pipe.execute(raise_on_error=raise_on_error), strict=True
-                ):
+                answered = lost_raised(await pipe.execute(raise_on_error=raise_on_error))
+                for i, reply in zip(group, answered, strict=True):
                     replies[i] = reply
         return replies

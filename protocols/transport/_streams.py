@@ -22,7 +22,7 @@ from protocols.transport._client import (
     _stream_replies,
     _text,
 )
-from protocols.transport._errors import is_busy_group, translated
+from protocols.transport._errors import is_busy_group, lost_raised, translated
 from protocols.transport._slots import by_slot
 from protocols.transport._upkeep import _Upkeep
 from protocols.transport._wire import Command, WriteAhead, ahead_of, command, is_lean
@@ -92,7 +92,7 @@ class Transport(_Upkeep):
             async with self._client.pipeline(transaction=False) as pipe:
                 for stream in streams:
                     pipe.xgroup_create(stream, group, start_id, mkstream=True)
-                return await pipe.execute(raise_on_error=False)
+                return lost_raised(await pipe.execute(raise_on_error=False))
 
         created = []
         for stream, reply in zip(streams, await self._call("XGROUP CREATE", send), strict=True):

@@ -15,7 +15,12 @@ from protocols.keys import is_entry_id
 from protocols.transport import _gateway
 from protocols.transport._base import _TransportBase
 from protocols.transport._client import _bytes, _id_key, _text
-from protocols.transport._errors import is_group_missing, is_no_such_key, translated
+from protocols.transport._errors import (
+    is_group_missing,
+    is_no_such_key,
+    lost_raised,
+    translated,
+)
 from protocols.transport._gateway import Script
 
 _SEQ_MAX = 2**64 - 1  # the largest part of a stream id (its time, and its sequence)
@@ -101,7 +106,7 @@ class _Upkeep(_TransportBase):
             async with self._client.pipeline(transaction=False) as pipe:
                 for stream in streams:
                     pipe.xpending(stream, group)
-                return await pipe.execute(raise_on_error=False)
+                return lost_raised(await pipe.execute(raise_on_error=False))
 
         held = set()
         for stream, summary in zip(streams, await self._call("XPENDING", send), strict=True):
@@ -140,7 +145,7 @@ class _Upkeep(_TransportBase):
             async with self._client.pipeline(transaction=False) as pipe:
                 for stream, group in groups:
                     pipe.xinfo_consumers(stream, group)
-                return await pipe.execute(raise_on_error=False)
+                return lost_raised(await pipe.execute(raise_on_error=False))
 
         out: list[dict[str, dict[str, int]]] = []
         for reply in await self._call("XINFO CONSUMERS", send):
@@ -203,7 +208,7 @@ class _Upkeep(_TransportBase):
                         pipe.xinfo_groups(stream)
                     else:
                         pipe.xinfo_stream(stream)
-                return await pipe.execute(raise_on_error=False)
+                return lost_raised(await pipe.execute(raise_on_error=False))
 
         replies: list[Any] = []
         for reply in await self._call(command, send):

@@ -7,10 +7,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from redis.asyncio.cluster import ClusterNode
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from callboard.embedded_cluster import EmbeddedCluster
+from protocols.errors import GroupMissing
 from protocols.keys import Keys, key_slot
-from protocols.transport import Pipeline, Storage
+from protocols.transport import Pipeline, Storage, Transport
 
 pytestmark = pytest.mark.redis
 
@@ -85,3 +88,41 @@ async def test_a_read_deletes_what_the_last_one_read_in_the_same_trip(
     assert [e for e, _ in await db.xrange(stream)] == ids[1:]
     assert await db.xdel_then_xread(stream, ids[1:], ids[2], 10, 50) == []  # blocked, timed out
     assert await db.xrange(stream) == []
+
+
+async def test_a_missing_group_in_a_pipeline_is_told_as_such(
+    cluster_redis: Any, keys: Keys
+) -> None:
+    """redis-py's cluster pipeline rewrites an error's text ("Command # 1 (...) of pipeline
+    caused error: ..."), so its NOGROUP was not read: a group deleted under a reclaim,
+    a renewal or a trim was a TransportError, and the group was not made again."""
+    stream = keys.inbox("agent-a")
+    await cluster_redis.xadd(stream, {"m": "x"})
+    with pytest.raises(GroupMissing):
+        await Storage(cluster_redis).commands("XPENDING", [("XPENDING", stream, "nogroup")])
+
+
+async def test_a_lost_connection_in_a_pipeline_is_retried_not_read_as_an_answer(
+    cluster_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's pipeline executed with `raise_on_error=False` hands a lost connection
+    back as a command's reply (one server raises it): the listing of entries a former
+    leader holds read it as "nothing held there", and the router waited out `MIN_IDLE`
+    before taking them over. It is raised now, and the call retried."""
+    t = Transport(cluster_redis, keys)
+    stream = keys.out("agent-a")
+    await t.ensure_group(stream, "hub")
+    await t.publish(stream, b"{}")
+    await t.read_group([stream], "hub", "old-leader", block_ms=None)
+    real, failed = ClusterNode.parse_response, []
+
+    async def flaky(self: Any, connection: Any, command: str, **kw: Any) -> Any:
+        if command == "XPENDING" and not failed:
+            failed.append(command)
+            await connection.disconnect()
+            raise RedisConnectionError("Connection closed by server.")
+        return await real(self, connection, command, **kw)
+
+    monkeypatch.setattr(ClusterNode, "parse_response", flaky)
+    assert await t.held_elsewhere([stream], "hub", "me") == {stream}
+    assert failed == ["XPENDING"]

@@ -27,7 +27,7 @@ HUB_COMMANDS = "+@all -@dangerous -@admin +info +client|setname +client|id"
 # each granting only what a replica does there (Redis 7 selectors tie commands to keys):
 # XADD on its out stream and nowhere else; reading, acknowledging and claiming on its inbox,
 # never XADD there (the hub alone writes it; an XADD with a huge explicit id would stop
-# every later one); reading the broadcast stream; SET NX EX / GET / EXISTS / DEL on its own
+# every later one); reading the broadcast stream; SET (NX, EX, PX) / GET / EXISTS / DEL on its own
 # done-markers. No access to the dead-letter stream: the hub dead-letters on request.
 SPECIALIST_ROOT = "+ping +hello +echo +client|setname +client|id +multi +exec +discard"
 OUT_COMMANDS = "+xadd"

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from protocols.codec import Envelope, make
+from protocols.errors import TransportError
 from protocols.messages import MessageType
 from protocols.payloads import (
     AckStandby,
@@ -28,7 +29,7 @@ from protocols.payloads import (
 from protocols.transport import Delivery
 from specialists.cue import CUE_REASON_CHARS, Cue, token
 from specialists.errors import Reject, Retry
-from specialists.work import STOOD_DOWN, failure, run_work, settle, settled_before
+from specialists.work import RUNNING, STOOD_DOWN, failure, run_work, settle, settled_before
 
 if TYPE_CHECKING:
     from specialists.runtime import Runtime
@@ -67,11 +68,12 @@ class Seen:
         self._keys.pop(key, None)
 
 
+# GOs and assigns are not among these: the attempt's claim and markers in Redis say what a
+# copy is (work.run_work), and a replica's memory of one it acked as a copy would take the
+# entry it copied, reclaimed here after its replica died, for a copy too: lost
 _ONCE_PER_ATTEMPT = {
     MessageType.COORD_WARNING: "warning",
     MessageType.COORD_STANDBY: "standby",
-    MessageType.COORD_GO: "work",
-    MessageType.TASK_ASSIGN: "work",  # a GO and an assign of one attempt are one piece of work
 }
 
 
@@ -106,6 +108,7 @@ class Dispatcher:
         self.cues: OrderedDict[CueKey, Cue] = OrderedDict()
         self._checks = 0  # calls of call_off_stood_down (preparations every PREPS_EVERY)
         self.working: dict[CueKey, asyncio.Task[Any]] = {}  # GO/assign work in progress
+        self.claims: dict[CueKey, str] = {}  # the entry whose work holds each (work.RUNNING)
         self.checking: dict[CueKey, asyncio.Task[Any]] = {}  # STANDBY readiness checks
         self.stood_down: dict[CueKey, str] = {}  # work the hub called off, with its reason
         self.preps: dict[CueKey, asyncio.Task[None]] = {}
@@ -339,6 +342,16 @@ class Dispatcher:
                 if cue is not None:
                     self.rt.spawn(self._release(cue, reason))
 
+    async def renew_claims(self) -> None:
+        """Another lease for the claim of each attempt whose work is in hand here. A failed
+        renewal (Redis refusing writes, say) holds up nothing else: a claim that lapses
+        meanwhile is made again by the next one."""
+        claims = {token(*key, RUNNING): entry for key, entry in self.claims.items()}
+        try:
+            await self.rt.markers.renew(claims)
+        except TransportError as exc:
+            log.info("renewing %d claims failed: %s", len(claims), exc)
+
     async def _release(self, cue: Cue, reason: str) -> None:
         """The author's `standdown` hook, bounded: it may not hold anything for ever."""
         try:
@@ -347,8 +360,14 @@ class Dispatcher:
             log.exception("standdown hook of %r failed", cue)
 
     async def _work(self, d: Delivery, m: Envelope) -> bool:
+        """A GO or task.assign: one attempt's entries are handled here one at a time (a
+        copy read while another entry of the attempt is in hand waits for it, then finds
+        its claim or its outcome), so each has the attempt's Cue and registers to itself."""
         p = m.body(CoordGo) if m.message_type is MessageType.COORD_GO else m.body(TaskAssign)
         key = (m.run_id, p.cue_id, p.attempt)
+        task = asyncio.current_task()
+        while (other := self.working.get(key)) is not None and other is not task:
+            await asyncio.wait([other])
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
         cue.description = p.description
@@ -356,7 +375,6 @@ class Dispatcher:
         cue.context.clear()
         cue.context.update(p.context)
         self.preps.pop(key, None)
-        task = asyncio.current_task()
         if task is not None:
             self.working[key] = task
         try:
@@ -375,6 +393,7 @@ class Dispatcher:
             return False  # settled
         finally:
             self.working.pop(key, None)
+            self.claims.pop(key, None)
             self.cues.pop(key, None)
 
     # -- task.handoff, status.request, broadcasts ----------------------------------------

@@ -9,7 +9,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -71,7 +71,9 @@ class Runtime:
         self.group = spec.agent_id
         self.consumer = spec.replica
         done_ttl_s = spec.settings.done_ttl_s or spec.done_ttl_s
-        self.markers = DoneMarkers(transport, keys, spec.agent_id, done_ttl_s)
+        self.markers = DoneMarkers(
+            transport, keys, spec.agent_id, done_ttl_s, lease_ms=self.settings.min_idle_ms
+        )
         self.context_reader = ContextReader(spec.settings.api_url, spec.settings.api_key)
         self.prefetch = max(spec.settings.prefetch or 4 * spec.concurrency, spec.concurrency)
         self.writes: Coalescer[Write, None] = Coalescer(self._write, "out")
@@ -403,9 +405,17 @@ class Runtime:
             try:
                 if now >= next_renew:
                     next_renew = now + renew_every_s
+                    # the entries in hand, and the claims of the work among them, each lease
+                    # renewed as long as the other's
+                    renewals: list[Awaitable[Any]] = []
                     if self.in_flight:
                         ids = list(self.in_flight)
-                        await self.transport.renew(self.inbox, self.group, self.consumer, ids)
+                        renewals.append(
+                            self.transport.renew(self.inbox, self.group, self.consumer, ids)
+                        )
+                    if self.dispatch.claims:
+                        renewals.append(self.dispatch.renew_claims())
+                    await asyncio.gather(*renewals)
                 if now >= next_claim:
                     next_claim = now + claim_every_s
                     # the markers' round trip (only with work in hand) beside the reclaim's

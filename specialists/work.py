@@ -25,6 +25,10 @@ SETTLED = "__completed__"
 # done-marker holding the reason of an attempt's coord.standdown, set by the replica that
 # handled it: a standdown reaches one replica of the agent, its work may be on another
 STOOD_DOWN = "__stood_down__"
+# done-marker claiming an attempt for the inbox entry whose work runs it (a lease, renewed
+# while it runs, deleted with the outcome): a copy of the GO, a new entry read by another
+# replica meanwhile, finds it and leaves the attempt to that entry
+RUNNING = "__running__"
 
 
 async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
@@ -35,31 +39,26 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     writes made meanwhile share one round trip. status.started goes out unless the outcome
     is ready before it could be written; then the outcome alone says it (see `Write`).
 
-    First the attempt's markers are read, in one round trip shared with the GOs handled
-    meanwhile: a copy of an attempt that has its outcome is acked, one stood down on
-    another replica is reported so, neither is executed."""
+    First the attempt is claimed for this entry and its markers are read, in one round trip
+    shared with the GOs handled meanwhile (see `_claimed`); again once a slot is taken, if
+    the work waited for one. None of these is executed: a copy of an attempt that has its
+    outcome (acked), one whose work another entry holds (a copy: acked; that entry stays
+    pending until its outcome is written, and is reclaimed and run if its replica dies),
+    one stood down on another replica (reported so). The same entry taken over from a
+    replica that stopped renewing it runs."""
     rt, spec = dp.rt, dp.spec
-    # every GO, whatever its deliveries: a copy may be a new entry (the hub's write retried)
-    markers = [cue.token(SETTLED), cue.token(STOOD_DOWN)]
-    settled, stood_down = await rt.markers.read_each(markers)
-    if settled is not None:  # a copy of an attempt that has its outcome
-        return True
-    if stood_down is not None:  # called off (on another replica) before it started here
-        await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
-        return False
+    work = (m.run_id, cue.cue_id, cue.attempt)
+    go_on = await _claimed(dp, d, m, cue)
+    if go_on is not None:
+        return go_on
     waits = rt.paused or rt.busy >= spec.concurrency  # for a slot: the markers may change
     async with rt.work_slot():
-        if waits:  # read again once a slot is taken (found by review: a copy that waited
-            # ran after the attempt's outcome had landed from another replica)
-            settled, stood_down = await rt.markers.read_each(markers)
-            if settled is not None:
-                return True
-            if stood_down is not None:
-                await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
-                return False
+        # looked at again once a slot is taken (found by review: a copy that waited ran
+        # after the attempt's outcome had landed from another replica)
+        if waits and (go_on := await _claimed(dp, d, m, cue)) is not None:
+            return go_on
         with _invoking(dp, m, cue):
             started = StatusStarted(attempt=cue.attempt, replica=spec.replica)
-            work = (m.run_id, cue.cue_id, cue.attempt)
             # built later, by the writer: the span's context is taken now
             traced = {"traceparent": dp.trace_context()} if spec.tracer is not None else {}
             rt.post(
@@ -94,6 +93,29 @@ async def run_work(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool:
     return False
 
 
+async def _claimed(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool | None:
+    """Claim the attempt for entry `d` and read its markers: None when its work is this
+    entry's to run (the claim then renewed while it is in hand), else what `run_work`
+    returns. Every GO is looked at, whatever its deliveries: a copy may be a new entry
+    (the hub's write sent again)."""
+    rt, work, claim = dp.rt, (m.run_id, cue.cue_id, cue.attempt), cue.token(RUNNING)
+    markers = [cue.token(SETTLED), cue.token(STOOD_DOWN)]
+    holder, (settled, stood_down) = await rt.markers.begin(claim, d.entry_id, markers)
+    mine = holder in (None, d.entry_id)  # None: it lapsed between the SET and the GET
+    if settled is not None:  # a copy of an attempt that has its outcome
+        if mine:  # claimed just now: given back with the ack
+            await rt.send(ack=[d], then=[rt.markers.release_command(claim)])
+            return False
+        return True
+    if not mine:  # another entry's work holds the attempt
+        return True
+    dp.claims[work] = d.entry_id  # renewed while the work is in hand (Runtime._keep_claims)
+    if stood_down is not None:  # called off (on another replica) before it started here
+        await settle(dp, d, m, cue, failure(dp, m, cue, f"stood down: {stood_down}"))
+        return False
+    return None
+
+
 async def settled_before(cue: Cue) -> bool:
     """Whether the attempt's outcome is written already (by this replica or another)."""
     return await cue.already_done(SETTLED)
@@ -105,13 +127,15 @@ async def settle(
     """Write the attempt's outcome, the XACK of its entry and its done-marker in one atomic
     write: a replica dying any time leaves either all three or none (and a redelivery of
     the attempt is run again), never an outcome whose entry is run again. From here on a
-    standdown no longer calls the work off: one attempt has one outcome."""
+    standdown no longer calls the work off: one attempt has one outcome. The attempt's
+    claim is deleted in the same write."""
     rt, work = dp.rt, (m.run_id, cue.cue_id, cue.attempt)
     dp.working.pop(work, None)
     marker = rt.markers.set_command(cue.token(SETTLED))
+    release = rt.markers.release_command(cue.token(RUNNING))
     rt.settling += 1
     try:
-        await rt.send(*outcome, ack=[d], then=[marker], settles=work)
+        await rt.send(*outcome, ack=[d], then=[marker, release], settles=work)
     finally:
         rt.settling -= 1
 

@@ -59,3 +59,19 @@ async def test_a_cancelled_block_keeps_its_marker(real_redis: object, keys: Keys
         await task
     async with _cue(markers).once("charge") as first:  # the replica taking the GO over
         assert not first
+
+
+async def test_a_claim_whose_reply_was_lost_is_still_this_entrys(
+    redis_server: EmbeddedServer, keys: Keys
+) -> None:
+    """A GO's claim (SET NX GET) lands, its reply is lost and the client sends it again:
+    the retry finds the claim holding this entry, which then runs the attempt (a claim
+    taken for "another" would have acked the GO, and nobody would run it)."""
+    async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, _direct):
+        markers = DoneMarkers(Transport(lossy, keys), keys, "a", ttl_s=60)
+        proxy.arm(b"claimed", "reset")
+        holder, [settled] = await markers.begin("claimed", "1-0", ["settled"])
+        assert proxy.fired == ["reset"]
+        assert (holder, settled) == ("1-0", None)
+        holder, _ = await markers.begin("claimed", "2-0", [])  # a copy, another entry
+        assert holder == "1-0"

@@ -98,8 +98,10 @@ async def test_every_outcome_is_one_write_with_its_xack_and_done_marker(
     assert types[-2:] == ([M.STATUS_FAILED, M.STATUS_REJECTED] if rejects else [M.STATUS_FAILED])
     assert go_id in acked
     marker = hub.keys.done(AGENT, "run-1:CUE-1:1:__completed__")
-    assert [c[:2] for c in then] == [["SET", marker]]
+    claim = hub.keys.done(AGENT, "run-1:CUE-1:1:__running__")  # the attempt's, given back
+    assert [c[:2] for c in then] == [["SET", marker], ["DEL", claim]]
     assert await hub.t._client.exists(marker)
+    assert not await hub.t._client.exists(claim)
     if rejects:  # the hub dead-letters the GO's entry, which the rejection names
         [rejected] = await hub.of(M.STATUS_REJECTED, "CUE-1")
         assert rejected.payload.entry_id == go_id

@@ -17,6 +17,7 @@ from protocols.messages import MessageType
 from protocols.payloads import CoordStanddown
 from protocols.settings import Settings
 from protocols.transport import Delivery, Transport
+from specialists.work import RUNNING
 from tests.helpers import eventually
 from tests.specialists.conftest import AGENT, HubSide, Starter
 from tests.specialists.sample import Scripted
@@ -140,6 +141,60 @@ async def test_a_renewal_does_not_take_back_an_entry_another_replica_reclaimed(
     assert await _owners(hub) == {taken.entry_id: "r2"}
     assert Scripted.release is not None
     Scripted.release.set()  # r1's work ends (the double run a stall leaves: PROTOCOL.md)
+
+
+async def test_a_copy_read_by_another_replica_while_the_go_runs_is_not_run(
+    deaf: _Deaf, start: Starter, hub: HubSide
+) -> None:
+    """The hub's XADD of a GO sent again (its reply lost) is a second entry of the same
+    attempt; r2 reads it while r1 runs the first. r2 finds the attempt claimed by the
+    other entry and acks its copy; r1's work completes once. On the code before, no
+    marker said the attempt was running: r2 ran it as well, and both reported it."""
+    await start(Scripted, "r1", transport=deaf)
+    go = await hub.go("CUE-1", block=True)
+    await hub.wait(M.STATUS_STARTED, "CUE-1")
+    deaf.deaf.set()
+    await eventually(lambda: deaf.deaf_reads, message="r1's read in flight is over")
+    await start(Scripted, "r2")
+    await hub.t.publish(hub.keys.inbox(AGENT), go)  # the same GO, a new entry
+    await hub.warning("CUE-2")  # read by r2 after the copy
+    await hub.wait(M.ACK_WARNING, "CUE-2")
+    await eventually(lambda: _pending_is(hub, 1), message="r2 acked its copy; r1's GO held")
+    assert Scripted.calls.count(("execute", "CUE-1")) == 1
+    assert Scripted.release is not None
+    Scripted.release.set()
+    await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    await eventually(lambda: _none_pending(hub), message="r1's GO acknowledged")
+    assert Scripted.calls.count(("execute", "CUE-1")) == 1
+    assert [m.payload.replica for m in await hub.of(M.STATUS_COMPLETED, "CUE-1")] == ["r1"]
+    claims = [k async for k in hub.t._client.scan_iter(match="*__running__")]
+    assert claims == []  # deleted with the outcome
+
+
+async def test_the_go_of_a_replica_that_died_holding_its_claim_is_run_by_another(
+    start: Starter, hub: HubSide, fast: Settings
+) -> None:
+    """A replica read the GO, claimed the attempt and died; a copy came meanwhile. The
+    replica that reads the copy acks it (the claim is the other entry's), then reclaims
+    the dead replica's entry and runs it: its claim is that entry's, so it is taken over.
+    Nothing is lost and the attempt runs once."""
+    inbox = hub.keys.inbox(AGENT)
+    await hub.t.ensure_group(inbox, AGENT)
+    go = await hub.go("CUE-1", plain=True)
+    [held] = await hub.t.read_group([inbox], AGENT, "ghost", block_ms=None)
+    claim = hub.keys.done(AGENT, f"run-1:CUE-1:1:{RUNNING}")
+    await hub.t._client.set(claim, held.entry_id, px=60_000)  # the dead replica's, unexpired
+    await hub.t.publish(inbox, go)  # the copy
+    await start(Scripted, "r2", settings_=fast)
+    [done] = await hub.wait(M.STATUS_COMPLETED, "CUE-1")
+    assert done.payload.replica == "r2"
+    await eventually(lambda: _none_pending(hub), message="both entries acknowledged")
+    assert Scripted.calls.count(("execute", "CUE-1")) == 1
+    assert await hub.t._client.exists(claim) == 0
+
+
+async def _pending_is(hub: HubSide, n: int) -> bool:
+    return await hub.pending() == n
 
 
 async def _owners(hub: HubSide) -> dict[str, str]:

@@ -19,6 +19,7 @@ from protocols.payloads import CoordStanddown
 from protocols.settings import Settings
 from protocols.transport import Transport
 from specialists import Cue, Specialist
+from specialists.work import RUNNING
 from tests.helpers import eventually
 from tests.specialists.conftest import AGENT, HubSide, Starter
 
@@ -108,7 +109,9 @@ async def test_a_copy_waiting_for_a_slot_is_not_run_once_another_replica_settled
 ) -> None:
     """A GO waiting for a work slot read its markers only before the wait: a copy of it
     (the hub's XADD sent again) run by another replica meanwhile, its outcome landed, was
-    run again here once the slot came free (found by review of the SDK)."""
+    run again here once the slot came free (found by review of the SDK). ra's claim on X
+    keeps a copy from running elsewhere while it waits (tests/specialists/test_replicas.py);
+    here it has lapsed, as after a stall past its lease, so rb runs the copy."""
     fast = settings.model_copy(update={"block_ms": 200, "min_idle_ms": 30_000})
     Work.executed, Work.release = [], asyncio.Event()
     a = await start(Work, "ra", fast, transport=deaf)  # one slot
@@ -119,6 +122,7 @@ async def test_a_copy_waiting_for_a_slot_is_not_run_once_another_replica_settled
     Deaf.deaf.set()
     await eventually(Deaf.turned.is_set, 10, message="ra reads nothing now")
     await start(Work, "rb", fast)
+    assert await hub.t._client.delete(keys.done(AGENT, f"run-1:X:1:{RUNNING}")) == 1
     await hub.t.publish(keys.inbox(AGENT), go)  # a copy of X's GO: rb runs it
     await hub.wait(M.STATUS_COMPLETED, "X")
     Work.release.set()  # ra's slot comes free

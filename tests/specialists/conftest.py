@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from protocols.payloads import (
     Payload,
 )
 from protocols.settings import Settings
-from protocols.transport import Transport
+from protocols.transport import Delivery, Transport
 from specialists import Specialist
 from tests.helpers import eventually
 from tests.specialists.sample import Scripted
@@ -105,6 +106,39 @@ class HubSide:
         found = await self.wait(MessageType.STATUS_REJECTED, n=n)
         assert await self.t.dead_letters() == []  # nothing written there by the agent
         return [m.payload for m in found]
+
+
+class DeafTransport(Transport):
+    """Once `deaf` is set its reads take nothing (another replica's XREADGROUP wins every
+    race); what rides a read is still written. It counts those reads and its renewals."""
+
+    deaf: asyncio.Event
+    deaf_reads: int
+    renewals: int
+
+    async def read_group(
+        self, streams: Sequence[str], group: str, consumer: str, **kw: Any
+    ) -> list[Delivery]:
+        if not self.deaf.is_set():
+            return await super().read_group(streams, group, consumer, **kw)
+        self.deaf_reads += 1
+        with contextlib.suppress(TimeoutError):  # as a blocking read that got nothing
+            await asyncio.wait_for(asyncio.Event().wait(), kw["block_ms"] / 1000)
+        return await super().read_group([], group, consumer, **kw)
+
+    async def renew(self, *args: Any) -> list[str]:
+        renewed = await super().renew(*args)
+        self.renewals += 1
+        return renewed
+
+
+@pytest.fixture
+async def deaf(settings: Settings) -> AsyncIterator[DeafTransport]:
+    """Set up before the `start` fixture, so closed after the replicas it started stop."""
+    made = DeafTransport.from_url(settings.redis_url, settings.keys)
+    made.deaf, made.deaf_reads, made.renewals = asyncio.Event(), 0, 0
+    yield made
+    await made.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ entry it copied on one replica, Redis refusing writes, a cluster's client."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,22 +18,13 @@ from protocols.transport import Transport
 from specialists.markers import DoneMarkers
 from specialists.work import RUNNING
 from tests.helpers import eventually
-from tests.specialists.conftest import AGENT, HubSide, Starter
+from tests.specialists.conftest import AGENT, DeafTransport, HubSide, Starter
 from tests.specialists.sample import Scripted
-from tests.specialists.test_replicas import _Deaf
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("scripted")]
 
 M = MessageType
 CLAIM = f"run-1:CUE-1:1:{RUNNING}"
-
-
-@pytest.fixture
-async def deaf(settings: Settings) -> AsyncIterator[_Deaf]:
-    made = _Deaf.from_url(settings.redis_url, settings.keys)
-    made.deaf, made.deaf_reads, made.renewals = asyncio.Event(), 0, 0
-    yield made
-    await made.close()
 
 
 async def test_the_entry_a_copy_copied_reclaimed_on_the_same_replica_is_run(
@@ -90,7 +80,7 @@ async def test_a_copy_read_by_the_replica_running_the_attempt_waits_for_it(
 
 
 async def test_a_go_read_while_redis_refuses_writes_runs_without_its_claim(
-    deaf: _Deaf, start: Starter, hub: HubSide, settings: Settings
+    deaf: DeafTransport, start: Starter, hub: HubSide, settings: Settings
 ) -> None:
     """The claim is a write; Redis full (`maxmemory`, `noeviction`) refuses it, and the
     reads that share its round trip failed with it. The GO then failed to start and waited

@@ -6,20 +6,14 @@ another, a copy of a settled attempt runs nowhere, a claim is renewed only while
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
-
 import pytest
 
 from protocols.messages import MessageType
 from protocols.payloads import CoordStanddown
 from protocols.settings import Settings
-from protocols.transport import Delivery, Transport
 from specialists.work import RUNNING
 from tests.helpers import eventually
-from tests.specialists.conftest import AGENT, HubSide, Starter
+from tests.specialists.conftest import AGENT, DeafTransport, HubSide, Starter
 from tests.specialists.sample import Scripted
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("scripted")]
@@ -28,41 +22,8 @@ M = MessageType
 STANDDOWN = CoordStanddown(cue_id="CUE-1", reason="run cancelled")
 
 
-class _Deaf(Transport):
-    """Once `deaf` is set its reads take nothing (another replica's XREADGROUP wins every
-    race); what rides a read is still written. It counts those reads and its renewals."""
-
-    deaf: asyncio.Event
-    deaf_reads: int
-    renewals: int
-
-    async def read_group(
-        self, streams: Sequence[str], group: str, consumer: str, **kw: Any
-    ) -> list[Delivery]:
-        if not self.deaf.is_set():
-            return await super().read_group(streams, group, consumer, **kw)
-        self.deaf_reads += 1
-        with contextlib.suppress(TimeoutError):  # as a blocking read that got nothing
-            await asyncio.wait_for(asyncio.Event().wait(), kw["block_ms"] / 1000)
-        return await super().read_group([], group, consumer, **kw)
-
-    async def renew(self, *args: Any) -> list[str]:
-        renewed = await super().renew(*args)
-        self.renewals += 1
-        return renewed
-
-
-@pytest.fixture
-async def deaf(settings: Settings) -> AsyncIterator[_Deaf]:
-    """Set up before the `start` fixture, so closed after the replicas it started stop."""
-    made = _Deaf.from_url(settings.redis_url, settings.keys)
-    made.deaf, made.deaf_reads, made.renewals = asyncio.Event(), 0, 0
-    yield made
-    await made.close()
-
-
 async def test_a_standdown_handled_by_another_replica_calls_the_work_off(
-    deaf: _Deaf, start: Starter, hub: HubSide
+    deaf: DeafTransport, start: Starter, hub: HubSide
 ) -> None:
     """The hub writes one standdown to the agent's inbox, and one replica reads it: here r2,
     while r1 runs the GO. r2 marks the attempt stood down; r1 finds the marker at its next
@@ -125,7 +86,7 @@ async def test_a_copy_of_a_settled_go_as_a_new_entry_is_not_run_again(
 
 
 async def test_a_renewal_does_not_take_back_an_entry_another_replica_reclaimed(
-    deaf: _Deaf, start: Starter, hub: HubSide
+    deaf: DeafTransport, start: Starter, hub: HubSide
 ) -> None:
     """r1 stalled past the claim window; another replica reclaimed the GO and works on it.
     r1's renewals go on for the entries still its own and leave that one where it is. On
@@ -144,7 +105,7 @@ async def test_a_renewal_does_not_take_back_an_entry_another_replica_reclaimed(
 
 
 async def test_a_copy_read_by_another_replica_while_the_go_runs_is_not_run(
-    deaf: _Deaf, start: Starter, hub: HubSide
+    deaf: DeafTransport, start: Starter, hub: HubSide
 ) -> None:
     """The hub's XADD of a GO sent again (its reply lost) is a second entry of the same
     attempt; r2 reads it while r1 runs the first. r2 finds the attempt claimed by the

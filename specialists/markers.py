@@ -12,7 +12,6 @@ A claim is a marker with a lease (`begin`): the inbox entry whose work holds an 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -93,21 +92,20 @@ class DoneMarkers:
         return ["DEL", self._keys.done(self._agent, claim)]
 
     async def _each(self, items: list[tuple[str, bytes | None]]) -> list[str | None]:
-        values = await asyncio.gather(*[self._reads.submit(item) for item in items])
+        futures = [self._reads.submit(item) for item in items]  # one batch: awaited in turn
+        values = [await future for future in futures]
         return [None if value is None else value.decode(errors="replace") for value in values]
 
     async def _values(self, items: list[tuple[str, bytes | None]]) -> list[bytes | None]:
         # a GET per key, pipelined: MGET is not among the commands the ACL grants on markers.
-        # A claim is SET NX PX then GET (not SET ... GET: Redis 7 only, and redis-py's
-        # parser for a cluster reads its reply as a flag)
-        commands: list[tuple[Any, ...]] = []
-        for token, holder in items:
-            key = self._keys.done(self._agent, token)
-            if holder is not None:
-                commands.append(("SET", key, holder, "NX", "PX", self.lease_ms))
-            commands.append(("GET", key))
+        # A claim is SET NX PX (not SET ... GET: Redis 7 only, and redis-py's parser for a
+        # cluster reads its reply as a flag); only one not set is read, in a second trip
+        commands = [
+            ("GET", key) if holder is None else ("SET", key, holder, "NX", "PX", self.lease_ms)
+            for key, holder in ((self._keys.done(self._agent, t), h) for t, h in items)
+        ]
         try:
-            replies = iter(await self._db.commands("GET", commands))
+            replies: list[Any] = list(await self._db.commands("GET", commands))
         except (OutOfMemory, ReadOnly):
             if all(holder is None for _, holder in items):
                 raise
@@ -115,14 +113,18 @@ class DoneMarkers:
             reads = [item for item in items if item[1] is None]
             values = iter(await self._values(reads) if reads else [])
             return [holder if holder is not None else next(values) for _, holder in items]
-        out: list[bytes | None] = []
-        for _, holder in items:
-            if holder is not None and next(replies):  # set: the claim is this holder's
-                next(replies)
-                out.append(holder)
-            else:
-                out.append(next(replies))
-        return out
+        taken = []  # claims held already: by whom is read (None: it lapsed since, so free)
+        for i, (_, holder) in enumerate(items):
+            if holder is not None:
+                if replies[i]:  # set: the claim is this holder's
+                    replies[i] = holder
+                else:
+                    taken.append(i)
+        if taken:
+            held = await self._db.commands("GET", [("GET", commands[i][1]) for i in taken])
+            for i, holder in zip(taken, held, strict=True):
+                replies[i] = holder if holder is not None else items[i][1]
+        return replies
 
     async def put(self, token: str, value: str, ttl_s: int | None = None) -> None:
         """A marker that holds a value (e.g. the id of remote work this cue started), so

@@ -109,6 +109,7 @@ class Dispatcher:
         self._checks = 0  # calls of call_off_stood_down (preparations every PREPS_EVERY)
         self.working: dict[CueKey, asyncio.Task[Any]] = {}  # GO/assign work in progress
         self.claims: dict[CueKey, str] = {}  # the entry whose work holds each (work.RUNNING)
+        self.handling: dict[CueKey, asyncio.Task[Any]] = {}  # GOs/assigns being handled
         self.checking: dict[CueKey, asyncio.Task[Any]] = {}  # STANDBY readiness checks
         self.stood_down: dict[CueKey, str] = {}  # work the hub called off, with its reason
         self.preps: dict[CueKey, asyncio.Task[None]] = {}
@@ -366,8 +367,12 @@ class Dispatcher:
         p = m.body(CoordGo) if m.message_type is MessageType.COORD_GO else m.body(TaskAssign)
         key = (m.run_id, p.cue_id, p.attempt)
         task = asyncio.current_task()
-        while (other := self.working.get(key)) is not None and other is not task:
+        # `working` is left while the outcome is written (a standdown no longer applies):
+        # the handling itself is waited for, until it is over
+        while (other := self.handling.get(key)) is not None and other is not task:
             await asyncio.wait([other])
+        if task is not None:
+            self.handling[key] = task
         cue = self.cue(m, p.cue_id, p.attempt)
         cue.action = dict(p.action)
         cue.description = p.description
@@ -391,10 +396,11 @@ class Dispatcher:
                 return True
             await settle(self, d, m, cue, failure(self, m, cue, f"stood down: {reason}"))
             return False  # settled
-        finally:
+        finally:  # the attempt's one handling here: what it registered is its own
             self.working.pop(key, None)
             self.claims.pop(key, None)
             self.cues.pop(key, None)
+            self.handling.pop(key, None)
 
     # -- task.handoff, status.request, broadcasts ----------------------------------------
 

@@ -12,6 +12,7 @@ A claim is a marker with a lease (`begin`): the inbox entry whose work holds an 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -19,6 +20,8 @@ from protocols.batching import Coalescer
 from protocols.errors import OutOfMemory, ReadOnly
 from protocols.keys import Keys
 from protocols.transport import Gateway, Storage
+
+_HELD = b""  # a claim's answer when another holds it (no holder is empty: an entry id)
 
 
 class DoneMarkers:
@@ -67,13 +70,20 @@ class DoneMarkers:
         """Claim `claim` for `holder` unless another holds it, then read `tokens`, in that
         order and in one round trip shared with every read made meanwhile. Returns who
         holds the claim (`holder` when it is this call's now, or was already: a SET whose
-        reply was lost and that the client sent again) and the values read.
+        reply was lost and that the client sent again; None when it was held and is gone
+        by the time it is read) and the values read.
 
-        The claim is set first: an outcome written (with its claim deleted) between the
-        two is then seen by the reads. It lives `lease_ms` unless `renew` renews it. When
-        Redis refuses writes (full, or a replica) the claim is not made and `holder` is
-        answered: the work runs as it did before claims, rather than wait for a reclaim."""
-        values = await self._each([(claim, holder.encode()), *[(t, None) for t in tokens]])
+        The claim is set first, so an outcome written (with its claim deleted) after it is
+        seen by the reads. When it is held already (rare: a copy, a takeover), it is read
+        in a second round trip, before `tokens` are read again: a claim gone by then (an
+        outcome's DEL) leaves the outcome's marker to be seen. It lives `lease_ms` unless
+        `renew` renews it. When Redis refuses writes (full, or a replica) the claim is not
+        made and `holder` is answered: the work runs as it did before claims, rather than
+        wait for a reclaim."""
+        reads: list[tuple[str, bytes | None]] = [(t, None) for t in tokens]
+        values = await self._each([(claim, holder.encode()), *reads])
+        if values[0] == _HELD.decode():  # held already: by whom, then the markers again
+            values = await self._each([(claim, None), *reads])
         return values[0], values[1:]
 
     async def renew(self, claims: dict[str, str]) -> None:
@@ -92,20 +102,19 @@ class DoneMarkers:
         return ["DEL", self._keys.done(self._agent, claim)]
 
     async def _each(self, items: list[tuple[str, bytes | None]]) -> list[str | None]:
-        futures = [self._reads.submit(item) for item in items]  # one batch: awaited in turn
-        values = [await future for future in futures]
+        values = await asyncio.gather(*[self._reads.submit(item) for item in items])
         return [None if value is None else value.decode(errors="replace") for value in values]
 
     async def _values(self, items: list[tuple[str, bytes | None]]) -> list[bytes | None]:
         # a GET per key, pipelined: MGET is not among the commands the ACL grants on markers.
         # A claim is SET NX PX (not SET ... GET: Redis 7 only, and redis-py's parser for a
-        # cluster reads its reply as a flag); only one not set is read, in a second trip
+        # cluster reads its reply as a flag); answered as its holder when set, else _HELD
         commands = [
             ("GET", key) if holder is None else ("SET", key, holder, "NX", "PX", self.lease_ms)
             for key, holder in ((self._keys.done(self._agent, t), h) for t, h in items)
         ]
         try:
-            replies: list[Any] = list(await self._db.commands("GET", commands))
+            replies = await self._db.commands("GET", commands)
         except (OutOfMemory, ReadOnly):
             if all(holder is None for _, holder in items):
                 raise
@@ -113,18 +122,10 @@ class DoneMarkers:
             reads = [item for item in items if item[1] is None]
             values = iter(await self._values(reads) if reads else [])
             return [holder if holder is not None else next(values) for _, holder in items]
-        taken = []  # claims held already: by whom is read (None: it lapsed since, so free)
-        for i, (_, holder) in enumerate(items):
-            if holder is not None:
-                if replies[i]:  # set: the claim is this holder's
-                    replies[i] = holder
-                else:
-                    taken.append(i)
-        if taken:
-            held = await self._db.commands("GET", [("GET", commands[i][1]) for i in taken])
-            for i, holder in zip(taken, held, strict=True):
-                replies[i] = holder if holder is not None else items[i][1]
-        return replies
+        return [
+            reply if holder is None else holder if reply else _HELD
+            for (_, holder), reply in zip(items, replies, strict=True)
+        ]
 
     async def put(self, token: str, value: str, ttl_s: int | None = None) -> None:
         """A marker that holds a value (e.g. the id of remote work this cue started), so

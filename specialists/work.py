@@ -101,7 +101,9 @@ async def _claimed(dp: Dispatcher, d: Delivery, m: Envelope, cue: Cue) -> bool |
     rt, work, claim = dp.rt, (m.run_id, cue.cue_id, cue.attempt), cue.token(RUNNING)
     markers = [cue.token(SETTLED), cue.token(STOOD_DOWN)]
     holder, (settled, stood_down) = await rt.markers.begin(claim, d.entry_id, markers)
-    mine = holder in (None, d.entry_id)  # None: it lapsed between the SET and the GET
+    # None: held, and gone by the time it was read (an outcome's DEL, then `settled` below
+    # says so; or the lease of a replica that stopped ran out: taken over)
+    mine = holder in (None, d.entry_id)
     if settled is not None:  # a copy of an attempt that has its outcome
         if mine:  # claimed just now: given back with the ack
             await rt.send(ack=[d], then=[rt.markers.release_command(claim)])
@@ -131,6 +133,7 @@ async def settle(
     claim is deleted in the same write."""
     rt, work = dp.rt, (m.run_id, cue.cue_id, cue.attempt)
     dp.working.pop(work, None)
+    dp.claims.pop(work, None)  # not renewed past its DEL below (it would linger a lease)
     marker = rt.markers.set_command(cue.token(SETTLED))
     release = rt.markers.release_command(cue.token(RUNNING))
     rt.settling += 1

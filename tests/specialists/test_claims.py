@@ -122,3 +122,28 @@ async def test_claims_on_a_cluster(cluster_redis: Any, keys: Keys) -> None:
 
 async def _none_pending(hub: HubSide) -> bool:
     return await hub.pending() == 0
+
+
+async def test_an_outcome_landing_between_the_claims_two_trips_is_seen(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy finds the claim held; the other entry's outcome (its marker set, its claim
+    deleted) lands before the copy reads who holds it. Found by review: the claim was read
+    after the markers, found gone and taken for free, and the copy ran beside a completed
+    attempt. The markers are read again after the claim now, and show the outcome."""
+    markers = DoneMarkers(Transport(real_redis, keys), keys, "a", ttl_s=60)
+    assert await markers.begin("claim", "1-0", ["settled"]) == ("1-0", [None])
+    real, trips = markers._db.commands, []
+
+    async def outcome_after_the_first(op: str, commands: Any, **kw: Any) -> Any:
+        replies = await real(op, commands, **kw)
+        trips.append(op)
+        if len(trips) == 1:  # the other entry's outcome lands now
+            await real_redis.set(keys.done("a", "settled"), b"1")
+            await real_redis.delete(keys.done("a", "claim"))
+        return replies
+
+    monkeypatch.setattr(markers._db, "commands", outcome_after_the_first)
+    holder, [settled] = await markers.begin("claim", "2-0", ["settled"])
+    assert settled == "1" and holder != "2-0"  # the copy is acked, not run
+    assert len(trips) == 2

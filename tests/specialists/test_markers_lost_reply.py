@@ -64,7 +64,7 @@ async def test_a_cancelled_block_keeps_its_marker(real_redis: object, keys: Keys
 async def test_a_claim_whose_reply_was_lost_is_still_this_entrys(
     redis_server: EmbeddedServer, keys: Keys
 ) -> None:
-    """A GO's claim (SET NX GET) lands, its reply is lost and the client sends it again:
+    """A GO's claim (SET NX PX) lands, its reply is lost and the client sends it again:
     the retry finds the claim holding this entry, which then runs the attempt (a claim
     taken for "another" would have acked the GO, and nobody would run it)."""
     async with lossy_clients(redis_server.port, keys.prefix) as (proxy, lossy, _direct):

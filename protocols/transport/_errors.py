@@ -72,9 +72,12 @@ def lost_raised(replies: list[Any]) -> list[Any]:
     """The replies of a pipeline executed with `raise_on_error=False`, a lost connection
     among them raised: a cluster's pipeline hands it back as a command's reply where one
     server's raises it, so the call was neither retried nor failed (found by review: a
-    listing read a lost reply as "nothing held there"). Error replies stay in place."""
+    listing read a lost reply as "nothing held there"); so is a cluster between states
+    (CLUSTERDOWN, TRYAGAIN), worth retrying as it is. Error replies stay in place."""
     for reply in replies:
-        if isinstance(reply, BaseException) and not isinstance(reply, rx.ResponseError):
+        if isinstance(reply, BaseException) and (
+            not isinstance(reply, rx.ResponseError) or isinstance(reply, _CLUSTER_PASSING)
+        ):
             raise reply
     return replies
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio.cluster import ClusterNode
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from callboard.embedded_cluster import EmbeddedCluster
@@ -102,13 +103,19 @@ async def test_a_missing_group_in_a_pipeline_is_told_as_such(
         await Storage(cluster_redis).commands("XPENDING", [("XPENDING", stream, "nogroup")])
 
 
+@pytest.mark.parametrize(
+    "lost",
+    [RedisConnectionError("Connection closed by server."),
+     ClusterDownError("CLUSTERDOWN The cluster is down")],
+)  # fmt: skip
 async def test_a_lost_connection_in_a_pipeline_is_retried_not_read_as_an_answer(
-    cluster_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+    cluster_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch, lost: Exception
 ) -> None:
     """A cluster's pipeline executed with `raise_on_error=False` hands a lost connection
-    back as a command's reply (one server raises it): the listing of entries a former
-    leader holds read it as "nothing held there", and the router waited out `MIN_IDLE`
-    before taking them over. It is raised now, and the call retried."""
+    back as a command's reply (one server raises it), and a cluster between states too:
+    the listing of entries a former leader holds read it as "nothing held there", and the
+    router waited out `MIN_IDLE` before taking them over. It is raised now, and the call
+    retried."""
     t = Transport(cluster_redis, keys)
     stream = keys.out("agent-a")
     await t.ensure_group(stream, "hub")
@@ -120,7 +127,7 @@ async def test_a_lost_connection_in_a_pipeline_is_retried_not_read_as_an_answer(
         if command == "XPENDING" and not failed:
             failed.append(command)
             await connection.disconnect()
-            raise RedisConnectionError("Connection closed by server.")
+            raise lost
         return await real(self, connection, command, **kw)
 
     monkeypatch.setattr(ClusterNode, "parse_response", flaky)

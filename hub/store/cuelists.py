@@ -84,6 +84,8 @@ class CuelistStore:
             pipe.zrem(self.keys.deleted_versions, _member(name, version))  # stored again
 
         _, created, *_ = await self.db.pipeline("STORE CUELIST", build, transaction=True)
+        if created and listed:  # deleted between the look and the MULTI (rare): as sent now
+            await self.db.command("HSET", self.keys.cuelist(name), version, doc)
         # the latest now has no schedule: put back later, a schedule starts from then. Not
         # for an old version stored again (the latest keeps its tick); for the latest stored
         # again, yes: this put's first try may have landed and failed to clear it

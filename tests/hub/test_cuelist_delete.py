@@ -166,3 +166,27 @@ async def test_storing_a_deleted_version_again_is_one_write(real_redis: Any, key
         await store.put(cuelist, version, canonical_json(cuelist), again)
     (stored,) = (await store.describe("doomed")).versions
     assert stored.source == again
+
+
+async def test_a_delete_between_the_puts_look_and_its_write_keeps_the_new_source(
+    real_redis: Any, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put looks whether the version is listed, then writes (HSETNX when it is); a
+    delete in between left the version listed again with its old source (found by
+    review). The new source is written after the MULTI in that case."""
+    store = CuelistStore(Storage(real_redis), keys)
+    text = "cuelist: doomed\ncues:\n  - {id: A, target_agents: [a]}\n"
+    cuelist, version = load_cuelist(text)
+    await store.put(cuelist, version, canonical_json(cuelist), text)
+    looked = store.listed
+
+    async def then_deleted(name: str, v: str) -> bool:
+        listed = await looked(name, v)
+        await store.delete(name)  # another operator's delete lands now
+        return listed
+
+    monkeypatch.setattr(store, "listed", then_deleted)
+    again = "# sent again\n" + text
+    assert await store.put(cuelist, version, canonical_json(cuelist), again)  # created
+    (stored,) = (await store.describe("doomed")).versions
+    assert stored.source == again
